@@ -1,0 +1,1 @@
+//! The AWS Batch service-job API (to be written).

@@ -1,0 +1,21 @@
+//! Trainyard's application layer: the ports every host implements and the use-cases that
+//! sequence I/O over them.
+//!
+//! # Layout
+//!
+//! - [`ports`]: traits for the store, the clock, identifiers and events, and the records they
+//!   exchange. Hosts provide adapters: SQLite (local mode), DynamoDB (AWS), memory (tests, sim).
+//! - [`memory`]: the in-memory store, the reference implementation of the store contract.
+//! - [`contract`]: the store contract suite, run against every store implementation.
+//! - [`service`]: the use-cases behind every API operation.
+//! - [`error`]: the use-case error, classified for the API edge.
+
+pub mod contract;
+pub mod error;
+pub mod memory;
+pub mod ports;
+pub mod service;
+
+pub use error::AppError;
+pub use ports::{Clock, EventSink, Ids, Store};
+pub use service::Service;

@@ -1,0 +1,304 @@
+//! Ports: what the use-cases need from the outside world, as narrow traits.
+//!
+//! The store is asynchronous because its production adapter (DynamoDB) is; the SQLite and memory
+//! adapters complete immediately. Methods return `impl Future + Send` so use-cases can run in any
+//! Tokio task and in Lambda handlers without boxing.
+
+use std::future::Future;
+
+use serde::{Serialize, de::DeserializeOwned};
+use trainyard_domain::arn::ResourceKind;
+use trainyard_domain::environment::ServiceEnvironment;
+use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::policy::SchedulingPolicy;
+use trainyard_domain::queue::JobQueue;
+use trainyard_domain::quota_share::QuotaShare;
+
+/// A stored value and its version, for optimistic concurrency: an update names the version it
+/// read and fails with [`StoreError::Conflict`] if another writer got there first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned<T> {
+    /// The value.
+    pub value: T,
+    /// Starts at 1 on insert and grows by one on every update.
+    pub version: u64,
+}
+
+/// Store failures, classified once by the adapter.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A create found the key taken.
+    #[error("already exists")]
+    AlreadyExists,
+    /// An update or delete found a different version (or no record) than it expected.
+    #[error("conflicting concurrent update")]
+    Conflict,
+    /// The backing store failed; retrying may help.
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// What failed.
+        message: String,
+        /// The adapter's error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// A stored record could not be decoded.
+    #[error("corrupt record {key}: {message}")]
+    Corrupt {
+        /// Which record.
+        key: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A configuration resource kept by the store as an opaque JSON document under (kind, key).
+///
+/// Configuration is small (Batch allows 50 environments, 50 queues, 20 quota shares per queue),
+/// so the store keeps it whole rather than column by column.
+pub trait Resource: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
+    /// Which kind of resource.
+    const KIND: ResourceKind;
+    /// The unique key within the kind (a name; `queue/name` for quota shares).
+    fn key(&self) -> String;
+}
+
+impl Resource for ServiceEnvironment {
+    const KIND: ResourceKind = ResourceKind::ServiceEnvironment;
+    fn key(&self) -> String {
+        self.service_environment_name.clone()
+    }
+}
+
+impl Resource for JobQueue {
+    const KIND: ResourceKind = ResourceKind::JobQueue;
+    fn key(&self) -> String {
+        self.job_queue_name.clone()
+    }
+}
+
+impl Resource for SchedulingPolicy {
+    const KIND: ResourceKind = ResourceKind::SchedulingPolicy;
+    fn key(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Resource for QuotaShare {
+    const KIND: ResourceKind = ResourceKind::QuotaShare;
+    fn key(&self) -> String {
+        quota_share_key(&self.job_queue, &self.quota_share_name)
+    }
+}
+
+/// The store key of a quota share: `{queue}/{name}`.
+pub fn quota_share_key(queue: &str, name: &str) -> String {
+    format!("{queue}/{name}")
+}
+
+/// A `clientToken` remembered with the request it came with, so a retry of the same request
+/// returns the same job and a different request reusing the token is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientTokenRecord {
+    /// The token.
+    pub token: String,
+    /// SHA-256 (hex) of the canonical request, without the token.
+    pub request_hash: String,
+    /// The job the token created.
+    pub job_id: String,
+    /// When it was recorded (epoch ms); tokens may be forgotten after a day.
+    pub created_at: i64,
+}
+
+/// Result of inserting a job with a client token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertJob {
+    /// The job was stored (with its token, if any) atomically.
+    Inserted,
+    /// The token was already recorded; nothing was written. Carries the earlier record.
+    TokenExists(ClientTokenRecord),
+}
+
+/// The case-insensitive `JOB_NAME` filter: exact, or a prefix when the value ends with `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameFilter {
+    /// Case-insensitive equality (the value is stored lower-cased).
+    Exact(String),
+    /// Case-insensitive prefix (lower-cased, without the `*`).
+    Prefix(String),
+}
+
+/// Where a page of jobs continues: strictly after this (created_at, job_id) in newest-first order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCursor {
+    /// `createdAt` of the last job returned.
+    pub created_at: i64,
+    /// `jobId` of the last job returned (tie-breaker).
+    pub job_id: String,
+}
+
+/// A query over jobs. All set fields must match. Results are newest first: `created_at`
+/// descending, then `job_id` descending.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JobQuery {
+    /// Queue name.
+    pub queue: Option<String>,
+    /// Status.
+    pub status: Option<JobStatus>,
+    /// Fair-share share identifier.
+    pub share_identifier: Option<String>,
+    /// Quota share name.
+    pub quota_share_name: Option<String>,
+    /// Job name filter.
+    pub name: Option<NameFilter>,
+    /// Only jobs created strictly before this time (epoch ms).
+    pub created_before: Option<i64>,
+    /// Only jobs created strictly after this time (epoch ms).
+    pub created_after: Option<i64>,
+    /// Continue after this position.
+    pub after: Option<JobCursor>,
+    /// Page size, at least 1.
+    pub limit: usize,
+}
+
+/// One page of results; `next` is set only when more may follow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Where the next page starts.
+    pub next: Option<JobCursor>,
+}
+
+/// Durable state. Every method is one atomic step; an acknowledged write is durable.
+pub trait Store: Send + Sync + 'static {
+    /// Inserts a new job (version 1). With a token, records it in the same atomic step, unless
+    /// the token already exists, in which case nothing is written.
+    fn insert_job(
+        &self,
+        job: &ServiceJob,
+        token: Option<&ClientTokenRecord>,
+    ) -> impl Future<Output = Result<InsertJob, StoreError>> + Send;
+
+    /// Reads a job by id.
+    fn get_job(
+        &self,
+        job_id: &str,
+    ) -> impl Future<Output = Result<Option<Versioned<ServiceJob>>, StoreError>> + Send;
+
+    /// Replaces a job if its stored version is `expected_version`; returns the new version.
+    fn update_job(
+        &self,
+        job: &ServiceJob,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Lists jobs matching `query`, newest first, at most `query.limit`.
+    fn list_jobs(
+        &self,
+        query: &JobQuery,
+    ) -> impl Future<Output = Result<Page<Versioned<ServiceJob>>, StoreError>> + Send;
+
+    /// Creates a resource (version 1); [`StoreError::AlreadyExists`] if the key is taken.
+    fn create_resource<R: Resource>(
+        &self,
+        resource: &R,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Reads a resource by key.
+    fn get_resource<R: Resource>(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Versioned<R>>, StoreError>> + Send;
+
+    /// All resources of a kind, ordered by key.
+    fn list_resources<R: Resource>(
+        &self,
+    ) -> impl Future<Output = Result<Vec<Versioned<R>>, StoreError>> + Send;
+
+    /// Replaces a resource if its stored version is `expected_version`; returns the new version.
+    fn update_resource<R: Resource>(
+        &self,
+        resource: &R,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Deletes a resource if its stored version is `expected_version`.
+    fn delete_resource<R: Resource>(
+        &self,
+        key: &str,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Wall-clock time, as epoch milliseconds. Tests use a manual clock.
+pub trait Clock: Send + Sync + 'static {
+    /// Now, in epoch milliseconds.
+    fn now_ms(&self) -> i64;
+}
+
+/// Mints identifiers. Production uses random UUIDs; tests use a counter.
+pub trait Ids: Send + Sync + 'static {
+    /// A new job id (a UUID string).
+    fn job_id(&self) -> String;
+}
+
+/// Something happened that other parts of the loop react to. Internal events drive the
+/// scheduler; they are not Batch's public events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A job was stored as SUBMITTED.
+    JobSubmitted {
+        /// The job.
+        job_id: String,
+        /// Its queue.
+        job_queue: String,
+    },
+    /// A job changed status.
+    JobStatusChanged {
+        /// The job.
+        job_id: String,
+        /// Its queue.
+        job_queue: String,
+        /// New status.
+        status: JobStatus,
+    },
+}
+
+/// Where events go: an in-process channel locally, EventBridge in AWS. Publishing is
+/// best-effort; the loop also runs on a schedule, so a lost event delays but never loses work.
+pub trait EventSink: Send + Sync + 'static {
+    /// Publishes one event.
+    fn publish(&self, event: Event) -> impl Future<Output = ()> + Send;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// Random (v4) UUIDs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RandomIds;
+
+impl Ids for RandomIds {
+    fn job_id(&self) -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+}
+
+/// An event sink that drops everything (for tests and tools that need no loop).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    async fn publish(&self, _event: Event) {}
+}

@@ -1,0 +1,62 @@
+//! The use-cases behind every API operation, over the ports.
+//!
+//! `Service` is built once per process (or Lambda cold start) and shared behind an `Arc`.
+
+use std::sync::Arc;
+
+use trainyard_domain::arn::ArnContext;
+
+use crate::ports::{Clock, EventSink, Ids, Store};
+
+/// The use-cases, over a store `S` and an event sink `E`.
+pub struct Service<S, E> {
+    store: S,
+    events: E,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn Ids>,
+    arns: ArnContext,
+}
+
+impl<S: Store, E: EventSink> Service<S, E> {
+    /// Builds the service from its adapters.
+    pub fn new(
+        store: S,
+        events: E,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn Ids>,
+        arns: ArnContext,
+    ) -> Self {
+        Self {
+            store,
+            events,
+            clock,
+            ids,
+            arns,
+        }
+    }
+
+    /// The partition, region and account ARNs are minted in.
+    pub fn arns(&self) -> &ArnContext {
+        &self.arns
+    }
+
+    /// The store (for hosts that run maintenance over it).
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The event sink.
+    pub fn events(&self) -> &E {
+        &self.events
+    }
+
+    /// Now, from the injected clock.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// A fresh job id.
+    pub fn new_job_id(&self) -> String {
+        self.ids.job_id()
+    }
+}

@@ -1,0 +1,390 @@
+//! The SageMaker `CreateTrainingJob` request carried in `serviceRequestPayload`, parsed for what
+//! scheduling needs.
+//!
+//! Batch passes the payload through to SageMaker; Trainyard must also read it, because capacity
+//! is counted in the instances it asks for. The payload must be a JSON object with SageMaker's
+//! required members (`TrainingJobName`, `RoleArn`, `OutputDataConfig`) and a `ResourceConfig`
+//! that names instances: `InstanceType` + `InstanceCount`, or `InstanceGroups` (heterogeneous
+//! clusters; instances are summed per type). `StoppingCondition.MaxRuntimeInSeconds` is kept as
+//! the attempt's runtime bound, used later to estimate when capacity frees.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::limits::{MAX_INSTANCE_GROUPS, TRAINING_JOB_NAME_LEN};
+
+/// What scheduling needs from a training request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingRequest {
+    /// `TrainingJobName` from the payload (attempt names derive from it).
+    pub training_job_name: String,
+    /// Instances needed, per instance type (`ml.p4d.24xlarge` → 2).
+    pub instances: BTreeMap<String, u32>,
+    /// `StoppingCondition.MaxRuntimeInSeconds`, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runtime_s: Option<u64>,
+    /// Whether the payload has a `CheckpointConfig` (the job can resume after preemption).
+    #[serde(default)]
+    pub checkpointed: bool,
+}
+
+impl TrainingRequest {
+    /// A request for `count` instances of one type (handy in tests and the simulator).
+    pub fn single(name: &str, instance_type: &str, count: u32) -> Self {
+        Self {
+            training_job_name: name.to_owned(),
+            instances: BTreeMap::from([(instance_type.to_owned(), count)]),
+            max_runtime_s: None,
+            checkpointed: false,
+        }
+    }
+
+    /// All instances the job needs, across types.
+    pub fn total_instances(&self) -> u64 {
+        self.instances.values().map(|n| u64::from(*n)).sum()
+    }
+}
+
+/// Why a payload is not an acceptable training request. Messages name the SageMaker member.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// Not JSON at all.
+    #[error("serviceRequestPayload is not valid JSON: {0}")]
+    NotJson(String),
+    /// JSON, but not an object.
+    #[error("serviceRequestPayload must be a JSON object (a SageMaker CreateTrainingJob request)")]
+    NotObject,
+    /// A required member is absent.
+    #[error("serviceRequestPayload is missing {0}, which CreateTrainingJob requires")]
+    Missing(&'static str),
+    /// A member has the wrong type or value.
+    #[error("serviceRequestPayload.{field} {problem}")]
+    Invalid {
+        /// Dotted path of the member.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> PayloadError {
+    PayloadError::Invalid {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// Parses and checks a `serviceRequestPayload`.
+pub fn parse_training_request(payload: &str) -> Result<TrainingRequest, PayloadError> {
+    let value: Value =
+        serde_json::from_str(payload).map_err(|e| PayloadError::NotJson(e.to_string()))?;
+    let Value::Object(root) = value else {
+        return Err(PayloadError::NotObject);
+    };
+
+    let name = match root.get("TrainingJobName") {
+        None => return Err(PayloadError::Missing("TrainingJobName")),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(invalid("TrainingJobName", "must be a string")),
+    };
+    check_training_job_name(&name)?;
+    match root.get("RoleArn") {
+        None => return Err(PayloadError::Missing("RoleArn")),
+        Some(Value::String(s)) if !s.is_empty() => {}
+        Some(_) => return Err(invalid("RoleArn", "must be a non-empty string")),
+    }
+    match root.get("OutputDataConfig") {
+        None => return Err(PayloadError::Missing("OutputDataConfig")),
+        Some(Value::Object(o)) => match o.get("S3OutputPath") {
+            Some(Value::String(s)) if !s.is_empty() => {}
+            _ => {
+                return Err(invalid(
+                    "OutputDataConfig.S3OutputPath",
+                    "must be a non-empty string",
+                ));
+            }
+        },
+        Some(_) => return Err(invalid("OutputDataConfig", "must be an object")),
+    }
+
+    let instances = match root.get("ResourceConfig") {
+        None => return Err(PayloadError::Missing("ResourceConfig")),
+        Some(Value::Object(rc)) => parse_instances(rc)?,
+        Some(_) => return Err(invalid("ResourceConfig", "must be an object")),
+    };
+
+    let max_runtime_s = match root.get("StoppingCondition") {
+        None => None,
+        Some(Value::Object(sc)) => match sc.get("MaxRuntimeInSeconds") {
+            None => None,
+            Some(v) => match v.as_u64() {
+                Some(s) if s >= 1 => Some(s),
+                _ => {
+                    return Err(invalid(
+                        "StoppingCondition.MaxRuntimeInSeconds",
+                        "must be an integer of at least 1",
+                    ));
+                }
+            },
+        },
+        Some(_) => return Err(invalid("StoppingCondition", "must be an object")),
+    };
+
+    Ok(TrainingRequest {
+        training_job_name: name,
+        instances,
+        max_runtime_s,
+        checkpointed: matches!(root.get("CheckpointConfig"), Some(Value::Object(_))),
+    })
+}
+
+/// SageMaker's rule: 1–63 characters, `[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}`.
+fn check_training_job_name(name: &str) -> Result<(), PayloadError> {
+    let field = "TrainingJobName";
+    if !TRAINING_JOB_NAME_LEN.contains(&name.len()) {
+        return Err(invalid(
+            field,
+            format!("must be 1–63 characters, got {}", name.len()),
+        ));
+    }
+    let ok_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let ends_ok = !name.starts_with('-') && !name.ends_with('-');
+    if !ok_chars || !ends_ok {
+        return Err(invalid(
+            field,
+            "must match [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}: letters, digits and inner hyphens",
+        ));
+    }
+    Ok(())
+}
+
+fn parse_instances(
+    rc: &serde_json::Map<String, Value>,
+) -> Result<BTreeMap<String, u32>, PayloadError> {
+    let mut instances = BTreeMap::new();
+    let mut add = |field: &str, ty: Option<&Value>, count: Option<&Value>| {
+        let ty = match ty {
+            Some(Value::String(t)) if t.starts_with("ml.") && t.len() > 3 => t.clone(),
+            Some(_) => {
+                return Err(invalid(
+                    format!("{field}.InstanceType"),
+                    "must look like ml.<family>.<size>",
+                ));
+            }
+            None => return Err(invalid(format!("{field}.InstanceType"), "is required")),
+        };
+        let count = match count.map(Value::as_u64) {
+            Some(Some(n)) if (1..=u64::from(u32::MAX)).contains(&n) => n as u32,
+            Some(_) => {
+                return Err(invalid(
+                    format!("{field}.InstanceCount"),
+                    "must be an integer of at least 1",
+                ));
+            }
+            None => return Err(invalid(format!("{field}.InstanceCount"), "is required")),
+        };
+        let slot: &mut u32 = instances.entry(ty).or_insert(0);
+        *slot = slot.saturating_add(count);
+        Ok(())
+    };
+    match rc.get("InstanceGroups") {
+        Some(Value::Array(groups)) if !groups.is_empty() => {
+            if groups.len() > MAX_INSTANCE_GROUPS {
+                return Err(invalid(
+                    "ResourceConfig.InstanceGroups",
+                    format!(
+                        "may have at most {MAX_INSTANCE_GROUPS} groups, got {}",
+                        groups.len()
+                    ),
+                ));
+            }
+            for (i, group) in groups.iter().enumerate() {
+                let field = format!("ResourceConfig.InstanceGroups[{i}]");
+                let Value::Object(g) = group else {
+                    return Err(invalid(field, "must be an object"));
+                };
+                add(&field, g.get("InstanceType"), g.get("InstanceCount"))?;
+            }
+        }
+        Some(Value::Array(_)) | None => {
+            add(
+                "ResourceConfig",
+                rc.get("InstanceType"),
+                rc.get("InstanceCount"),
+            )?;
+        }
+        Some(_) => return Err(invalid("ResourceConfig.InstanceGroups", "must be an array")),
+    }
+    Ok(instances)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({
+            "TrainingJobName": "resnet-50",
+            "RoleArn": "arn:aws:iam::000000000000:role/SageMakerRole",
+            "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+            "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
+        })
+    }
+
+    fn with(mut v: Value, path: &[&str], new: Option<Value>) -> String {
+        let (last, parents) = path.split_last().unwrap();
+        let mut cur = &mut v;
+        for p in parents {
+            cur = cur.get_mut(*p).unwrap();
+        }
+        let obj = cur.as_object_mut().unwrap();
+        match new {
+            Some(n) => obj.insert((*last).to_owned(), n),
+            None => obj.remove(*last),
+        };
+        v.to_string()
+    }
+
+    #[test]
+    fn a_single_instance_type_request_is_parsed() {
+        let req = parse_training_request(&base().to_string()).unwrap();
+        assert_eq!(req.training_job_name, "resnet-50");
+        assert_eq!(
+            req.instances,
+            BTreeMap::from([("ml.p4d.24xlarge".to_owned(), 2)])
+        );
+        assert_eq!(req.max_runtime_s, Some(3600));
+        assert_eq!(req.total_instances(), 2);
+        assert!(!req.checkpointed);
+    }
+
+    #[test]
+    fn instance_groups_are_summed_per_type() {
+        let groups = json!([
+            {"InstanceGroupName": "a", "InstanceType": "ml.p5.48xlarge", "InstanceCount": 2},
+            {"InstanceGroupName": "b", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1},
+            {"InstanceGroupName": "c", "InstanceType": "ml.p5.48xlarge", "InstanceCount": 3}
+        ]);
+        let payload = with(
+            base(),
+            &["ResourceConfig"],
+            Some(json!({"InstanceGroups": groups})),
+        );
+        let req = parse_training_request(&payload).unwrap();
+        assert_eq!(
+            req.instances,
+            BTreeMap::from([
+                ("ml.c5.xlarge".to_owned(), 1),
+                ("ml.p5.48xlarge".to_owned(), 5)
+            ])
+        );
+    }
+
+    #[test]
+    fn checkpoint_config_is_noticed() {
+        let payload = with(
+            base(),
+            &["CheckpointConfig"],
+            Some(json!({"S3Uri": "s3://b/ckpt"})),
+        );
+        assert!(parse_training_request(&payload).unwrap().checkpointed);
+    }
+
+    #[test]
+    fn bad_payloads_name_the_problem() {
+        let cases: Vec<(&str, String, &str)> = vec![
+            ("not json", "{".into(), "not valid JSON"),
+            ("an array", "[]".into(), "must be a JSON object"),
+            (
+                "no name",
+                with(base(), &["TrainingJobName"], None),
+                "missing TrainingJobName",
+            ),
+            (
+                "bad name",
+                with(base(), &["TrainingJobName"], Some(json!("a_b"))),
+                "TrainingJobName must match",
+            ),
+            (
+                "long name",
+                with(base(), &["TrainingJobName"], Some(json!("a".repeat(64)))),
+                "1–63",
+            ),
+            (
+                "no role",
+                with(base(), &["RoleArn"], None),
+                "missing RoleArn",
+            ),
+            (
+                "no output",
+                with(base(), &["OutputDataConfig"], None),
+                "missing OutputDataConfig",
+            ),
+            (
+                "no s3 path",
+                with(base(), &["OutputDataConfig"], Some(json!({}))),
+                "S3OutputPath",
+            ),
+            (
+                "no resources",
+                with(base(), &["ResourceConfig"], None),
+                "missing ResourceConfig",
+            ),
+            (
+                "zero instances",
+                with(base(), &["ResourceConfig", "InstanceCount"], Some(json!(0))),
+                "InstanceCount must be an integer of at least 1",
+            ),
+            (
+                "no type",
+                with(base(), &["ResourceConfig", "InstanceType"], None),
+                "InstanceType is required",
+            ),
+            (
+                "odd type",
+                with(
+                    base(),
+                    &["ResourceConfig", "InstanceType"],
+                    Some(json!("p4d")),
+                ),
+                "ml.<family>",
+            ),
+            (
+                "zero runtime",
+                with(
+                    base(),
+                    &["StoppingCondition", "MaxRuntimeInSeconds"],
+                    Some(json!(0)),
+                ),
+                "MaxRuntimeInSeconds",
+            ),
+        ];
+        for (case, payload, needle) in cases {
+            let err = parse_training_request(&payload).unwrap_err().to_string();
+            assert!(
+                err.contains(needle),
+                "{case}: {err:?} should contain {needle:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn too_many_instance_groups_are_refused() {
+        let group =
+            json!({"InstanceGroupName": "g", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1});
+        let groups = Value::Array(vec![group; 6]);
+        let payload = with(
+            base(),
+            &["ResourceConfig"],
+            Some(json!({"InstanceGroups": groups})),
+        );
+        let err = parse_training_request(&payload).unwrap_err().to_string();
+        assert!(err.contains("at most 5"), "{err}");
+    }
+}

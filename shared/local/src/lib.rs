@@ -1,0 +1,1 @@
+//! Local mode adapters (to be written).
