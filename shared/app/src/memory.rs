@@ -77,10 +77,10 @@ impl Store for MemoryStore {
         token: Option<&ClientTokenRecord>,
     ) -> Result<InsertJob, StoreError> {
         let mut inner = self.lock();
-        if let Some(token) = token {
-            if let Some(existing) = inner.tokens.get(&token.token) {
-                return Ok(InsertJob::TokenExists(existing.clone()));
-            }
+        if let Some(token) = token
+            && let Some(existing) = inner.tokens.get(&token.token)
+        {
+            return Ok(InsertJob::TokenExists(existing.clone()));
         }
         if inner.jobs.contains_key(&job.job_id) {
             return Err(StoreError::AlreadyExists);
