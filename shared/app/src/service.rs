@@ -1,6 +1,26 @@
 //! The use-cases behind every API operation, over the ports.
 //!
-//! `Service` is built once per process (or Lambda cold start) and shared behind an `Arc`.
+//! `Service` is built once per process (or Lambda cold start) and shared behind an `Arc`. The
+//! use-cases live in submodules, one per area, each adding methods to `Service`:
+//!
+//! - `jobs`: submit, describe, list, terminate, update priority, accept submitted jobs,
+//!   queue snapshot.
+//! - `environments`, `queues`, `policies`, `quota_shares`: configuration CRUD with Batch's rules.
+//! - `tags`: tagging any resource by ARN.
+
+mod environments;
+mod jobs;
+mod policies;
+mod queues;
+mod quota_shares;
+mod tags;
+
+pub use environments::*;
+pub use jobs::*;
+pub use policies::*;
+pub use queues::*;
+pub use quota_shares::*;
+pub use tags::*;
 
 use std::sync::Arc;
 
