@@ -8,19 +8,12 @@
 //! - `environments`, `queues`, `policies`, `quota_shares`: configuration CRUD with Batch's rules.
 //! - `tags`: tagging any resource by ARN.
 
-mod environments;
-mod jobs;
-mod policies;
-mod queues;
-mod quota_shares;
-mod tags;
-
-pub use environments::*;
-pub use jobs::*;
-pub use policies::*;
-pub use queues::*;
-pub use quota_shares::*;
-pub use tags::*;
+pub mod environments;
+pub mod jobs;
+pub mod policies;
+pub mod queues;
+pub mod quota_shares;
+pub mod tags;
 
 use std::sync::Arc;
 
