@@ -9,12 +9,14 @@
 //! - [`contract`]: the store contract suite, run against every store implementation.
 //! - [`service`]: the use-cases behind every API operation.
 //! - [`error`]: the use-case error, classified for the API edge.
+//! - [`testing`]: a manual clock and sequential ids for deterministic tests.
 
 pub mod contract;
 pub mod error;
 pub mod memory;
 pub mod ports;
 pub mod service;
+pub mod testing;
 
 pub use error::AppError;
 pub use ports::{Clock, EventSink, Ids, Store};
