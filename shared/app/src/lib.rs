@@ -11,6 +11,7 @@
 //! - [`error`]: the use-case error, classified for the API edge.
 //! - [`testing`]: a manual clock and sequential ids for deterministic tests.
 
+#[cfg(feature = "contract")]
 pub mod contract;
 pub mod error;
 pub mod memory;

@@ -1,0 +1,1 @@
+//! The in-process event sink and loop (being written).
