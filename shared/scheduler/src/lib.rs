@@ -1,0 +1,50 @@
+//! Trainyard's planner: one pure, deterministic function from a snapshot of the world to the
+//! decisions of one scheduling cycle.
+//!
+//! ```text
+//! plan_cycle(&Snapshot, now_ms, &Config) -> Plan { dispatches, skips }
+//! ```
+//!
+//! The same input gives the same output, byte for byte: every collection is ordered and every
+//! comparison ends on a unique key. No I/O, clock or randomness (see `Cargo.toml`).
+//!
+//! # Rules
+//!
+//! 1. **Capacity.** A service environment limits instances in use, either all together
+//!    (`NUM_INSTANCES`) or per instance type (quota-managed environments). A job takes the
+//!    instances its training request asks for, from the moment it is dispatched until its attempt
+//!    ends. Capacity in use is derived from the running jobs in the snapshot, so a plan can never
+//!    count it twice. A job that could never fit (more than the limit, or an instance type the
+//!    environment does not offer) is skipped as a misconfiguration and blocks nobody.
+//! 2. **Queue priority.** Queues sharing an environment are evaluated in descending `priority`,
+//!    then by name. Jobs of a lower-priority queue are considered only after every job of the
+//!    higher-priority queues, so a higher-priority job that fits is never passed over.
+//! 3. **Order within a queue.** FIFO queues: `runnable_at` ascending, then job id. Fair-share
+//!    queues: shares are interleaved by [`fair_share`] score (lowest first, ties by share id);
+//!    within a share, `schedulingPriority` descending, then `runnable_at`, then job id.
+//!    Quota-share queues are ordered like fair-share queues without usage (priority, age, id);
+//!    reservation, lending, borrowing and preemption are not planned yet.
+//! 4. **Head of line.** When a job does not fit, it becomes the environment's *head*: the first
+//!    blocked job in evaluation order. With `Config::strict_fifo` (Batch's behaviour) nothing after
+//!    it in the environment is dispatched. Otherwise (the default) later jobs may *backfill*
+//!    (EASY backfill): a job that fits now is dispatched only if it does not push back the head's
+//!    earliest start. That start, the *shadow time*, is when enough running attempts will have
+//!    ended, each by its `MaxRuntimeInSeconds` (86,400 s, SageMaker's default, when unset); a
+//!    candidate may start if it will end by the shadow time, or if it fits in the capacity left
+//!    over at the shadow time once the head has started.
+//! 5. **Fair share.** [`fair_share`] documents the usage, decay and score formulas.
+//!    `computeReservation` keeps `ceil(max × (r/100)^active)` instances free for shares that are
+//!    not active yet, where `active` counts shares with jobs waiting or running in the queue.
+//! 6. **Backoff.** A job whose `not_before_ms` is in the future is skipped and blocks nobody.
+//! 7. **"Not now" is data.** Every pending job that is not dispatched gets exactly one
+//!    [`SkipReason`].
+
+pub mod fair_share;
+mod plan;
+mod pool;
+pub mod snapshot;
+
+pub use plan::{Dispatch, Plan, Skip, SkipReason, plan_cycle};
+pub use snapshot::{
+    Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob, ShareKey, Snapshot,
+};

@@ -1,0 +1,542 @@
+//! One cycle's plan: see the crate docs for the rules, numbered as in the code below.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::fair_share::{ShareUsage, reserved_instances, score};
+use crate::pool::{Fit, Pool};
+use crate::snapshot::{Config, Instances, PendingJob, QueuePolicy, QueueState, ShareKey, Snapshot};
+
+/// Launch an attempt for a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Dispatch {
+    /// The job.
+    pub job_id: String,
+    /// Its queue.
+    pub queue: String,
+    /// The environment whose capacity it takes.
+    pub environment: String,
+    /// Instances taken.
+    pub instances: Instances,
+}
+
+/// Why a runnable job was not dispatched in this cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SkipReason {
+    /// Not enough free capacity now.
+    InsufficientCapacity {
+        /// Environment.
+        environment: String,
+        /// `NUM_INSTANCES` or an instance type.
+        unit: String,
+        /// Instances the job needs of the unit.
+        needed: u64,
+        /// Instances free of the unit.
+        free: u64,
+    },
+    /// The job can never fit the environment as configured.
+    ExceedsEnvironment {
+        /// Environment.
+        environment: String,
+        /// The unit it exceeds.
+        unit: String,
+        /// Instances it needs.
+        needed: u64,
+        /// The limit (0 when the type is not offered).
+        max: u64,
+    },
+    /// Capacity is held for the head job; starting this one would delay it.
+    ReservedForHead {
+        /// The waiting head job.
+        head_job_id: String,
+        /// Its queue.
+        head_queue: String,
+        /// When it is expected to start at the latest (epoch ms).
+        head_start_ms: i64,
+    },
+    /// A strict FIFO queue whose head is waiting.
+    BehindHead {
+        /// The waiting head job.
+        head_job_id: String,
+    },
+    /// Kept free for fair shares that are not active yet (`computeReservation`).
+    ComputeReservation {
+        /// Instances reserved.
+        reserved: u64,
+    },
+    /// Retry backoff.
+    Backoff {
+        /// Not before (epoch ms).
+        until_ms: i64,
+    },
+    /// The environment is disabled.
+    EnvironmentDisabled {
+        /// Environment.
+        environment: String,
+    },
+    /// The queue has no (existing) service environment.
+    NoEnvironment,
+    /// The job's queue is not in the snapshot.
+    UnknownQueue,
+}
+
+impl std::fmt::Display for SkipReason {
+    /// The status reason shown on the RUNNABLE job, prefixed with a code that
+    /// `jobStateTimeLimitActions` can match.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InsufficientCapacity {
+                environment,
+                unit,
+                needed,
+                free,
+            } => write!(
+                f,
+                "CAPACITY:SERVICE_ENVIRONMENT_FULL - needs {needed} {unit}, {free} free in service environment {environment}"
+            ),
+            Self::ExceedsEnvironment {
+                environment,
+                unit,
+                needed,
+                max,
+            } => write!(
+                f,
+                "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE - Service environment {environment} cannot meet the capacity requirement of the job: needs {needed} {unit}, the limit is {max}"
+            ),
+            Self::ReservedForHead {
+                head_job_id,
+                head_queue,
+                head_start_ms,
+            } => write!(
+                f,
+                "PRIORITY:RESERVED_FOR_HEAD - capacity is held for job {head_job_id} of queue {head_queue}, expected to start by {head_start_ms}; starting this job would delay it"
+            ),
+            Self::BehindHead { head_job_id } => write!(
+                f,
+                "PRIORITY:BEHIND_HEAD_OF_QUEUE - the queue is strict FIFO and job {head_job_id} at its head is waiting for capacity"
+            ),
+            Self::ComputeReservation { reserved } => write!(
+                f,
+                "FAIR_SHARE:COMPUTE_RESERVATION - {reserved} instances are kept free for shares that are not active yet"
+            ),
+            Self::Backoff { until_ms } => {
+                write!(f, "BACKOFF - waiting to retry, not before {until_ms}")
+            }
+            Self::EnvironmentDisabled { environment } => {
+                write!(
+                    f,
+                    "MISCONFIGURATION:SERVICE_ENVIRONMENT_DISABLED - service environment {environment} is disabled"
+                )
+            }
+            Self::NoEnvironment => write!(
+                f,
+                "MISCONFIGURATION:NO_SERVICE_ENVIRONMENT - the job queue has no service environment"
+            ),
+            Self::UnknownQueue => write!(
+                f,
+                "MISCONFIGURATION:UNKNOWN_QUEUE - the job queue does not exist"
+            ),
+        }
+    }
+}
+
+/// A pending job not dispatched, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skip {
+    /// The job.
+    pub job_id: String,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+/// The decisions of one cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Plan {
+    /// Attempts to launch, in decision order.
+    pub dispatches: Vec<Dispatch>,
+    /// Every other pending job, with its reason, in evaluation order.
+    pub skips: Vec<Skip>,
+}
+
+/// The blocked head of an environment and the reservation it holds (EASY backfill).
+struct Head {
+    job_id: String,
+    queue: String,
+    /// When enough capacity will have freed for the head.
+    shadow_ms: i64,
+    /// Capacity left over at the shadow time once the head has started.
+    extra: Pool,
+}
+
+/// Per-environment planning state.
+struct EnvPlan {
+    name: String,
+    enabled: bool,
+    pool: Pool,
+    /// (expected end, instances) of every attempt holding capacity, incl. this cycle's.
+    releases: Vec<(i64, Instances)>,
+    head: Option<Head>,
+}
+
+impl EnvPlan {
+    /// Rule 4: the earliest time `demand` fits, given the releases, and what is left then.
+    fn reserve(&self, demand: &Instances) -> (i64, Pool) {
+        let mut releases: Vec<&(i64, Instances)> = self.releases.iter().collect();
+        releases.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let mut pool = self.pool.clone();
+        let mut shadow = i64::MIN;
+        for (end, instances) in releases {
+            if pool.check(demand) == Fit::Fits {
+                break;
+            }
+            pool.give(instances);
+            shadow = *end;
+        }
+        pool.take(demand);
+        (shadow, pool)
+    }
+}
+
+fn total(instances: &Instances) -> u64 {
+    instances.values().map(|n| u64::from(*n)).sum()
+}
+
+/// Plans one cycle. Pure: the same arguments give the same plan.
+pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
+    let mut plan = Plan::default();
+
+    // 1. Capacity in use, derived from the running attempts.
+    let queue_env: BTreeMap<&str, &str> = snapshot
+        .queues
+        .iter()
+        .filter_map(|q| Some((q.name.as_str(), q.environment.as_deref()?)))
+        .collect();
+    let mut envs: BTreeMap<&str, EnvPlan> = snapshot
+        .environments
+        .iter()
+        .map(|e| {
+            let plan = EnvPlan {
+                name: e.name.clone(),
+                enabled: e.enabled,
+                pool: Pool::new(&e.limits),
+                releases: Vec::new(),
+                head: None,
+            };
+            (e.name.as_str(), plan)
+        })
+        .collect();
+    let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
+    for job in &snapshot.running {
+        if let Some(env) = queue_env
+            .get(job.queue.as_str())
+            .and_then(|e| envs.get_mut(e))
+        {
+            env.pool.take(&job.instances);
+            env.releases
+                .push((job.expected_end_ms, job.instances.clone()));
+        }
+        if let Some(share) = &job.share {
+            let key = ShareKey {
+                queue: job.queue.clone(),
+                share: share.clone(),
+            };
+            *held.entry(key).or_insert(0) += total(&job.instances);
+        }
+    }
+
+    // 2. Queues by priority (descending), then name.
+    let mut queues: Vec<&QueueState> = snapshot.queues.iter().collect();
+    queues.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    let mut pending_by_queue: BTreeMap<&str, Vec<&PendingJob>> = BTreeMap::new();
+    for job in &snapshot.pending {
+        pending_by_queue
+            .entry(job.queue.as_str())
+            .or_default()
+            .push(job);
+    }
+
+    for queue in queues {
+        let Some(jobs) = pending_by_queue.remove(queue.name.as_str()) else {
+            continue;
+        };
+        let env = queue
+            .environment
+            .as_deref()
+            .and_then(|name| envs.get_mut(name));
+        let Some(env) = env else {
+            skip_all(&mut plan, jobs, &SkipReason::NoEnvironment);
+            continue;
+        };
+        if !env.enabled {
+            let reason = SkipReason::EnvironmentDisabled {
+                environment: env.name.clone(),
+            };
+            skip_all(&mut plan, jobs, &reason);
+            continue;
+        }
+        plan_queue(
+            &mut plan, queue, jobs, env, &mut held, snapshot, now_ms, config,
+        );
+    }
+
+    // Jobs of queues the snapshot does not know.
+    for jobs in pending_by_queue.into_values() {
+        skip_all(&mut plan, jobs, &SkipReason::UnknownQueue);
+    }
+    plan
+}
+
+fn skip_all(plan: &mut Plan, mut jobs: Vec<&PendingJob>, reason: &SkipReason) {
+    jobs.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+    for job in jobs {
+        plan.skips.push(Skip {
+            job_id: job.job_id.clone(),
+            reason: reason.clone(),
+        });
+    }
+}
+
+/// Rule 3: within a share (or a FIFO queue), priority desc, then age, then id.
+fn within_share(a: &&PendingJob, b: &&PendingJob) -> Ordering {
+    (Reverse(a.priority), a.runnable_at_ms, &a.job_id).cmp(&(
+        Reverse(b.priority),
+        b.runnable_at_ms,
+        &b.job_id,
+    ))
+}
+
+/// Rule 3: FIFO order.
+fn fifo(a: &&PendingJob, b: &&PendingJob) -> Ordering {
+    (a.runnable_at_ms, &a.job_id).cmp(&(b.runnable_at_ms, &b.job_id))
+}
+
+/// A share's place in the fair-share interleaving: (score, share id). `f64::total_cmp` makes the
+/// order total.
+#[derive(Debug, Clone, PartialEq)]
+struct Ranked(f64, String);
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0
+            .total_cmp(&other.0)
+            .then_with(|| self.1.cmp(&other.1))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan_queue(
+    plan: &mut Plan,
+    queue: &QueueState,
+    mut jobs: Vec<&PendingJob>,
+    env: &mut EnvPlan,
+    held: &mut BTreeMap<ShareKey, u64>,
+    snapshot: &Snapshot,
+    now_ms: i64,
+    config: &Config,
+) {
+    match &queue.policy {
+        QueuePolicy::Fifo => {
+            jobs.sort_by(fifo);
+            let mut blocked_by: Option<String> = None;
+            for job in jobs {
+                if let Some(head) = &blocked_by {
+                    let reason = SkipReason::BehindHead {
+                        head_job_id: head.clone(),
+                    };
+                    plan.skips.push(Skip {
+                        job_id: job.job_id.clone(),
+                        reason,
+                    });
+                    continue;
+                }
+                let outcome = consider(plan, queue, job, env, 0, now_ms, config);
+                if outcome == Outcome::Waiting && config.strict_fifo {
+                    blocked_by = Some(job.job_id.clone());
+                }
+            }
+        }
+        QueuePolicy::QuotaShare => {
+            jobs.sort_by(within_share);
+            for job in jobs {
+                consider(plan, queue, job, env, 0, now_ms, config);
+            }
+        }
+        QueuePolicy::FairShare(policy) => {
+            let half_life = policy.share_decay_s();
+            let mut by_share: BTreeMap<String, Vec<&PendingJob>> = BTreeMap::new();
+            for job in jobs {
+                by_share
+                    .entry(job.share.clone().unwrap_or_default())
+                    .or_default()
+                    .push(job);
+            }
+            // Active shares: with jobs waiting or running in this queue.
+            let mut active: BTreeSet<&str> = by_share.keys().map(String::as_str).collect();
+            active.extend(
+                snapshot
+                    .running
+                    .iter()
+                    .filter(|r| r.queue == queue.name)
+                    .filter_map(|r| r.share.as_deref()),
+            );
+            let reserve = match (policy.compute_reservation, env.pool.total_max()) {
+                (Some(r), Some(max)) => reserved_instances(max, r, active.len()),
+                _ => 0,
+            };
+            let rank = |share: &str, held: &BTreeMap<ShareKey, u64>| {
+                let key = ShareKey {
+                    queue: queue.name.clone(),
+                    share: share.to_owned(),
+                };
+                let usage = snapshot.usage.get(&key).copied().unwrap_or(ShareUsage {
+                    instance_seconds: 0.0,
+                    at_ms: now_ms,
+                });
+                let average = usage
+                    .advance(now_ms, 0, half_life)
+                    .average_instances(half_life);
+                let now = held.get(&key).copied().unwrap_or(0);
+                Ranked(
+                    score(average, now, policy.weight_factor(share)),
+                    share.to_owned(),
+                )
+            };
+            let mut cursors: BTreeMap<String, std::vec::IntoIter<&PendingJob>> = BTreeMap::new();
+            let mut order: BTreeSet<Ranked> = BTreeSet::new();
+            for (share, mut list) in by_share {
+                list.sort_by(within_share);
+                order.insert(rank(&share, held));
+                cursors.insert(share, list.into_iter());
+            }
+            while let Some(top) = order.pop_first() {
+                let share = top.1;
+                let Some(job) = cursors.get_mut(&share).and_then(Iterator::next) else {
+                    continue;
+                };
+                if consider(plan, queue, job, env, reserve, now_ms, config) == Outcome::Dispatched {
+                    let key = ShareKey {
+                        queue: queue.name.clone(),
+                        share: share.clone(),
+                    };
+                    *held.entry(key).or_insert(0) += total(&job.instances);
+                }
+                order.insert(rank(&share, held));
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Dispatched,
+    /// Does not fit now (it may have become the head).
+    Waiting,
+    /// Skipped for a reason that blocks nobody.
+    Passed,
+}
+
+/// Decides one job: dispatch it or record why not.
+fn consider(
+    plan: &mut Plan,
+    queue: &QueueState,
+    job: &PendingJob,
+    env: &mut EnvPlan,
+    reserve: u64,
+    now_ms: i64,
+    config: &Config,
+) -> Outcome {
+    let mut skip = |reason: SkipReason| {
+        plan.skips.push(Skip {
+            job_id: job.job_id.clone(),
+            reason,
+        })
+    };
+
+    // Rule 6: backoff.
+    if let Some(until_ms) = job.not_before_ms.filter(|t| *t > now_ms) {
+        skip(SkipReason::Backoff { until_ms });
+        return Outcome::Passed;
+    }
+    match env.pool.check(&job.instances) {
+        Fit::Never { unit, needed, max } => {
+            skip(SkipReason::ExceedsEnvironment {
+                environment: env.name.clone(),
+                unit,
+                needed,
+                max,
+            });
+            Outcome::Passed
+        }
+        Fit::NotNow { unit, needed, free } => {
+            // Rule 4: the first job that does not fit holds a reservation (backfill mode).
+            if env.head.is_none() && !config.strict_fifo {
+                let (shadow_ms, extra) = env.reserve(&job.instances);
+                env.head = Some(Head {
+                    job_id: job.job_id.clone(),
+                    queue: queue.name.clone(),
+                    shadow_ms,
+                    extra,
+                });
+            }
+            skip(SkipReason::InsufficientCapacity {
+                environment: env.name.clone(),
+                unit,
+                needed,
+                free,
+            });
+            Outcome::Waiting
+        }
+        Fit::Fits => {
+            let runtime_ms =
+                (job.max_runtime_s.unwrap_or(config.default_runtime_s) as i64).saturating_mul(1000);
+            let end_ms = now_ms.saturating_add(runtime_ms);
+            // Rule 5: computeReservation.
+            if reserve > 0 {
+                let free_after = env
+                    .pool
+                    .total_free()
+                    .unwrap_or(u64::MAX)
+                    .saturating_sub(total(&job.instances));
+                if free_after < reserve {
+                    skip(SkipReason::ComputeReservation { reserved: reserve });
+                    return Outcome::Passed;
+                }
+            }
+            // Rule 4: backfill only what does not delay the head.
+            if let Some(head) = &mut env.head
+                && end_ms > head.shadow_ms
+            {
+                if head.extra.check(&job.instances) != Fit::Fits {
+                    skip(SkipReason::ReservedForHead {
+                        head_job_id: head.job_id.clone(),
+                        head_queue: head.queue.clone(),
+                        head_start_ms: head.shadow_ms.max(now_ms),
+                    });
+                    return Outcome::Passed;
+                }
+                head.extra.take(&job.instances);
+            }
+            env.pool.take(&job.instances);
+            env.releases.push((end_ms, job.instances.clone()));
+            plan.dispatches.push(Dispatch {
+                job_id: job.job_id.clone(),
+                queue: queue.name.clone(),
+                environment: env.name.clone(),
+                instances: job.instances.clone(),
+            });
+            Outcome::Dispatched
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Free capacity of one service environment, in every dimension it limits.
+
+use std::collections::BTreeMap;
+
+use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
+
+use crate::snapshot::Instances;
+
+/// Whether a demand fits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// It fits now.
+    Fits,
+    /// Not now: `unit` has `free` of the `needed`.
+    NotNow {
+        unit: String,
+        needed: u64,
+        free: u64,
+    },
+    /// Never: `unit` allows at most `max`, less than `needed` (0 when the type is not offered).
+    Never { unit: String, needed: u64, max: u64 },
+}
+
+/// Limits and use of one environment.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Pool {
+    total_max: Option<u64>,
+    total_used: u64,
+    /// Per-instance-type limits; when present, types not listed are not offered at all.
+    type_max: BTreeMap<String, u64>,
+    type_used: BTreeMap<String, u64>,
+}
+
+impl Pool {
+    pub(crate) fn new(limits: &[CapacityLimit]) -> Self {
+        let mut pool = Self {
+            total_max: None,
+            total_used: 0,
+            type_max: BTreeMap::new(),
+            type_used: BTreeMap::new(),
+        };
+        for limit in limits {
+            let max = u64::from(limit.max_capacity);
+            if limit.capacity_unit == NUM_INSTANCES {
+                pool.total_max = Some(pool.total_max.map_or(max, |m| m.min(max)));
+            } else {
+                pool.type_max.insert(limit.capacity_unit.clone(), max);
+            }
+        }
+        if pool.total_max.is_none() && pool.type_max.is_empty() {
+            // No limit at all offers nothing, rather than everything.
+            pool.total_max = Some(0);
+        }
+        pool
+    }
+
+    /// Instances free in total, if the environment limits the total.
+    pub(crate) fn total_free(&self) -> Option<u64> {
+        self.total_max
+            .map(|max| max.saturating_sub(self.total_used))
+    }
+
+    /// The total limit, if any.
+    pub(crate) fn total_max(&self) -> Option<u64> {
+        self.total_max
+    }
+
+    pub(crate) fn check(&self, demand: &Instances) -> Fit {
+        let needed: u64 = demand.values().map(|n| u64::from(*n)).sum();
+        if let Some(max) = self.total_max
+            && needed > max
+        {
+            return Fit::Never {
+                unit: NUM_INSTANCES.into(),
+                needed,
+                max,
+            };
+        }
+        if !self.type_max.is_empty() {
+            for (ty, n) in demand {
+                let max = self.type_max.get(ty).copied().unwrap_or(0);
+                if u64::from(*n) > max {
+                    return Fit::Never {
+                        unit: ty.clone(),
+                        needed: u64::from(*n),
+                        max,
+                    };
+                }
+            }
+        }
+        if let Some(free) = self.total_free()
+            && needed > free
+        {
+            return Fit::NotNow {
+                unit: NUM_INSTANCES.into(),
+                needed,
+                free,
+            };
+        }
+        for (ty, n) in demand {
+            if let Some(max) = self.type_max.get(ty) {
+                let free = max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0));
+                if u64::from(*n) > free {
+                    return Fit::NotNow {
+                        unit: ty.clone(),
+                        needed: u64::from(*n),
+                        free,
+                    };
+                }
+            }
+        }
+        Fit::Fits
+    }
+
+    pub(crate) fn take(&mut self, demand: &Instances) {
+        for (ty, n) in demand {
+            self.total_used += u64::from(*n);
+            *self.type_used.entry(ty.clone()).or_insert(0) += u64::from(*n);
+        }
+    }
+
+    pub(crate) fn give(&mut self, demand: &Instances) {
+        for (ty, n) in demand {
+            self.total_used = self.total_used.saturating_sub(u64::from(*n));
+            let used = self.type_used.entry(ty.clone()).or_insert(0);
+            *used = used.saturating_sub(u64::from(*n));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(unit: &str, max: u32) -> CapacityLimit {
+        CapacityLimit {
+            max_capacity: max,
+            capacity_unit: unit.into(),
+        }
+    }
+
+    fn demand(pairs: &[(&str, u32)]) -> Instances {
+        pairs.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect()
+    }
+
+    #[test]
+    fn total_limits_count_every_type_together() {
+        let mut pool = Pool::new(&[limit(NUM_INSTANCES, 8)]);
+        assert_eq!(pool.check(&demand(&[("ml.a", 5), ("ml.b", 3)])), Fit::Fits);
+        pool.take(&demand(&[("ml.a", 5)]));
+        let fit = pool.check(&demand(&[("ml.b", 4)]));
+        assert_eq!(
+            fit,
+            Fit::NotNow {
+                unit: NUM_INSTANCES.into(),
+                needed: 4,
+                free: 3
+            }
+        );
+        assert!(matches!(
+            pool.check(&demand(&[("ml.b", 9)])),
+            Fit::Never { max: 8, .. }
+        ));
+        pool.give(&demand(&[("ml.a", 5)]));
+        assert_eq!(pool.check(&demand(&[("ml.b", 8)])), Fit::Fits);
+    }
+
+    #[test]
+    fn type_limits_offer_only_their_types() {
+        let mut pool = Pool::new(&[limit("ml.p4d.24xlarge", 4), limit("ml.g5.xlarge", 2)]);
+        assert_eq!(pool.check(&demand(&[("ml.p4d.24xlarge", 4)])), Fit::Fits);
+        let never = pool.check(&demand(&[("ml.p5.48xlarge", 1)]));
+        assert_eq!(
+            never,
+            Fit::Never {
+                unit: "ml.p5.48xlarge".into(),
+                needed: 1,
+                max: 0
+            }
+        );
+        pool.take(&demand(&[("ml.p4d.24xlarge", 3)]));
+        assert_eq!(pool.check(&demand(&[("ml.g5.xlarge", 2)])), Fit::Fits);
+        assert!(matches!(
+            pool.check(&demand(&[("ml.p4d.24xlarge", 2)])),
+            Fit::NotNow { free: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn no_limits_offer_nothing() {
+        let pool = Pool::new(&[]);
+        assert!(matches!(
+            pool.check(&demand(&[("ml.a", 1)])),
+            Fit::Never { .. }
+        ));
+    }
+}

@@ -1,0 +1,126 @@
+//! What the planner sees: environments, queues, running attempts, pending jobs and share usage.
+//! Hosts build it from their store; the simulator builds it from virtual time.
+
+use std::collections::BTreeMap;
+
+use trainyard_domain::environment::CapacityLimit;
+use trainyard_domain::policy::FairsharePolicy;
+
+use crate::fair_share::ShareUsage;
+
+/// Instances per instance type, e.g. `{"ml.p4d.24xlarge": 2}`.
+pub type Instances = BTreeMap<String, u32>;
+
+/// A service environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvironmentState {
+    /// Name.
+    pub name: String,
+    /// Disabled environments dispatch nothing.
+    pub enabled: bool,
+    /// Capacity limits (`NUM_INSTANCES` or per instance type).
+    pub limits: Vec<CapacityLimit>,
+}
+
+/// How a queue orders its jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueuePolicy {
+    /// First in, first out.
+    Fifo,
+    /// Batch fair share.
+    FairShare(FairsharePolicy),
+    /// Quota shares (ordered by priority and age for now).
+    QuotaShare,
+}
+
+/// A job queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueState {
+    /// Name.
+    pub name: String,
+    /// 0–1000, higher first.
+    pub priority: u32,
+    /// The environment it dispatches to.
+    pub environment: Option<String>,
+    /// Ordering policy.
+    pub policy: QueuePolicy,
+}
+
+/// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningJob {
+    /// Job id.
+    pub job_id: String,
+    /// Queue name.
+    pub queue: String,
+    /// Fair-share share, if any.
+    pub share: Option<String>,
+    /// Instances held.
+    pub instances: Instances,
+    /// When the attempt will have ended at the latest (dispatch + max runtime).
+    pub expected_end_ms: i64,
+}
+
+/// A RUNNABLE job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingJob {
+    /// Job id (the final tie-breaker everywhere).
+    pub job_id: String,
+    /// Queue name.
+    pub queue: String,
+    /// Fair-share share (or quota share), if any.
+    pub share: Option<String>,
+    /// `schedulingPriority` (0 when unset).
+    pub priority: u32,
+    /// When it last became RUNNABLE.
+    pub runnable_at_ms: i64,
+    /// Instances it needs.
+    pub instances: Instances,
+    /// `MaxRuntimeInSeconds`, if the payload sets it.
+    pub max_runtime_s: Option<u64>,
+    /// Not to be dispatched before this time (retry backoff).
+    pub not_before_ms: Option<i64>,
+}
+
+/// A share within a queue.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShareKey {
+    /// Queue name.
+    pub queue: String,
+    /// Share identifier.
+    pub share: String,
+}
+
+/// Everything one cycle plans over.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Snapshot {
+    /// Service environments.
+    pub environments: Vec<EnvironmentState>,
+    /// Job queues.
+    pub queues: Vec<QueueState>,
+    /// Jobs holding capacity.
+    pub running: Vec<RunningJob>,
+    /// RUNNABLE jobs (the hosts pass the heads of each queue and share).
+    pub pending: Vec<PendingJob>,
+    /// Decayed usage per fair share, as of its own `at_ms`.
+    pub usage: BTreeMap<ShareKey, ShareUsage>,
+}
+
+/// Planner settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Batch's strict head-of-line FIFO instead of EASY backfill.
+    pub strict_fifo: bool,
+    /// Runtime assumed for attempts whose payload sets no `MaxRuntimeInSeconds` (SageMaker's
+    /// default is one day).
+    pub default_runtime_s: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            strict_fifo: false,
+            default_runtime_s: 86_400,
+        }
+    }
+}
