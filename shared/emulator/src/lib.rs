@@ -1,0 +1,27 @@
+//! A SageMaker training-job emulator, so that Trainyard runs and is tested end to end without
+//! AWS.
+//!
+//! The core is a sans-IO model ([`model::Emulator`]): operations and time are inputs, responses
+//! and "SageMaker Training Job State Change" events are outputs. The same model drives local mode
+//! (wall clock) and the simulator (virtual clock).
+//!
+//! # Behaviour
+//!
+//! - `CreateTrainingJob` validates the request like SageMaker (the members scheduling relies on),
+//!   refuses a duplicate name with `ResourceInUse`, and refuses with `ResourceLimitExceeded` when
+//!   the account quota for the instance type (instances of jobs in progress) would be exceeded.
+//! - A job is `InProgress` and moves through the secondary statuses `Starting` (provisioning) →
+//!   `Downloading` → `Training` → `Uploading`, then `Completed`. Durations come from
+//!   [`model::Config`]; training lasts `HyperParameters["emulator_duration_s"]` seconds (default
+//!   [`model::Config::default_training_ms`]).
+//! - `HyperParameters["emulator_outcome"]` chooses the outcome: `Completed` (default),
+//!   `Failed:<FailureReason>` (fails when training ends), or `CapacityError` (fails when
+//!   provisioning ends, with a `CapacityError: …` reason). Random failure and capacity-error rates
+//!   apply to jobs without an explicit outcome, drawn from the seed and the job name.
+//! - `StopTrainingJob` moves an in-progress job to `Stopping`, then `Stopped` after the grace
+//!   period. A job that trains past `StoppingCondition.MaxRuntimeInSeconds` is `Stopped` with
+//!   secondary status `MaxRuntimeExceeded`.
+//! - Every status or secondary-status change emits an event whose detail is shaped like
+//!   `DescribeTrainingJob`; events may be duplicated or delayed by configuration.
+
+pub mod model;

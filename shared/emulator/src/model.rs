@@ -1,0 +1,779 @@
+//! The sans-IO model: training jobs, their lifecycle over time, and the events they emit.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use trainyard_domain::payload::parse_training_request;
+
+/// Timings, quotas and fault rates. Times are milliseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `Starting`: provisioning instances.
+    pub provisioning_ms: i64,
+    /// `Downloading`: data and image.
+    pub download_ms: i64,
+    /// Training time when `emulator_duration_s` is not set.
+    pub default_training_ms: i64,
+    /// `Uploading`: model artefacts.
+    pub upload_ms: i64,
+    /// `Stopping` → `Stopped` (SageMaker gives the container 120 s after SIGTERM).
+    pub stop_grace_ms: i64,
+    /// Account quota per instance type (instances of jobs in progress); absent = unlimited.
+    pub account_quotas: BTreeMap<String, u32>,
+    /// Chance that a job without an explicit outcome fails with an algorithm error.
+    pub failure_rate: f64,
+    /// Chance that a job without an explicit outcome fails with a capacity error.
+    pub capacity_error_rate: f64,
+    /// Chance that an event is delivered twice.
+    pub duplicate_event_rate: f64,
+    /// Events are delayed by up to this much (so they may arrive out of order).
+    pub max_event_delay_ms: i64,
+    /// Seeds every random choice.
+    pub seed: u64,
+    /// Region in ARNs.
+    pub region: String,
+    /// Account in ARNs.
+    pub account: String,
+}
+
+impl Default for Config {
+    /// Short timings, so that local mode feels immediate: a one-second job completes in under
+    /// two seconds after it is created.
+    fn default() -> Self {
+        Self {
+            provisioning_ms: 300,
+            download_ms: 100,
+            default_training_ms: 10_000,
+            upload_ms: 100,
+            stop_grace_ms: 500,
+            account_quotas: BTreeMap::new(),
+            failure_rate: 0.0,
+            capacity_error_rate: 0.0,
+            duplicate_event_rate: 0.0,
+            max_event_delay_ms: 0,
+            seed: 0,
+            region: "us-east-1".into(),
+            account: "000000000000".into(),
+        }
+    }
+}
+
+impl Config {
+    /// SageMaker-like timings: minutes to provision, 120 s stop grace.
+    pub fn realistic() -> Self {
+        Self {
+            provisioning_ms: 240_000,
+            download_ms: 60_000,
+            default_training_ms: 3_600_000,
+            upload_ms: 30_000,
+            stop_grace_ms: 120_000,
+            ..Self::default()
+        }
+    }
+}
+
+/// SageMaker's errors, by their wire code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SageMakerError {
+    /// The request is invalid.
+    #[error("{0}")]
+    ValidationException(String),
+    /// A training job with this name exists.
+    #[error("{0}")]
+    ResourceInUse(String),
+    /// The account quota for an instance type would be exceeded.
+    #[error("{0}")]
+    ResourceLimitExceeded(String),
+    /// No such training job.
+    #[error("{0}")]
+    ResourceNotFound(String),
+}
+
+impl SageMakerError {
+    /// The error code on the wire (`__type`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::ValidationException(_) => "ValidationException",
+            Self::ResourceInUse(_) => "ResourceInUse",
+            Self::ResourceLimitExceeded(_) => "ResourceLimitExceeded",
+            Self::ResourceNotFound(_) => "ResourceNotFound",
+        }
+    }
+}
+
+/// `TrainingJobStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    /// Running through its secondary statuses.
+    InProgress,
+    /// Finished successfully.
+    Completed,
+    /// Failed; `FailureReason` says why.
+    Failed,
+    /// Being stopped.
+    Stopping,
+    /// Stopped (by request or by `MaxRuntimeInSeconds`).
+    Stopped,
+}
+
+impl Status {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InProgress => "InProgress",
+            Self::Completed => "Completed",
+            Self::Failed => "Failed",
+            Self::Stopping => "Stopping",
+            Self::Stopped => "Stopped",
+        }
+    }
+
+    /// Completed, Failed or Stopped.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Stopped)
+    }
+}
+
+/// `SecondaryStatus` values the emulator uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secondary {
+    /// Provisioning.
+    Starting,
+    /// Downloading data and image.
+    Downloading,
+    /// Training.
+    Training,
+    /// Uploading artefacts.
+    Uploading,
+    /// Done.
+    Completed,
+    /// Failed.
+    Failed,
+    /// Being stopped.
+    Stopping,
+    /// Stopped on request.
+    Stopped,
+    /// Stopped by `MaxRuntimeInSeconds`.
+    MaxRuntimeExceeded,
+}
+
+impl Secondary {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "Starting",
+            Self::Downloading => "Downloading",
+            Self::Training => "Training",
+            Self::Uploading => "Uploading",
+            Self::Completed => "Completed",
+            Self::Failed => "Failed",
+            Self::Stopping => "Stopping",
+            Self::Stopped => "Stopped",
+            Self::MaxRuntimeExceeded => "MaxRuntimeExceeded",
+        }
+    }
+}
+
+/// The failure reason SageMaker gives when it cannot provision instances.
+pub const CAPACITY_ERROR: &str = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type.";
+
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    Complete,
+    Fail(String),
+    Capacity,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Transition {
+    status: Secondary,
+    start_ms: i64,
+    end_ms: Option<i64>,
+    message: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Job {
+    name: String,
+    arn: String,
+    request: Map<String, Value>,
+    instances: BTreeMap<String, u32>,
+    status: Status,
+    secondary: Secondary,
+    failure_reason: Option<String>,
+    created_ms: i64,
+    training_start_ms: Option<i64>,
+    end_ms: Option<i64>,
+    modified_ms: i64,
+    transitions: Vec<Transition>,
+    /// When the current phase ends, if it ends by itself.
+    next_at_ms: Option<i64>,
+    training_ms: i64,
+    max_runtime_ms: Option<i64>,
+    outcome: Outcome,
+}
+
+/// A "SageMaker Training Job State Change" event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateChange {
+    /// When the change happened.
+    pub time_ms: i64,
+    /// When it is delivered (later than `time_ms` when delayed).
+    pub deliver_at_ms: i64,
+    /// Unique per emitted event (duplicates share the change but not the id).
+    pub id: String,
+    /// Shaped like `DescribeTrainingJob`, times in epoch milliseconds.
+    pub detail: Value,
+}
+
+impl StateChange {
+    /// The full EventBridge envelope.
+    pub fn to_eventbridge(&self, region: &str, account: &str) -> Value {
+        json!({
+            "version": "0",
+            "id": self.id,
+            "detail-type": "SageMaker Training Job State Change",
+            "source": "aws.sagemaker",
+            "account": account,
+            "time": self.time_ms,
+            "region": region,
+            "resources": [self.detail["TrainingJobArn"].clone()],
+            "detail": self.detail,
+        })
+    }
+}
+
+/// How times are written: the API speaks epoch seconds, events epoch milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeFormat {
+    /// Epoch seconds (awsJson1_1 timestamps).
+    EpochSeconds,
+    /// Epoch milliseconds.
+    EpochMillis,
+}
+
+/// The emulator.
+#[derive(Debug, Clone)]
+pub struct Emulator {
+    config: Config,
+    /// Keyed by lower-cased name: SageMaker names are unique regardless of case.
+    jobs: BTreeMap<String, Job>,
+    events: Vec<StateChange>,
+    event_seq: u64,
+    rng: SplitMix,
+}
+
+/// SplitMix64: small, fast, and fully determined by its seed.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// FNV-1a, to derive a per-job stream from the seed and the name.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn validation(message: impl Into<String>) -> SageMakerError {
+    SageMakerError::ValidationException(message.into())
+}
+
+impl Emulator {
+    /// An emulator with no jobs.
+    pub fn new(config: Config) -> Self {
+        let rng = SplitMix(config.seed ^ 0x5EED);
+        Self {
+            config,
+            jobs: BTreeMap::new(),
+            events: Vec::new(),
+            event_seq: 0,
+            rng,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn arn(&self, name: &str) -> String {
+        // SageMaker writes training-job ARNs in lower case.
+        format!(
+            "arn:aws:sagemaker:{}:{}:training-job/{}",
+            self.config.region,
+            self.config.account,
+            name.to_lowercase()
+        )
+    }
+
+    /// `CreateTrainingJob`: returns the `TrainingJobArn`.
+    pub fn create_training_job(
+        &mut self,
+        request: &Value,
+        now_ms: i64,
+    ) -> Result<String, SageMakerError> {
+        let Value::Object(map) = request else {
+            return Err(validation("The request must be a JSON object"));
+        };
+        let parsed = parse_training_request(&request.to_string())
+            .map_err(|e| validation(e.to_string().replace("serviceRequestPayload", "request")))?;
+        let name = parsed.training_job_name.clone();
+        let key = name.to_lowercase();
+        if self.jobs.contains_key(&key) {
+            return Err(SageMakerError::ResourceInUse(format!(
+                "Training job names must be unique within an AWS account and region, and a training job with this name already exists ({})",
+                self.arn(&name)
+            )));
+        }
+        for (ty, wanted) in &parsed.instances {
+            if let Some(quota) = self.config.account_quotas.get(ty) {
+                let used: u32 = self
+                    .jobs
+                    .values()
+                    .filter(|j| matches!(j.status, Status::InProgress | Status::Stopping))
+                    .filter_map(|j| j.instances.get(ty))
+                    .sum();
+                if used + wanted > *quota {
+                    return Err(SageMakerError::ResourceLimitExceeded(format!(
+                        "The account-level service limit '{ty} for training job usage' is {quota} Instances, with current utilization of {used} Instances and a request delta of {wanted} Instances. Please contact AWS support to request an increase for this limit."
+                    )));
+                }
+            }
+        }
+        let hyper = map.get("HyperParameters").and_then(Value::as_object);
+        let hyper_str = |k: &str| hyper.and_then(|h| h.get(k)).and_then(Value::as_str);
+        let training_ms = match hyper_str("emulator_duration_s") {
+            None => self.config.default_training_ms,
+            Some(s) => match s.parse::<f64>() {
+                Ok(secs) if secs.is_finite() && secs >= 0.0 => (secs * 1000.0) as i64,
+                _ => {
+                    return Err(validation(format!(
+                        "HyperParameters.emulator_duration_s must be a number of seconds, got {s:?}"
+                    )));
+                }
+            },
+        };
+        let outcome = match hyper_str("emulator_outcome") {
+            None => {
+                let mut job_rng = SplitMix(self.config.seed ^ fnv(key.as_bytes()));
+                let draw = job_rng.unit();
+                if draw < self.config.capacity_error_rate {
+                    Outcome::Capacity
+                } else if draw < self.config.capacity_error_rate + self.config.failure_rate {
+                    Outcome::Fail("AlgorithmError: emulated random failure".into())
+                } else {
+                    Outcome::Complete
+                }
+            }
+            Some("Completed") => Outcome::Complete,
+            Some("CapacityError") => Outcome::Capacity,
+            Some(other) => match other.strip_prefix("Failed:") {
+                Some(reason) if !reason.trim().is_empty() => {
+                    Outcome::Fail(reason.trim().to_owned())
+                }
+                _ => {
+                    return Err(validation(format!(
+                        "HyperParameters.emulator_outcome must be Completed, CapacityError or Failed:<FailureReason>, got {other:?}"
+                    )));
+                }
+            },
+        };
+        let arn = self.arn(&name);
+        let mut job = Job {
+            name,
+            arn: arn.clone(),
+            request: map.clone(),
+            instances: parsed.instances,
+            status: Status::InProgress,
+            secondary: Secondary::Starting,
+            failure_reason: None,
+            created_ms: now_ms,
+            training_start_ms: None,
+            end_ms: None,
+            modified_ms: now_ms,
+            transitions: Vec::new(),
+            next_at_ms: Some(now_ms + self.config.provisioning_ms),
+            training_ms,
+            max_runtime_ms: parsed
+                .max_runtime_s
+                .map(|s| (s as i64).saturating_mul(1000)),
+            outcome,
+        };
+        job.transitions.push(Transition {
+            status: Secondary::Starting,
+            start_ms: now_ms,
+            end_ms: None,
+            message: "Preparing the instances for training",
+        });
+        self.emit(&job, now_ms);
+        self.jobs.insert(key, job);
+        Ok(arn)
+    }
+
+    /// `DescribeTrainingJob`.
+    pub fn describe_training_job(
+        &self,
+        name: &str,
+        format: TimeFormat,
+    ) -> Result<Value, SageMakerError> {
+        self.job(name).map(|job| describe(job, format))
+    }
+
+    /// `StopTrainingJob`.
+    pub fn stop_training_job(&mut self, name: &str, now_ms: i64) -> Result<(), SageMakerError> {
+        self.advance(now_ms);
+        let grace = self.config.stop_grace_ms;
+        let job = self.jobs.get_mut(&name.to_lowercase()).ok_or_else(|| {
+            SageMakerError::ResourceNotFound(format!(
+                "Requested resource not found: training job {name}"
+            ))
+        })?;
+        match job.status {
+            Status::Stopping => Ok(()),
+            Status::InProgress => {
+                set_phase(
+                    job,
+                    Status::Stopping,
+                    Secondary::Stopping,
+                    now_ms,
+                    "Stopping the training job",
+                );
+                job.next_at_ms = Some(now_ms + grace);
+                let job = job.clone();
+                self.emit(&job, now_ms);
+                Ok(())
+            }
+            done => Err(validation(format!(
+                "The training job {name} is {} and cannot be stopped",
+                done.as_str()
+            ))),
+        }
+    }
+
+    /// `ListTrainingJobs`: newest first, optionally filtered by name substring and status, at most
+    /// `max_results`.
+    pub fn list_training_jobs(
+        &self,
+        name_contains: Option<&str>,
+        status: Option<&str>,
+        max_results: usize,
+    ) -> Vec<Value> {
+        let mut jobs: Vec<&Job> = self
+            .jobs
+            .values()
+            .filter(|j| {
+                name_contains.is_none_or(|n| j.name.to_lowercase().contains(&n.to_lowercase()))
+            })
+            .filter(|j| status.is_none_or(|s| j.status.as_str() == s))
+            .collect();
+        jobs.sort_by(|a, b| (b.created_ms, &b.name).cmp(&(a.created_ms, &a.name)));
+        jobs.into_iter()
+            .take(max_results)
+            .map(|j| {
+                let mut v = json!({
+                    "TrainingJobName": j.name,
+                    "TrainingJobArn": j.arn,
+                    "CreationTime": seconds(j.created_ms),
+                    "LastModifiedTime": seconds(j.modified_ms),
+                    "TrainingJobStatus": j.status.as_str(),
+                    "SecondaryStatus": j.secondary.as_str(),
+                });
+                if let Some(end) = j.end_ms {
+                    v["TrainingEndTime"] = seconds(end);
+                }
+                v
+            })
+            .collect()
+    }
+
+    /// `ListTags` for a training-job ARN: the `Tags` of its create request.
+    pub fn list_tags(&self, arn: &str) -> Result<Value, SageMakerError> {
+        let job = self.jobs.values().find(|j| j.arn == arn).ok_or_else(|| {
+            SageMakerError::ResourceNotFound(format!("Requested resource not found: {arn}"))
+        })?;
+        Ok(job
+            .request
+            .get("Tags")
+            .cloned()
+            .unwrap_or_else(|| json!([])))
+    }
+
+    /// Moves every job through the phases that end by `now_ms`, emitting events.
+    pub fn advance(&mut self, now_ms: i64) {
+        let keys: Vec<String> = self.jobs.keys().cloned().collect();
+        for key in keys {
+            while let Some(job) = self.jobs.get_mut(&key) {
+                let Some(at) = job.next_at_ms.filter(|at| *at <= now_ms) else {
+                    break;
+                };
+                step(job, at, &self.config);
+                let job = job.clone();
+                self.emit(&job, at);
+            }
+        }
+    }
+
+    /// The next time something happens by itself (a phase ends or an event becomes due).
+    pub fn next_deadline(&self) -> Option<i64> {
+        let phases = self.jobs.values().filter_map(|j| j.next_at_ms);
+        let events = self.events.iter().map(|e| e.deliver_at_ms);
+        phases.chain(events).min()
+    }
+
+    /// Events due by `now_ms`, in delivery order (ties by emission order).
+    pub fn take_events(&mut self, now_ms: i64) -> Vec<StateChange> {
+        let (due, later): (Vec<_>, Vec<_>) = self
+            .events
+            .drain(..)
+            .partition(|e| e.deliver_at_ms <= now_ms);
+        self.events = later;
+        due
+    }
+
+    fn job(&self, name: &str) -> Result<&Job, SageMakerError> {
+        self.jobs.get(&name.to_lowercase()).ok_or_else(|| {
+            SageMakerError::ResourceNotFound(format!(
+                "Requested resource not found: training job {name}"
+            ))
+        })
+    }
+
+    fn emit(&mut self, job: &Job, at_ms: i64) {
+        let copies = if self.rng.unit() < self.config.duplicate_event_rate {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let delay = if self.config.max_event_delay_ms > 0 {
+                (self.rng.next() % (self.config.max_event_delay_ms as u64 + 1)) as i64
+            } else {
+                0
+            };
+            self.event_seq += 1;
+            let change = StateChange {
+                time_ms: at_ms,
+                deliver_at_ms: at_ms + delay,
+                id: format!(
+                    "{:08x}-emulated-{:012}",
+                    self.config.seed as u32, self.event_seq
+                ),
+                detail: describe(job, TimeFormat::EpochMillis),
+            };
+            let pos = self
+                .events
+                .partition_point(|e| e.deliver_at_ms <= change.deliver_at_ms);
+            self.events.insert(pos, change);
+        }
+    }
+}
+
+fn set_phase(
+    job: &mut Job,
+    status: Status,
+    secondary: Secondary,
+    at_ms: i64,
+    message: &'static str,
+) {
+    if let Some(last) = job.transitions.last_mut() {
+        last.end_ms = Some(at_ms);
+    }
+    if status.is_terminal() {
+        job.end_ms = Some(at_ms);
+        job.next_at_ms = None;
+    }
+    job.status = status;
+    job.secondary = secondary;
+    job.modified_ms = at_ms;
+    let end_ms = status.is_terminal().then_some(at_ms);
+    job.transitions.push(Transition {
+        status: secondary,
+        start_ms: at_ms,
+        end_ms,
+        message,
+    });
+}
+
+/// Ends the current phase of `job` at `at`.
+fn step(job: &mut Job, at: i64, config: &Config) {
+    match job.secondary {
+        Secondary::Starting => {
+            if job.outcome == Outcome::Capacity {
+                job.failure_reason = Some(CAPACITY_ERROR.into());
+                set_phase(
+                    job,
+                    Status::Failed,
+                    Secondary::Failed,
+                    at,
+                    "Training job failed",
+                );
+            } else {
+                set_phase(
+                    job,
+                    Status::InProgress,
+                    Secondary::Downloading,
+                    at,
+                    "Downloading input data",
+                );
+                job.next_at_ms = Some(at + config.download_ms);
+            }
+        }
+        Secondary::Downloading => {
+            set_phase(
+                job,
+                Status::InProgress,
+                Secondary::Training,
+                at,
+                "Training image download completed. Training in progress.",
+            );
+            job.training_start_ms = Some(at);
+            let runs_for = job
+                .max_runtime_ms
+                .map_or(job.training_ms, |max| job.training_ms.min(max));
+            job.next_at_ms = Some(at + runs_for);
+        }
+        Secondary::Training => {
+            let started = job.training_start_ms.unwrap_or(at);
+            if job
+                .max_runtime_ms
+                .is_some_and(|max| job.training_ms > max && at - started >= max)
+            {
+                set_phase(
+                    job,
+                    Status::Stopped,
+                    Secondary::MaxRuntimeExceeded,
+                    at,
+                    "Job stopped: MaxRuntimeInSeconds exceeded",
+                );
+            } else if let Outcome::Fail(reason) = &job.outcome {
+                job.failure_reason = Some(reason.clone());
+                set_phase(
+                    job,
+                    Status::Failed,
+                    Secondary::Failed,
+                    at,
+                    "Training job failed",
+                );
+            } else {
+                set_phase(
+                    job,
+                    Status::InProgress,
+                    Secondary::Uploading,
+                    at,
+                    "Uploading generated training model",
+                );
+                job.next_at_ms = Some(at + config.upload_ms);
+            }
+        }
+        Secondary::Uploading => {
+            set_phase(
+                job,
+                Status::Completed,
+                Secondary::Completed,
+                at,
+                "Training job completed",
+            );
+        }
+        Secondary::Stopping => {
+            set_phase(
+                job,
+                Status::Stopped,
+                Secondary::Stopped,
+                at,
+                "Training job stopped",
+            );
+        }
+        Secondary::Completed
+        | Secondary::Failed
+        | Secondary::Stopped
+        | Secondary::MaxRuntimeExceeded => {
+            job.next_at_ms = None;
+        }
+    }
+}
+
+fn seconds(ms: i64) -> Value {
+    json!(ms as f64 / 1000.0)
+}
+
+fn time(ms: i64, format: TimeFormat) -> Value {
+    match format {
+        TimeFormat::EpochSeconds => seconds(ms),
+        TimeFormat::EpochMillis => json!(ms),
+    }
+}
+
+/// The `DescribeTrainingJob` response: the request's members plus status and timing.
+fn describe(job: &Job, format: TimeFormat) -> Value {
+    let mut out = job.request.clone();
+    out.remove("Tags");
+    let output_path = job
+        .request
+        .get("OutputDataConfig")
+        .and_then(|o| o.get("S3OutputPath"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .trim_end_matches('/')
+        .to_owned();
+    let has_stopping_condition = out.contains_key("StoppingCondition");
+    let mut put = |k: &str, v: Value| {
+        out.insert(k.to_owned(), v);
+    };
+    put("TrainingJobArn", json!(job.arn));
+    put("TrainingJobStatus", json!(job.status.as_str()));
+    put("SecondaryStatus", json!(job.secondary.as_str()));
+    put("CreationTime", time(job.created_ms, format));
+    put("LastModifiedTime", time(job.modified_ms, format));
+    put(
+        "ModelArtifacts",
+        json!({ "S3ModelArtifacts": format!("{output_path}/{}/output/model.tar.gz", job.name) }),
+    );
+    if !has_stopping_condition {
+        put(
+            "StoppingCondition",
+            json!({ "MaxRuntimeInSeconds": 86_400 }),
+        );
+    }
+    if let Some(reason) = &job.failure_reason {
+        put("FailureReason", json!(reason));
+    }
+    if let Some(start) = job.training_start_ms {
+        put("TrainingStartTime", time(start, format));
+        let end = job.end_ms.unwrap_or(job.modified_ms);
+        let secs = ((end - start).max(0) / 1000).max(1);
+        put("TrainingTimeInSeconds", json!(secs));
+        let instances: i64 = job.instances.values().map(|n| i64::from(*n)).sum();
+        put("BillableTimeInSeconds", json!(secs * instances));
+    }
+    if let Some(end) = job.end_ms {
+        put("TrainingEndTime", time(end, format));
+    }
+    let transitions: Vec<Value> = job
+        .transitions
+        .iter()
+        .map(|t| {
+            let mut v = json!({ "Status": t.status.as_str(), "StartTime": time(t.start_ms, format), "StatusMessage": t.message });
+            if let Some(end) = t.end_ms {
+                v["EndTime"] = time(end, format);
+            }
+            v
+        })
+        .collect();
+    put("SecondaryStatusTransitions", Value::Array(transitions));
+    Value::Object(out)
+}

@@ -1,0 +1,334 @@
+//! The emulator's lifecycle, outcomes, quotas and events, driven over virtual time.
+
+// Tests may panic on what they did not expect.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{Value, json};
+use trainyard_emulator::model::{CAPACITY_ERROR, Config, Emulator, SageMakerError, TimeFormat};
+
+const T0: i64 = 1_800_000_000_000;
+
+fn request(name: &str, hyper: Value) -> Value {
+    json!({
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::000000000000:role/SageMakerRole",
+        "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+        "HyperParameters": hyper,
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/out/"},
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 50},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "Tags": [{"Key": "team", "Value": "vision"}]
+    })
+}
+
+fn status(e: &Emulator, name: &str) -> (String, String) {
+    let d = e
+        .describe_training_job(name, TimeFormat::EpochSeconds)
+        .unwrap();
+    (
+        d["TrainingJobStatus"].as_str().unwrap().into(),
+        d["SecondaryStatus"].as_str().unwrap().into(),
+    )
+}
+
+/// Advances in 50 ms steps until `until`, collecting (status, secondary) of every event.
+fn run(e: &mut Emulator, from: i64, until: i64) -> Vec<(String, String)> {
+    let mut seen = Vec::new();
+    let mut t = from;
+    while t <= until {
+        e.advance(t);
+        for ev in e.take_events(t) {
+            seen.push((
+                ev.detail["TrainingJobStatus"].as_str().unwrap().into(),
+                ev.detail["SecondaryStatus"].as_str().unwrap().into(),
+            ));
+        }
+        t += 50;
+    }
+    seen
+}
+
+fn pair(a: &str, b: &str) -> (String, String) {
+    (a.into(), b.into())
+}
+
+#[test]
+fn a_job_walks_through_every_secondary_status_to_completed() {
+    let mut e = Emulator::new(Config::default());
+    let arn = e
+        .create_training_job(
+            &request("Resnet-50", json!({"emulator_duration_s": "1"})),
+            T0,
+        )
+        .unwrap();
+    assert_eq!(
+        arn,
+        "arn:aws:sagemaker:us-east-1:000000000000:training-job/resnet-50"
+    );
+    let seen = run(&mut e, T0, T0 + 3_000);
+    assert_eq!(
+        seen,
+        [
+            pair("InProgress", "Starting"),
+            pair("InProgress", "Downloading"),
+            pair("InProgress", "Training"),
+            pair("InProgress", "Uploading"),
+            pair("Completed", "Completed")
+        ]
+    );
+    let d = e
+        .describe_training_job("Resnet-50", TimeFormat::EpochMillis)
+        .unwrap();
+    assert_eq!(d["TrainingStartTime"], json!(T0 + 400));
+    assert_eq!(d["TrainingEndTime"], json!(T0 + 1_500));
+    assert_eq!(
+        d["ModelArtifacts"]["S3ModelArtifacts"],
+        "s3://bucket/out/Resnet-50/output/model.tar.gz"
+    );
+    assert_eq!(d["BillableTimeInSeconds"], json!(2), "1 s on 2 instances");
+    assert_eq!(d["SecondaryStatusTransitions"].as_array().unwrap().len(), 5);
+    assert!(
+        d.get("Tags").is_none(),
+        "tags are listed by ListTags, not described"
+    );
+    assert_eq!(e.next_deadline(), None, "nothing left to happen");
+}
+
+#[test]
+fn outcomes_come_from_hyperparameters() {
+    let cases = [
+        (
+            "Failed:AlgorithmError: loss is NaN",
+            "Failed",
+            "Failed",
+            Some("AlgorithmError: loss is NaN"),
+        ),
+        ("CapacityError", "Failed", "Failed", Some(CAPACITY_ERROR)),
+        ("Completed", "Completed", "Completed", None),
+    ];
+    for (outcome, status_want, secondary_want, reason) in cases {
+        let mut e = Emulator::new(Config::default());
+        e.create_training_job(
+            &request(
+                "job",
+                json!({"emulator_duration_s": "1", "emulator_outcome": outcome}),
+            ),
+            T0,
+        )
+        .unwrap();
+        run(&mut e, T0, T0 + 3_000);
+        assert_eq!(
+            status(&e, "job"),
+            pair(status_want, secondary_want),
+            "{outcome}"
+        );
+        let d = e
+            .describe_training_job("job", TimeFormat::EpochSeconds)
+            .unwrap();
+        assert_eq!(d["FailureReason"].as_str(), reason, "{outcome}");
+    }
+}
+
+#[test]
+fn capacity_errors_fail_before_training_starts() {
+    let mut e = Emulator::new(Config::default());
+    e.create_training_job(
+        &request("job", json!({"emulator_outcome": "CapacityError"})),
+        T0,
+    )
+    .unwrap();
+    let seen = run(&mut e, T0, T0 + 1_000);
+    assert_eq!(
+        seen,
+        [pair("InProgress", "Starting"), pair("Failed", "Failed")]
+    );
+    let d = e
+        .describe_training_job("job", TimeFormat::EpochSeconds)
+        .unwrap();
+    assert!(d.get("TrainingStartTime").is_none());
+}
+
+#[test]
+fn stop_moves_through_stopping_to_stopped() {
+    let mut e = Emulator::new(Config::default());
+    e.create_training_job(&request("job", json!({})), T0)
+        .unwrap();
+    run(&mut e, T0, T0 + 1_000);
+    assert_eq!(status(&e, "job"), pair("InProgress", "Training"));
+    e.stop_training_job("job", T0 + 1_000).unwrap();
+    assert_eq!(status(&e, "job"), pair("Stopping", "Stopping"));
+    e.stop_training_job("job", T0 + 1_100).unwrap();
+    run(&mut e, T0 + 1_100, T0 + 2_000);
+    assert_eq!(status(&e, "job"), pair("Stopped", "Stopped"));
+    let err = e.stop_training_job("job", T0 + 2_000).unwrap_err();
+    assert_eq!(err.code(), "ValidationException");
+}
+
+#[test]
+fn max_runtime_stops_a_job_that_trains_too_long() {
+    let mut e = Emulator::new(Config::default());
+    let mut req = request("job", json!({"emulator_duration_s": "10"}));
+    req["StoppingCondition"]["MaxRuntimeInSeconds"] = json!(2);
+    e.create_training_job(&req, T0).unwrap();
+    run(&mut e, T0, T0 + 5_000);
+    assert_eq!(status(&e, "job"), pair("Stopped", "MaxRuntimeExceeded"));
+}
+
+#[test]
+fn duplicate_names_and_quotas_are_refused_like_sagemaker() {
+    let config = Config {
+        account_quotas: [("ml.p4d.24xlarge".to_owned(), 3)].into(),
+        ..Config::default()
+    };
+    let mut e = Emulator::new(config);
+    e.create_training_job(&request("a", json!({"emulator_duration_s": "1"})), T0)
+        .unwrap();
+    let dup = e
+        .create_training_job(&request("A", json!({})), T0)
+        .unwrap_err();
+    assert!(
+        matches!(dup, SageMakerError::ResourceInUse(ref m) if m.contains("already exists")),
+        "{dup:?}"
+    );
+    let over = e
+        .create_training_job(&request("b", json!({})), T0)
+        .unwrap_err();
+    assert_eq!(over.code(), "ResourceLimitExceeded");
+    assert!(
+        over.to_string()
+            .contains("current utilization of 2 Instances and a request delta of 2"),
+        "{over}"
+    );
+    run(&mut e, T0, T0 + 3_000);
+    assert!(
+        e.create_training_job(&request("b", json!({})), T0 + 3_000)
+            .is_ok(),
+        "capacity frees when a job ends"
+    );
+}
+
+#[test]
+fn invalid_requests_are_validation_errors() {
+    let mut e = Emulator::new(Config::default());
+    let cases = [
+        (json!({"TrainingJobName": "x"}), "RoleArn"),
+        (request("bad_name", json!({})), "TrainingJobName"),
+        (
+            request("a", json!({"emulator_duration_s": "soon"})),
+            "emulator_duration_s",
+        ),
+        (
+            request("b", json!({"emulator_outcome": "Exploded"})),
+            "emulator_outcome",
+        ),
+    ];
+    for (req, needle) in cases {
+        let err = e.create_training_job(&req, T0).unwrap_err();
+        assert_eq!(err.code(), "ValidationException");
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+    assert_eq!(
+        e.describe_training_job("nope", TimeFormat::EpochSeconds)
+            .unwrap_err()
+            .code(),
+        "ResourceNotFound"
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_history_and_rates_apply() {
+    let config = Config {
+        failure_rate: 0.3,
+        capacity_error_rate: 0.2,
+        duplicate_event_rate: 0.5,
+        max_event_delay_ms: 400,
+        seed: 42,
+        ..Config::default()
+    };
+    let history = |config: &Config| {
+        let mut e = Emulator::new(config.clone());
+        for i in 0..200 {
+            e.create_training_job(
+                &request(&format!("job-{i}"), json!({"emulator_duration_s": "1"})),
+                T0 + i,
+            )
+            .unwrap();
+        }
+        let mut events = Vec::new();
+        let mut t = T0;
+        while t < T0 + 5_000 {
+            e.advance(t);
+            events.extend(
+                e.take_events(t)
+                    .into_iter()
+                    .map(|ev| (ev.id, ev.time_ms, ev.detail.to_string())),
+            );
+            t += 25;
+        }
+        let outcomes: Vec<String> = (0..200)
+            .map(|i| status(&e, &format!("job-{i}")).0)
+            .collect();
+        (events, outcomes)
+    };
+    let (events, outcomes) = history(&config);
+    assert_eq!(
+        (events.clone(), outcomes.clone()),
+        history(&config),
+        "replays exactly"
+    );
+    let failed = outcomes.iter().filter(|s| *s == "Failed").count();
+    assert!(
+        (70..=130).contains(&failed),
+        "about half of 200 fail: {failed}"
+    );
+    assert!(
+        events.len() > 200 * 3,
+        "duplicates add events: {}",
+        events.len()
+    );
+    let out_of_order = events.windows(2).filter(|w| w[1].1 < w[0].1).count();
+    assert!(out_of_order > 0, "delays reorder some events");
+}
+
+#[test]
+fn events_wrap_in_an_eventbridge_envelope() {
+    let mut e = Emulator::new(Config::default());
+    e.create_training_job(&request("job", json!({})), T0)
+        .unwrap();
+    let ev = e
+        .take_events(T0)
+        .remove(0)
+        .to_eventbridge("us-east-1", "000000000000");
+    assert_eq!(ev["source"], "aws.sagemaker");
+    assert_eq!(ev["detail-type"], "SageMaker Training Job State Change");
+    assert_eq!(ev["resources"][0], ev["detail"]["TrainingJobArn"]);
+    assert_eq!(ev["detail"]["CreationTime"], json!(T0));
+}
+
+#[test]
+fn list_training_jobs_is_newest_first_and_filtered() {
+    let mut e = Emulator::new(Config::default());
+    for (i, name) in ["alpha-1", "beta-1", "alpha-2"].iter().enumerate() {
+        e.create_training_job(
+            &request(name, json!({"emulator_duration_s": "1"})),
+            T0 + i as i64,
+        )
+        .unwrap();
+    }
+    let names = |v: Vec<Value>| {
+        v.iter()
+            .map(|j| j["TrainingJobName"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(e.list_training_jobs(Some("ALPHA"), None, 10)),
+        ["alpha-2", "alpha-1"]
+    );
+    assert_eq!(names(e.list_training_jobs(None, None, 1)), ["alpha-2"]);
+    run(&mut e, T0, T0 + 3_000);
+    assert_eq!(e.list_training_jobs(None, Some("Completed"), 10).len(), 3);
+    let tags = e
+        .list_tags("arn:aws:sagemaker:us-east-1:000000000000:training-job/beta-1")
+        .unwrap();
+    assert_eq!(tags, json!([{"Key": "team", "Value": "vision"}]));
+}
