@@ -317,10 +317,10 @@ fn fifo(a: &&PendingJob, b: &&PendingJob) -> Ordering {
     (a.runnable_at_ms, &a.job_id).cmp(&(b.runnable_at_ms, &b.job_id))
 }
 
-/// A share's place in the fair-share interleaving: (score, share id). `f64::total_cmp` makes the
-/// order total.
+/// A share's place in the fair-share interleaving: (score, index of the share in identifier
+/// order). `f64::total_cmp` makes the order total.
 #[derive(Debug, Clone, PartialEq)]
-struct Ranked(f64, String);
+struct Ranked(f64, usize);
 impl Eq for Ranked {}
 impl PartialOrd for Ranked {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -395,44 +395,55 @@ fn plan_queue(
                 (Some(r), Some(max)) => reserved_instances(max, r, active.len()),
                 _ => 0,
             };
-            let rank = |share: &str, held: &BTreeMap<ShareKey, u64>| {
-                let key = ShareKey {
-                    queue: queue.name.clone(),
-                    share: share.to_owned(),
-                };
-                let usage = snapshot.usage.get(&key).copied().unwrap_or(ShareUsage {
-                    instance_seconds: 0.0,
-                    at_ms: now_ms,
-                });
-                let average = usage
-                    .advance(now_ms, 0, half_life)
-                    .average_instances(half_life);
-                let now = held.get(&key).copied().unwrap_or(0);
-                Ranked(
-                    score(average, now, policy.weight_factor(share)),
-                    share.to_owned(),
-                )
-            };
-            let mut cursors: BTreeMap<String, std::vec::IntoIter<&PendingJob>> = BTreeMap::new();
-            let mut order: BTreeSet<Ranked> = BTreeSet::new();
-            for (share, mut list) in by_share {
-                list.sort_by(within_share);
-                order.insert(rank(&share, held));
-                cursors.insert(share, list.into_iter());
+            // Per share, computed once: its key, weight, decayed average and instances held.
+            // Shares are indexed in identifier order, so ranking by (score, index) breaks ties by
+            // share identifier.
+            struct ShareState<'a> {
+                key: ShareKey,
+                weight: f64,
+                average: f64,
+                jobs: std::vec::IntoIter<&'a PendingJob>,
             }
-            while let Some(top) = order.pop_first() {
-                let share = top.1;
-                let Some(job) = cursors.get_mut(&share).and_then(Iterator::next) else {
+            let mut shares: Vec<ShareState> = by_share
+                .into_iter()
+                .map(|(share, mut list)| {
+                    list.sort_by(within_share);
+                    let key = ShareKey {
+                        queue: queue.name.clone(),
+                        share,
+                    };
+                    let usage = snapshot.usage.get(&key).copied().unwrap_or(ShareUsage {
+                        instance_seconds: 0.0,
+                        at_ms: now_ms,
+                    });
+                    ShareState {
+                        weight: policy.weight_factor(&key.share),
+                        average: usage
+                            .advance(now_ms, 0, half_life)
+                            .average_instances(half_life),
+                        key,
+                        jobs: list.into_iter(),
+                    }
+                })
+                .collect();
+            let rank = |i: usize, s: &ShareState, held: &BTreeMap<ShareKey, u64>| {
+                let now = held.get(&s.key).copied().unwrap_or(0);
+                Ranked(score(s.average, now, s.weight), i)
+            };
+            let mut order: BTreeSet<Ranked> = shares
+                .iter()
+                .enumerate()
+                .map(|(i, s)| rank(i, s, held))
+                .collect();
+            while let Some(Ranked(_, i)) = order.pop_first() {
+                let state = &mut shares[i];
+                let Some(job) = state.jobs.next() else {
                     continue;
                 };
                 if consider(plan, queue, job, env, reserve, now_ms, config) == Outcome::Dispatched {
-                    let key = ShareKey {
-                        queue: queue.name.clone(),
-                        share: share.clone(),
-                    };
-                    *held.entry(key).or_insert(0) += total(&job.instances);
+                    *held.entry(state.key.clone()).or_insert(0) += total(&job.instances);
                 }
-                order.insert(rank(&share, held));
+                order.insert(rank(i, state, held));
             }
         }
     }
