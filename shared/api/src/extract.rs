@@ -30,6 +30,14 @@ pub fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// Encodes a response body. Serialising our own wire types cannot fail in practice; if it ever
+/// does, it is Trainyard's fault (a `ServerException`), logged with the cause.
+pub fn to_value<T: serde::Serialize>(value: &T) -> Result<serde_json::Value, ApiError> {
+    serde_json::to_value(value).map_err(|e| {
+        tracing::error!(error = %e, "response encoding failed");
+        ApiError::server("Trainyard could not encode the response; please retry")
+    })
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,6 +66,33 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// One page of `items` (already ordered by name) after the `nextToken` position, and the token
+/// for the next page, present only when more items follow.
+pub fn page_by_name<T>(
+    items: Vec<T>,
+    name: impl Fn(&T) -> &str,
+    max_results: Option<i64>,
+    next_token: Option<&str>,
+) -> Result<(Vec<T>, Option<String>), ApiError> {
+    let size = page_size(max_results)?;
+    // Some clients send an empty string for "no token"; it means the first page.
+    let after = match next_token {
+        Some(token) if !token.is_empty() => Some(parse_key_token(token)?),
+        _ => None,
+    };
+    let mut page: Vec<T> = items
+        .into_iter()
+        .filter(|item| after.as_deref().is_none_or(|a| name(item) > a))
+        .collect();
+    let next = if page.len() > size {
+        page.truncate(size);
+        page.last().map(|item| key_token(name(item)))
+    } else {
+        None
+    };
+    Ok((page, next))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

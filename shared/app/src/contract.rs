@@ -1,3 +1,1054 @@
-//! The store contract suite: one set of behaviours every [`crate::Store`] implementation must
-//! show. Adapters call [`run_all`] from their own tests with a factory of fresh stores.
-//! (Filled in by the store work; see the module's tests in `tests/`.)
+//! The store contract suite: the behaviours every [`Store`] implementation must show, as
+//! documented on the trait in [`crate::ports`]. One suite, run against every adapter, is what
+//! lets the use-cases trust any store the same way.
+//!
+//! # Use
+//!
+//! In an adapter's integration test (with `trainyard-app`'s `contract` feature and `tokio`):
+//!
+//! ```text
+//! trainyard_app::store_contract_tests!(|_case: &'static str| MemoryStore::new());
+//! ```
+//!
+//! The macro expands to one `#[tokio::test]` per case, each given a fresh store from the
+//! factory (which receives the case's name, e.g. to name a database file). [`run_all`] runs
+//! every case in sequence, for callers that want one test.
+//!
+//! Cases take `&S` and panic on a broken contract, with a message naming what broke.
+
+// Test support: a broken contract should fail loudly at the line that found it, which is what
+// `unwrap`/`expect` do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+
+use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
+use trainyard_domain::job::{JobStatus, ServiceJob, ServiceJobType};
+use trainyard_domain::payload::TrainingRequest;
+use trainyard_domain::policy::SchedulingPolicy;
+use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
+use trainyard_domain::quota_share::{
+    QuotaShare, QuotaShareCapacityLimit, QuotaSharePreemptionConfiguration,
+    ResourceSharingConfiguration, SharingStrategy,
+};
+use trainyard_domain::{ResourceStatus, State, Tags};
+
+use crate::ports::{
+    ClientTokenRecord, InsertJob, JobCursor, JobQuery, NameFilter, Resource, Store, StoreError,
+    Versioned, quota_share_key,
+};
+
+/// Expands to one `#[tokio::test]` per contract case. The argument is a factory
+/// `FnMut(&'static str) -> S` called once per case with the case's name.
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($fresh:expr) => {
+        $crate::store_contract_tests!(@cases $fresh;
+            inserted_job_reads_back_at_version_1,
+            unknown_job_reads_as_none,
+            taken_job_id_is_already_exists_and_keeps_the_original,
+            client_token_is_recorded_with_its_job,
+            reused_client_token_returns_the_first_record_and_writes_nothing,
+            insert_refused_for_a_taken_id_records_no_token,
+            update_with_current_version_bumps_it,
+            update_with_stale_version_conflicts_and_writes_nothing,
+            update_of_unknown_job_conflicts,
+            list_filters_match_every_set_field,
+            list_reflects_updated_status_and_version,
+            list_is_newest_first_with_job_id_breaking_ties,
+            list_of_empty_store_is_one_empty_last_page,
+            pages_cover_every_job_once_at_limit_100,
+            pages_cover_every_job_once_at_limit_7,
+            filtered_pages_cover_every_matching_job_once,
+            exactly_full_last_page_has_no_next,
+            resource_created_reads_back_at_version_1,
+            taken_resource_key_is_already_exists,
+            resources_list_by_key_and_only_their_kind,
+            resource_update_checks_and_bumps_version,
+            resource_delete_checks_version,
+            quota_shares_are_keyed_by_queue_and_name,
+        );
+    };
+    (@cases $fresh:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test]
+            async fn $case() {
+                #[allow(unused_mut)]
+                let mut fresh = $fresh;
+                let store = fresh(stringify!($case));
+                $crate::contract::$case(&store).await;
+            }
+        )*
+    };
+}
+
+/// Runs every case in sequence, each on a fresh store from `fresh`.
+pub async fn run_all<S: Store, F: FnMut(&'static str) -> S>(mut fresh: F) {
+    macro_rules! run {
+        ($($case:ident),* $(,)?) => {
+            $( $case(&fresh(stringify!($case))).await; )*
+        };
+    }
+    run!(
+        inserted_job_reads_back_at_version_1,
+        unknown_job_reads_as_none,
+        taken_job_id_is_already_exists_and_keeps_the_original,
+        client_token_is_recorded_with_its_job,
+        reused_client_token_returns_the_first_record_and_writes_nothing,
+        insert_refused_for_a_taken_id_records_no_token,
+        update_with_current_version_bumps_it,
+        update_with_stale_version_conflicts_and_writes_nothing,
+        update_of_unknown_job_conflicts,
+        list_filters_match_every_set_field,
+        list_reflects_updated_status_and_version,
+        list_is_newest_first_with_job_id_breaking_ties,
+        list_of_empty_store_is_one_empty_last_page,
+        pages_cover_every_job_once_at_limit_100,
+        pages_cover_every_job_once_at_limit_7,
+        filtered_pages_cover_every_matching_job_once,
+        exactly_full_last_page_has_no_next,
+        resource_created_reads_back_at_version_1,
+        taken_resource_key_is_already_exists,
+        resources_list_by_key_and_only_their_kind,
+        resource_update_checks_and_bumps_version,
+        resource_delete_checks_version,
+        quota_shares_are_keyed_by_queue_and_name,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Builders
+// ---------------------------------------------------------------------------------------------
+
+/// A valid job to insert: RUNNABLE in queue `q`, created at `1_000`, named after its id. Change
+/// what a case cares about with the builder's methods.
+pub fn job(job_id: &str) -> JobBuilder {
+    JobBuilder(ServiceJob {
+        job_id: job_id.to_owned(),
+        job_name: format!("job-{job_id}"),
+        job_queue: "q".to_owned(),
+        service_job_type: ServiceJobType::SagemakerTraining,
+        service_request_payload: r#"{"TrainingJobName":"t"}"#.to_owned(),
+        training: TrainingRequest::single("t", "ml.m5.large", 1),
+        share_identifier: None,
+        quota_share_name: None,
+        scheduling_priority: None,
+        retry_strategy: None,
+        timeout_config: None,
+        preemption_configuration: None,
+        tags: Tags::new(),
+        client_token: None,
+        status: JobStatus::Runnable,
+        status_reason: None,
+        is_terminated: false,
+        attempts: Vec::new(),
+        preemption_summary: None,
+        created_at: 1_000,
+        runnable_at: Some(1_000),
+        scheduled_at: None,
+        started_at: None,
+        stopped_at: None,
+        updated_at: 1_000,
+    })
+}
+
+/// Builds a [`ServiceJob`] for tests; see [`job`].
+#[derive(Debug, Clone)]
+pub struct JobBuilder(ServiceJob);
+
+impl JobBuilder {
+    /// Sets `jobName`.
+    pub fn name(mut self, name: &str) -> Self {
+        self.0.job_name = name.to_owned();
+        self
+    }
+    /// Sets the queue.
+    pub fn queue(mut self, queue: &str) -> Self {
+        self.0.job_queue = queue.to_owned();
+        self
+    }
+    /// Sets the status.
+    pub fn status(mut self, status: JobStatus) -> Self {
+        self.0.status = status;
+        self
+    }
+    /// Sets the fair-share share identifier.
+    pub fn share(mut self, share: &str) -> Self {
+        self.0.share_identifier = Some(share.to_owned());
+        self
+    }
+    /// Sets the quota share.
+    pub fn quota_share(mut self, quota_share: &str) -> Self {
+        self.0.quota_share_name = Some(quota_share.to_owned());
+        self
+    }
+    /// Sets the creation (and last update) time.
+    pub fn created_at(mut self, ms: i64) -> Self {
+        self.0.created_at = ms;
+        self.0.updated_at = ms;
+        self
+    }
+    /// Sets the client token carried on the job.
+    pub fn client_token(mut self, token: &str) -> Self {
+        self.0.client_token = Some(token.to_owned());
+        self
+    }
+    /// The job.
+    pub fn build(self) -> ServiceJob {
+        self.0
+    }
+}
+
+/// A token record for `job_id`.
+pub fn token(token: &str, request_hash: &str, job_id: &str) -> ClientTokenRecord {
+    ClientTokenRecord {
+        token: token.to_owned(),
+        request_hash: request_hash.to_owned(),
+        job_id: job_id.to_owned(),
+        created_at: 1_000,
+    }
+}
+
+/// A valid service environment named `name` with 8 instances.
+pub fn environment(name: &str) -> ServiceEnvironment {
+    ServiceEnvironment {
+        service_environment_name: name.to_owned(),
+        service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+        state: State::Enabled,
+        status: ResourceStatus::Valid,
+        capacity_limits: vec![CapacityLimit {
+            max_capacity: 8,
+            capacity_unit: "NUM_INSTANCES".to_owned(),
+        }],
+        tags: Tags::new(),
+        created_at: 1_000,
+    }
+}
+
+/// A valid job queue named `name` at priority 10, feeding the environment `env`.
+pub fn queue(name: &str) -> JobQueue {
+    JobQueue {
+        job_queue_name: name.to_owned(),
+        state: State::Enabled,
+        status: ResourceStatus::Valid,
+        status_reason: None,
+        priority: 10,
+        scheduling_policy: None,
+        service_environment_order: vec![ServiceEnvironmentOrder {
+            order: 1,
+            service_environment: "env".to_owned(),
+        }],
+        job_state_time_limit_actions: Vec::new(),
+        job_queue_type: JobQueueType::SagemakerTraining,
+        tags: Tags::new(),
+        created_at: 1_000,
+    }
+}
+
+/// A scheduling policy named `name` (FIFO: no fair-share or quota-share part).
+pub fn policy(name: &str) -> SchedulingPolicy {
+    SchedulingPolicy {
+        name: name.to_owned(),
+        fairshare_policy: None,
+        quota_share_policy: None,
+        tags: Tags::new(),
+        created_at: 1_000,
+    }
+}
+
+/// A quota share `name` in queue `queue` reserving 2 `ml.p4d.24xlarge`.
+pub fn quota_share(queue: &str, name: &str) -> QuotaShare {
+    QuotaShare {
+        quota_share_name: name.to_owned(),
+        job_queue: queue.to_owned(),
+        capacity_limits: vec![QuotaShareCapacityLimit {
+            max_capacity: 2,
+            capacity_unit: "ml.p4d.24xlarge".to_owned(),
+        }],
+        resource_sharing_configuration: ResourceSharingConfiguration {
+            strategy: SharingStrategy::Lend,
+            borrow_limit: None,
+        },
+        preemption_configuration: QuotaSharePreemptionConfiguration::default(),
+        state: State::Enabled,
+        status: ResourceStatus::Valid,
+        tags: Tags::new(),
+        created_at: 1_000,
+    }
+}
+
+/// A query with only a limit, for struct-update syntax.
+pub fn query(limit: usize) -> JobQuery {
+    JobQuery {
+        limit,
+        ..JobQuery::default()
+    }
+}
+
+async fn insert<S: Store>(store: &S, job: &ServiceJob) {
+    let outcome = store.insert_job(job, None).await.expect("insert_job");
+    assert_eq!(outcome, InsertJob::Inserted, "inserting {}", job.job_id);
+}
+
+fn ids(items: &[Versioned<ServiceJob>]) -> Vec<String> {
+    items.iter().map(|v| v.value.job_id.clone()).collect()
+}
+
+/// Every page of `query`, following `next` until it is `None`. Bounded: a store whose cursor
+/// never ends fails here instead of hanging.
+async fn all_pages<S: Store>(store: &S, query: &JobQuery) -> Vec<Vec<Versioned<ServiceJob>>> {
+    const MAX_PAGES: usize = 10_000;
+    let mut pages = Vec::new();
+    let mut after: Option<JobCursor> = None;
+    for _ in 0..MAX_PAGES {
+        let page = store
+            .list_jobs(&JobQuery {
+                after: after.clone(),
+                ..query.clone()
+            })
+            .await
+            .expect("list_jobs");
+        assert!(
+            page.items.len() <= query.limit,
+            "a page of {} for limit {}",
+            page.items.len(),
+            query.limit
+        );
+        let next = page.next.clone();
+        if let (Some(cursor), Some(last)) = (&next, page.items.last()) {
+            assert_eq!(
+                (cursor.created_at, cursor.job_id.as_str()),
+                (last.value.created_at, last.value.job_id.as_str()),
+                "the cursor points at the last job returned"
+            );
+        }
+        pages.push(page.items);
+        match next {
+            None => return pages,
+            Some(cursor) => after = Some(cursor),
+        }
+    }
+    panic!("list_jobs kept returning `next` after {MAX_PAGES} pages");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+// ---------------------------------------------------------------------------------------------
+
+/// `insert_job` then `get_job` returns the same job at version 1.
+pub async fn inserted_job_reads_back_at_version_1<S: Store>(store: &S) {
+    let original = job("j1")
+        .name("Train-BERT")
+        .share("team-a")
+        .quota_share("gpu")
+        .client_token("tok")
+        .build();
+    insert(store, &original).await;
+    let stored = store.get_job("j1").await.expect("get_job");
+    assert_eq!(
+        stored,
+        Some(Versioned {
+            value: original,
+            version: 1
+        })
+    );
+}
+
+/// `get_job` of an id never inserted is `None`, not an error.
+pub async fn unknown_job_reads_as_none<S: Store>(store: &S) {
+    insert(store, &job("j1").build()).await;
+    assert_eq!(store.get_job("j2").await.expect("get_job"), None);
+}
+
+/// A second insert under a taken job id fails with `AlreadyExists` and changes nothing.
+pub async fn taken_job_id_is_already_exists_and_keeps_the_original<S: Store>(store: &S) {
+    let original = job("j1").name("first").build();
+    insert(store, &original).await;
+    let err = store
+        .insert_job(&job("j1").name("second").build(), None)
+        .await
+        .expect_err("a taken id must be refused");
+    assert!(matches!(err, StoreError::AlreadyExists), "got {err:?}");
+    let stored = store
+        .get_job("j1")
+        .await
+        .expect("get_job")
+        .expect("present");
+    assert_eq!((stored.value, stored.version), (original, 1));
+}
+
+/// A job inserted with a token is stored, and the token then names it.
+pub async fn client_token_is_recorded_with_its_job<S: Store>(store: &S) {
+    let record = token("tok", "hash-1", "j1");
+    let outcome = store
+        .insert_job(&job("j1").client_token("tok").build(), Some(&record))
+        .await
+        .expect("insert_job");
+    assert_eq!(outcome, InsertJob::Inserted);
+    assert!(store.get_job("j1").await.expect("get_job").is_some());
+    // The token is visible through its only read path: a reuse reports the recorded request.
+    let again = store
+        .insert_job(&job("j2").build(), Some(&token("tok", "hash-1", "j2")))
+        .await
+        .expect("insert_job");
+    assert_eq!(again, InsertJob::TokenExists(record));
+}
+
+/// Reusing a token (same or different request) returns the first record and writes no job,
+/// even under a job id that is free.
+pub async fn reused_client_token_returns_the_first_record_and_writes_nothing<S: Store>(store: &S) {
+    let first = token("tok", "hash-1", "j1");
+    store
+        .insert_job(&job("j1").build(), Some(&first))
+        .await
+        .expect("insert_job");
+    for (request_hash, job_id) in [("hash-1", "j2"), ("hash-other", "j3")] {
+        let outcome = store
+            .insert_job(
+                &job(job_id).build(),
+                Some(&token("tok", request_hash, job_id)),
+            )
+            .await
+            .expect("insert_job");
+        assert_eq!(outcome, InsertJob::TokenExists(first.clone()));
+        assert_eq!(
+            store.get_job(job_id).await.expect("get_job"),
+            None,
+            "a refused token must not write {job_id}"
+        );
+    }
+    let everything = store.list_jobs(&query(100)).await.expect("list_jobs");
+    assert_eq!(ids(&everything.items), ["j1"]);
+}
+
+/// The job and its token are one atomic step: when the job insert fails, the token is not
+/// recorded, so a later insert with it succeeds.
+pub async fn insert_refused_for_a_taken_id_records_no_token<S: Store>(store: &S) {
+    insert(store, &job("j1").build()).await;
+    let err = store
+        .insert_job(&job("j1").build(), Some(&token("tok", "h", "j1")))
+        .await
+        .expect_err("a taken id must be refused");
+    assert!(matches!(err, StoreError::AlreadyExists), "got {err:?}");
+    let outcome = store
+        .insert_job(&job("j2").build(), Some(&token("tok", "h", "j2")))
+        .await
+        .expect("insert_job");
+    assert_eq!(
+        outcome,
+        InsertJob::Inserted,
+        "the token of a failed insert must not have been kept"
+    );
+}
+
+/// Updating with the stored version replaces the job and returns version + 1, every time.
+pub async fn update_with_current_version_bumps_it<S: Store>(store: &S) {
+    insert(store, &job("j1").status(JobStatus::Submitted).build()).await;
+    let mut expected_version = 1;
+    for (status, reason) in [
+        (JobStatus::Runnable, "waiting"),
+        (JobStatus::Scheduled, "dispatched"),
+        (JobStatus::Running, "training"),
+    ] {
+        let mut changed = job("j1").status(status).build();
+        changed.status_reason = Some(reason.to_owned());
+        let version = store
+            .update_job(&changed, expected_version)
+            .await
+            .expect("update_job");
+        assert_eq!(version, expected_version + 1);
+        let stored = store
+            .get_job("j1")
+            .await
+            .expect("get_job")
+            .expect("present");
+        assert_eq!((stored.value, stored.version), (changed, version));
+        expected_version = version;
+    }
+}
+
+/// Updating with a version other than the stored one is a `Conflict` and writes nothing.
+pub async fn update_with_stale_version_conflicts_and_writes_nothing<S: Store>(store: &S) {
+    let original = job("j1").build();
+    insert(store, &original).await;
+    let first = job("j1").status(JobStatus::Scheduled).build();
+    assert_eq!(store.update_job(&first, 1).await.expect("update_job"), 2);
+    for stale in [0, 1, 3, u64::MAX] {
+        let err = store
+            .update_job(&job("j1").status(JobStatus::Failed).build(), stale)
+            .await
+            .expect_err("a stale version must be refused");
+        assert!(
+            matches!(err, StoreError::Conflict),
+            "version {stale}: {err:?}"
+        );
+    }
+    let stored = store
+        .get_job("j1")
+        .await
+        .expect("get_job")
+        .expect("present");
+    assert_eq!((stored.value, stored.version), (first, 2));
+}
+
+/// Updating a job that does not exist is a `Conflict` (there is no version to match) and does
+/// not create it.
+pub async fn update_of_unknown_job_conflicts<S: Store>(store: &S) {
+    let err = store
+        .update_job(&job("ghost").build(), 1)
+        .await
+        .expect_err("no job to update");
+    assert!(matches!(err, StoreError::Conflict), "got {err:?}");
+    assert_eq!(store.get_job("ghost").await.expect("get_job"), None);
+}
+
+/// Each filter of [`JobQuery`] alone and combined, against a fixed set of jobs.
+pub async fn list_filters_match_every_set_field<S: Store>(store: &S) {
+    use JobStatus::{Failed, Runnable, Running};
+    let jobs = [
+        job("a")
+            .name("Train-BERT")
+            .queue("prod")
+            .status(Runnable)
+            .share("vision")
+            .created_at(100),
+        job("b")
+            .name("train-gpt")
+            .queue("prod")
+            .status(Running)
+            .share("nlp")
+            .created_at(200),
+        job("c")
+            .name("EVAL-bert")
+            .queue("research")
+            .status(Runnable)
+            .quota_share("gpu")
+            .created_at(300),
+        job("d")
+            .name("train")
+            .queue("research")
+            .status(Failed)
+            .quota_share("cpu")
+            .created_at(400),
+        job("e")
+            .name("TRAIN-BERT")
+            .queue("prod")
+            .status(Runnable)
+            .share("vision")
+            .created_at(500),
+        job("f")
+            .name("train_%x")
+            .queue("prod")
+            .status(Runnable)
+            .created_at(600),
+    ];
+    for j in jobs {
+        insert(store, &j.build()).await;
+    }
+    let cases: Vec<(&str, JobQuery, Vec<&str>)> = vec![
+        (
+            "no filter returns everything newest first",
+            query(100),
+            vec!["f", "e", "d", "c", "b", "a"],
+        ),
+        (
+            "queue",
+            JobQuery {
+                queue: Some("research".into()),
+                ..query(100)
+            },
+            vec!["d", "c"],
+        ),
+        (
+            "unknown queue matches nothing",
+            JobQuery {
+                queue: Some("nope".into()),
+                ..query(100)
+            },
+            vec![],
+        ),
+        (
+            "status",
+            JobQuery {
+                status: Some(Runnable),
+                ..query(100)
+            },
+            vec!["f", "e", "c", "a"],
+        ),
+        (
+            "queue and status",
+            JobQuery {
+                queue: Some("prod".into()),
+                status: Some(Runnable),
+                ..query(100)
+            },
+            vec!["f", "e", "a"],
+        ),
+        (
+            "share identifier",
+            JobQuery {
+                share_identifier: Some("vision".into()),
+                ..query(100)
+            },
+            vec!["e", "a"],
+        ),
+        (
+            "quota share",
+            JobQuery {
+                quota_share_name: Some("gpu".into()),
+                ..query(100)
+            },
+            vec!["c"],
+        ),
+        (
+            "exact name ignores case",
+            JobQuery {
+                name: Some(NameFilter::Exact("train-bert".into())),
+                ..query(100)
+            },
+            vec!["e", "a"],
+        ),
+        (
+            "exact name is not a prefix",
+            JobQuery {
+                name: Some(NameFilter::Exact("train".into())),
+                ..query(100)
+            },
+            vec!["d"],
+        ),
+        (
+            "name prefix ignores case",
+            JobQuery {
+                name: Some(NameFilter::Prefix("train".into())),
+                ..query(100)
+            },
+            vec!["f", "e", "d", "b", "a"],
+        ),
+        (
+            "name prefix is a prefix, not a substring",
+            JobQuery {
+                name: Some(NameFilter::Prefix("bert".into())),
+                ..query(100)
+            },
+            vec![],
+        ),
+        (
+            "name prefix treats % and _ as plain characters",
+            JobQuery {
+                name: Some(NameFilter::Prefix("train_%".into())),
+                ..query(100)
+            },
+            vec!["f"],
+        ),
+        (
+            "created before is strict",
+            JobQuery {
+                created_before: Some(300),
+                ..query(100)
+            },
+            vec!["b", "a"],
+        ),
+        (
+            "created after is strict",
+            JobQuery {
+                created_after: Some(300),
+                ..query(100)
+            },
+            vec!["f", "e", "d"],
+        ),
+        (
+            "a time window",
+            JobQuery {
+                created_after: Some(100),
+                created_before: Some(500),
+                ..query(100)
+            },
+            vec!["d", "c", "b"],
+        ),
+        (
+            "every filter at once",
+            JobQuery {
+                queue: Some("prod".into()),
+                status: Some(Runnable),
+                share_identifier: Some("vision".into()),
+                name: Some(NameFilter::Prefix("train-b".into())),
+                created_after: Some(100),
+                created_before: Some(600),
+                ..query(100)
+            },
+            vec!["e"],
+        ),
+        ("limit cuts the newest first", query(2), vec!["f", "e"]),
+    ];
+    for (case, q, expected) in cases {
+        let page = store.list_jobs(&q).await.expect("list_jobs");
+        assert_eq!(ids(&page.items), expected, "{case}");
+    }
+}
+
+/// `list_jobs` sees an update: the new status filters, the new version is returned.
+pub async fn list_reflects_updated_status_and_version<S: Store>(store: &S) {
+    insert(store, &job("j1").status(JobStatus::Runnable).build()).await;
+    let scheduled = job("j1")
+        .status(JobStatus::Scheduled)
+        .name("Renamed")
+        .build();
+    store.update_job(&scheduled, 1).await.expect("update_job");
+    let by_old = JobQuery {
+        status: Some(JobStatus::Runnable),
+        ..query(10)
+    };
+    assert!(
+        store
+            .list_jobs(&by_old)
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    let by_new = JobQuery {
+        status: Some(JobStatus::Scheduled),
+        name: Some(NameFilter::Exact("renamed".into())),
+        ..query(10)
+    };
+    let page = store.list_jobs(&by_new).await.expect("list");
+    assert_eq!(
+        page.items,
+        vec![Versioned {
+            value: scheduled,
+            version: 2
+        }]
+    );
+}
+
+/// Newest first; jobs created in the same millisecond come in descending job id order.
+pub async fn list_is_newest_first_with_job_id_breaking_ties<S: Store>(store: &S) {
+    // Inserted in an order that is neither the answer nor its reverse.
+    for (id, at) in [("m", 5), ("b", 5), ("z", 1), ("a", 9), ("y", 5), ("c", 9)] {
+        insert(store, &job(id).created_at(at).build()).await;
+    }
+    let page = store.list_jobs(&query(100)).await.expect("list_jobs");
+    assert_eq!(ids(&page.items), ["c", "a", "y", "m", "b", "z"]);
+    assert_eq!(page.next, None);
+}
+
+/// An empty store lists as one empty page with no `next`.
+pub async fn list_of_empty_store_is_one_empty_last_page<S: Store>(store: &S) {
+    let page = store.list_jobs(&query(10)).await.expect("list_jobs");
+    assert!(page.items.is_empty());
+    assert_eq!(page.next, None);
+}
+
+/// 250 jobs with many equal creation times; following the cursor must return each exactly once,
+/// in the same order as one big page.
+async fn pages_cover_every_job_once<S: Store>(store: &S, limit: usize) {
+    const JOBS: usize = 250;
+    for n in 0..JOBS {
+        // Three jobs per millisecond, ids not in time order, so page boundaries fall inside ties.
+        let id = format!("job-{:03}", (n * 7919) % JOBS);
+        let at = i64::try_from(n / 3).expect("small");
+        insert(store, &job(&id).created_at(at).build()).await;
+    }
+    let whole = store.list_jobs(&query(JOBS + 1)).await.expect("list_jobs");
+    assert_eq!(whole.items.len(), JOBS);
+    assert_eq!(whole.next, None);
+    let pages = all_pages(store, &query(limit)).await;
+    assert_eq!(
+        pages.len(),
+        JOBS.div_ceil(limit),
+        "page count at limit {limit}"
+    );
+    let paged: Vec<String> = pages.iter().flat_map(|p| ids(p)).collect();
+    let unique: BTreeSet<&String> = paged.iter().collect();
+    assert_eq!(unique.len(), paged.len(), "a job appeared twice");
+    assert_eq!(
+        paged,
+        ids(&whole.items),
+        "pages differ from the single listing"
+    );
+}
+
+/// Pagination at limit 100 (the API's default page size): three pages, 100 + 100 + 50.
+pub async fn pages_cover_every_job_once_at_limit_100<S: Store>(store: &S) {
+    pages_cover_every_job_once(store, 100).await;
+}
+
+/// Pagination at limit 7: 36 pages, boundaries everywhere.
+pub async fn pages_cover_every_job_once_at_limit_7<S: Store>(store: &S) {
+    pages_cover_every_job_once(store, 7).await;
+}
+
+/// Pagination under a filter skips non-matching jobs between pages without losing any.
+pub async fn filtered_pages_cover_every_matching_job_once<S: Store>(store: &S) {
+    for n in 0..120_i64 {
+        let queue = if n % 3 == 0 { "research" } else { "prod" };
+        let status = if n % 2 == 0 {
+            JobStatus::Runnable
+        } else {
+            JobStatus::Running
+        };
+        let id = format!("job-{n:03}");
+        insert(
+            store,
+            &job(&id)
+                .queue(queue)
+                .status(status)
+                .created_at(n / 4)
+                .build(),
+        )
+        .await;
+    }
+    let q = JobQuery {
+        queue: Some("prod".into()),
+        status: Some(JobStatus::Runnable),
+        ..query(9)
+    };
+    let paged: Vec<String> = all_pages(store, &q)
+        .await
+        .iter()
+        .flat_map(|p| ids(p))
+        .collect();
+    let mut expected: Vec<(i64, String)> = (0..120_i64)
+        .filter(|n| n % 3 != 0 && n % 2 == 0)
+        .map(|n| (n / 4, format!("job-{n:03}")))
+        .collect();
+    expected.sort_by(|a, b| b.cmp(a));
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(paged, expected);
+}
+
+/// When the last page is exactly full, `next` is `None`: no empty page follows.
+pub async fn exactly_full_last_page_has_no_next<S: Store>(store: &S) {
+    for n in 0..14_i64 {
+        insert(store, &job(&format!("j{n:02}")).created_at(n).build()).await;
+    }
+    let pages = all_pages(store, &query(7)).await;
+    let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [7, 7]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resources
+// ---------------------------------------------------------------------------------------------
+
+/// `create_resource` then `get_resource` returns it at version 1; an unknown key is `None`.
+pub async fn resource_created_reads_back_at_version_1<S: Store>(store: &S) {
+    let q = queue("prod");
+    store.create_resource(&q).await.expect("create");
+    let stored = store.get_resource::<JobQueue>("prod").await.expect("get");
+    assert_eq!(
+        stored,
+        Some(Versioned {
+            value: q,
+            version: 1
+        })
+    );
+    let env = environment("env");
+    store.create_resource(&env).await.expect("create");
+    let stored = store
+        .get_resource::<ServiceEnvironment>("env")
+        .await
+        .expect("get");
+    assert_eq!(stored.map(|v| (v.value, v.version)), Some((env, 1)));
+    assert_eq!(
+        store.get_resource::<JobQueue>("nope").await.expect("get"),
+        None
+    );
+}
+
+/// Creating under a taken key is `AlreadyExists` and keeps the original.
+pub async fn taken_resource_key_is_already_exists<S: Store>(store: &S) {
+    let original = queue("prod");
+    store.create_resource(&original).await.expect("create");
+    let mut other = queue("prod");
+    other.priority = 999;
+    let err = store.create_resource(&other).await.expect_err("taken key");
+    assert!(matches!(err, StoreError::AlreadyExists), "got {err:?}");
+    let stored = store
+        .get_resource::<JobQueue>("prod")
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!((stored.value, stored.version), (original, 1));
+}
+
+/// `list_resources` returns one kind only, ordered by key, whatever the creation order; the same
+/// key may exist under different kinds.
+pub async fn resources_list_by_key_and_only_their_kind<S: Store>(store: &S) {
+    for name in ["b", "a", "c"] {
+        store
+            .create_resource(&queue(name))
+            .await
+            .expect("create queue");
+    }
+    for name in ["a", "z"] {
+        store
+            .create_resource(&environment(name))
+            .await
+            .expect("create environment");
+    }
+    store
+        .create_resource(&policy("a"))
+        .await
+        .expect("create policy");
+    let queues: Vec<String> = store
+        .list_resources::<JobQueue>()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|v| v.value.key())
+        .collect();
+    assert_eq!(queues, ["a", "b", "c"]);
+    let environments: Vec<String> = store
+        .list_resources::<ServiceEnvironment>()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|v| v.value.key())
+        .collect();
+    assert_eq!(environments, ["a", "z"]);
+    let policies = store
+        .list_resources::<SchedulingPolicy>()
+        .await
+        .expect("list");
+    assert_eq!(policies.len(), 1);
+    assert!(
+        store
+            .list_resources::<QuotaShare>()
+            .await
+            .expect("list")
+            .is_empty()
+    );
+}
+
+/// `update_resource` with the stored version replaces and bumps it; a stale or unknown one is a
+/// `Conflict` that writes nothing.
+pub async fn resource_update_checks_and_bumps_version<S: Store>(store: &S) {
+    store.create_resource(&queue("prod")).await.expect("create");
+    let mut changed = queue("prod");
+    changed.priority = 500;
+    assert_eq!(store.update_resource(&changed, 1).await.expect("update"), 2);
+    changed.priority = 600;
+    assert_eq!(store.update_resource(&changed, 2).await.expect("update"), 3);
+    let mut stale = queue("prod");
+    stale.priority = 1;
+    for version in [1, 2, 4] {
+        let err = store
+            .update_resource(&stale, version)
+            .await
+            .expect_err("stale");
+        assert!(
+            matches!(err, StoreError::Conflict),
+            "version {version}: {err:?}"
+        );
+    }
+    let stored = store
+        .get_resource::<JobQueue>("prod")
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!((stored.value, stored.version), (changed, 3));
+    let err = store
+        .update_resource(&queue("ghost"), 1)
+        .await
+        .expect_err("unknown");
+    assert!(matches!(err, StoreError::Conflict), "got {err:?}");
+    assert_eq!(
+        store.get_resource::<JobQueue>("ghost").await.expect("get"),
+        None
+    );
+}
+
+/// `delete_resource` needs the stored version; once deleted the key is free and a re-create
+/// starts again at version 1. Deleting a queue leaves an environment of the same name alone.
+pub async fn resource_delete_checks_version<S: Store>(store: &S) {
+    store.create_resource(&queue("prod")).await.expect("create");
+    store
+        .create_resource(&environment("prod"))
+        .await
+        .expect("create");
+    store
+        .update_resource(&queue("prod"), 1)
+        .await
+        .expect("update");
+    let err = store
+        .delete_resource::<JobQueue>("prod", 1)
+        .await
+        .expect_err("stale version");
+    assert!(matches!(err, StoreError::Conflict), "got {err:?}");
+    assert!(
+        store
+            .get_resource::<JobQueue>("prod")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    store
+        .delete_resource::<JobQueue>("prod", 2)
+        .await
+        .expect("delete");
+    assert_eq!(
+        store.get_resource::<JobQueue>("prod").await.expect("get"),
+        None
+    );
+    let err = store
+        .delete_resource::<JobQueue>("prod", 2)
+        .await
+        .expect_err("already gone");
+    assert!(matches!(err, StoreError::Conflict), "got {err:?}");
+    assert!(
+        store
+            .get_resource::<ServiceEnvironment>("prod")
+            .await
+            .expect("get")
+            .is_some(),
+        "another kind under the same key must survive"
+    );
+    store
+        .create_resource(&queue("prod"))
+        .await
+        .expect("re-create");
+    let again = store
+        .get_resource::<JobQueue>("prod")
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(again.version, 1);
+}
+
+/// Quota shares are keyed `queue/name`: the same name in two queues is two shares.
+pub async fn quota_shares_are_keyed_by_queue_and_name<S: Store>(store: &S) {
+    for (q, name) in [("research", "gpu"), ("prod", "gpu"), ("prod", "cpu")] {
+        store
+            .create_resource(&quota_share(q, name))
+            .await
+            .expect("create");
+    }
+    let err = store
+        .create_resource(&quota_share("prod", "gpu"))
+        .await
+        .expect_err("taken");
+    assert!(matches!(err, StoreError::AlreadyExists), "got {err:?}");
+    let key = quota_share_key("research", "gpu");
+    assert_eq!(key, "research/gpu");
+    let stored = store
+        .get_resource::<QuotaShare>(&key)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        (
+            stored.value.job_queue.as_str(),
+            stored.value.quota_share_name.as_str()
+        ),
+        ("research", "gpu")
+    );
+    let keys: Vec<String> = store
+        .list_resources::<QuotaShare>()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|v| v.value.key())
+        .collect();
+    assert_eq!(keys, ["prod/cpu", "prod/gpu", "research/gpu"]);
+}

@@ -2,6 +2,8 @@
 //! and a `call` that sends one request through the real router.
 
 #![allow(dead_code)]
+// Test support may panic on what it did not expect.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
@@ -36,13 +38,18 @@ pub fn harness() -> Harness {
         Arc::new(SequentialIds::default()),
         ArnContext::default(),
     ));
-    Harness { router: trainyard_api::router(service.clone()), clock, service }
+    Harness {
+        router: trainyard_api::router(service.clone()),
+        clock,
+        service,
+    }
 }
 
 impl Harness {
     /// `POST /v1/{op}` with a JSON body; returns status and parsed body (`Null` if empty).
     pub async fn call(&self, op: &str, body: Value) -> (StatusCode, Value) {
-        self.raw("POST", &format!("/v1/{op}"), body.to_string().into_bytes()).await
+        self.raw("POST", &format!("/v1/{op}"), body.to_string().into_bytes())
+            .await
     }
 
     /// Any method, path and raw body.
@@ -57,10 +64,17 @@ impl Harness {
         let status = response.status();
         if !status.is_success() {
             let error_type = response.headers().get("x-amzn-ErrorType").cloned();
-            assert!(error_type.is_some(), "error responses carry x-amzn-ErrorType");
+            assert!(
+                error_type.is_some(),
+                "error responses carry x-amzn-ErrorType"
+            );
         }
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
         (status, value)
     }
 

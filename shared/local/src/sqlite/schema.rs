@@ -1,0 +1,99 @@
+//! The SQLite schema and its migrations.
+//!
+//! Migrations are an ordered list of SQL steps. Step `n` (1-based) moves a database from
+//! `PRAGMA user_version = n - 1` to `n`, inside one transaction together with the version bump,
+//! so a crash mid-migration leaves the file at the previous version, never half-migrated.
+//! Steps are append-only: once released, a step is never edited; a change is a new step.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::SqliteError;
+
+/// Every schema step, oldest first. The schema version of a file is how many have been applied.
+const MIGRATIONS: &[&str] = &[
+    // 1: jobs, client tokens and configuration resources.
+    r"
+    -- A job is its JSON document plus the columns list_jobs filters and orders on.
+    CREATE TABLE jobs (
+        job_id            TEXT    NOT NULL PRIMARY KEY,
+        job_queue         TEXT    NOT NULL,
+        status            TEXT    NOT NULL,
+        share_identifier  TEXT,
+        quota_share_name  TEXT,
+        name_lower        TEXT    NOT NULL,
+        created_at        INTEGER NOT NULL,
+        version           INTEGER NOT NULL,
+        doc               TEXT    NOT NULL
+    );
+    -- ListServiceJobs by queue and status, newest first (the common call: the SDK's
+    -- TrainingQueue.list_jobs, the CLI's job list).
+    CREATE INDEX jobs_by_queue_status
+        ON jobs (job_queue, status, created_at DESC, job_id DESC);
+    -- By queue alone, newest first (no status filter, or a name/time filter within a queue).
+    CREATE INDEX jobs_by_queue
+        ON jobs (job_queue, created_at DESC, job_id DESC);
+    -- Every job, newest first.
+    CREATE INDEX jobs_newest
+        ON jobs (created_at DESC, job_id DESC);
+
+    -- clientToken idempotency records; written in the same transaction as their job.
+    CREATE TABLE client_tokens (
+        token         TEXT    NOT NULL PRIMARY KEY,
+        request_hash  TEXT    NOT NULL,
+        job_id        TEXT    NOT NULL,
+        created_at    INTEGER NOT NULL
+    );
+
+    -- Configuration (environments, queues, policies, quota shares) as opaque JSON documents.
+    CREATE TABLE resources (
+        kind     TEXT    NOT NULL,
+        key      TEXT    NOT NULL,
+        version  INTEGER NOT NULL,
+        doc      TEXT    NOT NULL,
+        PRIMARY KEY (kind, key)
+    ) WITHOUT ROWID;
+    ",
+];
+
+/// The schema version this code writes: the number of migration steps it knows.
+pub const LATEST_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Brings `conn` to [`LATEST_VERSION`], refusing a file written by newer code.
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
+    let found = user_version(conn)?;
+    if found > LATEST_VERSION {
+        return Err(SqliteError::SchemaTooNew {
+            found,
+            supported: LATEST_VERSION,
+        });
+    }
+    for (index, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = index as u32 + 1;
+        let failed = |source| SqliteError::Migration { version, source };
+        // IMMEDIATE: take the write lock up front so two processes opening the same fresh file
+        // cannot both run step 1.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(failed)?;
+        // Re-read under the lock: another process may have migrated while we waited.
+        let current = user_version(&tx)?;
+        if current >= version {
+            continue;
+        }
+        tx.execute_batch(step).map_err(failed)?;
+        // PRAGMA takes no bound parameters; `version` is our own integer.
+        tx.execute_batch(&format!("PRAGMA user_version = {version}"))
+            .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// The file's `PRAGMA user_version` (0 for a new file).
+pub fn user_version(conn: &Connection) -> Result<u32, SqliteError> {
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(SqliteError::Sqlite)?;
+    // user_version is a signed 32-bit header field; a negative value was not written by us.
+    u32::try_from(version).map_err(|_| SqliteError::ForeignSchema { found: version })
+}
