@@ -1,1 +1,211 @@
-fn main() {}
+//! `trainyard`: run the control plane locally (`trainyard up`) and work with jobs and queues.
+//!
+//! Every command but `up` is a client of the same HTTP API that the AWS CLI, boto3 and the
+//! SageMaker SDK use (AWS Batch's service-job API), so what works here works against a
+//! deployment too.
+//!
+//! # Layout
+//!
+//! - [`up`]: local mode, the composition root: SQLite store, service, router, event loop,
+//!   signals, and the demo setup created on first start.
+//! - [`client`]: a small blocking client for the Batch API, with errors people can act on.
+//! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`.
+//! - [`payload`]: the SageMaker `CreateTrainingJob` request `submit` builds from flags.
+//! - [`table`]: plain-text tables and timestamps for people.
+
+mod client;
+mod commands;
+mod payload;
+mod table;
+mod up;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The endpoint commands talk to when neither `--endpoint` nor `TRAINYARD_ENDPOINT` is set.
+const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:8080";
+
+/// Trainyard: a scheduler for SageMaker training jobs that speaks AWS Batch's service-job API.
+#[derive(Debug, Parser)]
+#[command(name = "trainyard", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the whole control plane locally: the Batch API on HTTP, a SQLite store, the loop.
+    ///
+    /// On first start it creates a demo setup (service environment `local` with 8 instances,
+    /// queues `production` > `research` > `sweeps`). Stop it with Ctrl-C or SIGTERM.
+    Up(up::UpArgs),
+    /// Submit a training job to a queue and print its job id.
+    Submit(Box<commands::SubmitArgs>),
+    /// List jobs: every queue and every status unless narrowed.
+    Jobs(commands::JobsArgs),
+    /// Show everything about one job (by id or ARN).
+    Describe(commands::DescribeArgs),
+    /// Terminate a job: it moves to FAILED with the given reason.
+    Terminate(commands::TerminateArgs),
+    /// List job queues, highest priority first, with their waiting and running jobs.
+    Queues(ClientArgs),
+}
+
+/// How a command reaches the API and prints its results.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Base URL of the Trainyard API.
+    #[arg(long, env = "TRAINYARD_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    endpoint: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+/// Output formats of the client commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for scripts.
+    Json,
+}
+
+/// Log line formats of `trainyard up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Defaults for `up` shared with the docs.
+pub mod defaults {
+    /// Where `up` listens.
+    pub const LISTEN: &str = "127.0.0.1:8080";
+    /// Where `up` keeps its data.
+    pub const DATA_DIR: &str = "./trainyard-data";
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up(args) => up::run(args),
+        Command::Submit(args) => commands::submit(&args),
+        Command::Jobs(args) => commands::jobs(&args),
+        Command::Describe(args) => commands::describe(&args),
+        Command::Terminate(args) => commands::terminate(&args),
+        Command::Queues(args) => commands::queues(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Parses `--listen`, accepting `localhost:PORT` as well as an IP address and port.
+fn parse_listen(value: &str) -> Result<SocketAddr, String> {
+    let normalized = value
+        .strip_prefix("localhost:")
+        .map_or_else(|| value.to_owned(), |port| format!("127.0.0.1:{port}"));
+    normalized
+        .parse()
+        .map_err(|_| format!("{value:?} is not an address and port such as 127.0.0.1:8080"))
+}
+
+/// Parses a data directory argument (any path).
+fn parse_dir(value: &str) -> Result<PathBuf, String> {
+    if value.is_empty() {
+        return Err("the data directory must not be empty".into());
+    }
+    Ok(PathBuf::from(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn listen_addresses_accept_ips_ports_and_localhost() {
+        let cases = [
+            ("127.0.0.1:8080", Some("127.0.0.1:8080")),
+            ("127.0.0.1:0", Some("127.0.0.1:0")),
+            ("localhost:9000", Some("127.0.0.1:9000")),
+            ("[::1]:8080", Some("[::1]:8080")),
+            ("8080", None),
+            ("example.com:80", None),
+        ];
+        for (input, expected) in cases {
+            let got = parse_listen(input).ok().map(|a| a.to_string());
+            assert_eq!(got.as_deref(), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn client_flags_parse_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "trainyard",
+            "jobs",
+            "--queue",
+            "research",
+            "--output",
+            "json",
+            "--endpoint",
+            "http://127.0.0.1:9",
+        ])
+        .expect("parses");
+        let Command::Jobs(args) = cli.command else {
+            panic!("jobs command expected");
+        };
+        assert_eq!(args.client.output, Output::Json);
+        assert_eq!(args.client.endpoint, "http://127.0.0.1:9");
+        assert_eq!(args.queue.as_deref(), Some("research"));
+    }
+
+    #[test]
+    fn submit_needs_a_payload_or_an_instance_type_but_not_both() {
+        let base = ["trainyard", "submit", "--queue", "research"];
+        let with = |extra: &[&str]| {
+            let mut args: Vec<&str> = base.to_vec();
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args).is_ok()
+        };
+        assert!(!with(&[]), "neither");
+        assert!(with(&["--payload", "job.json"]), "payload file");
+        assert!(
+            with(&["--instance-type", "ml.g5.xlarge", "--instance-count", "2"]),
+            "flags"
+        );
+        assert!(
+            !with(&["--payload", "job.json", "--instance-type", "ml.g5.xlarge"]),
+            "both"
+        );
+        assert!(
+            !with(&["--payload", "job.json", "--duration-s", "5"]),
+            "payload with a flag that only shapes a built payload"
+        );
+    }
+
+    #[test]
+    fn status_and_all_are_exclusive() {
+        assert!(Cli::try_parse_from(["trainyard", "jobs", "--status", "RUNNABLE"]).is_ok());
+        assert!(Cli::try_parse_from(["trainyard", "jobs", "--all"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["trainyard", "jobs", "--status", "RUNNABLE", "--all"]).is_err()
+        );
+    }
+}

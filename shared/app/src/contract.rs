@@ -34,8 +34,9 @@ use trainyard_domain::quota_share::{
 use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
-    ClientTokenRecord, InsertJob, JobCursor, JobQuery, NameFilter, Resource, Store, StoreError,
-    Versioned, quota_share_key,
+    ClientTokenRecord, Document, EnvironmentUsage, InsertJob, JobCursor, JobQuery, NameFilter,
+    Resource, RunnableOrder, ShareUsageRecord, Store, StoreError, Versioned, Write,
+    quota_share_key,
 };
 
 /// Expands to one `#[tokio::test]` per contract case. The argument is a factory
@@ -67,6 +68,10 @@ macro_rules! store_contract_tests {
             resource_update_checks_and_bumps_version,
             resource_delete_checks_version,
             quota_shares_are_keyed_by_queue_and_name,
+            commit_applies_every_write_or_none,
+            documents_are_created_at_version_1_and_checked,
+            runnable_jobs_come_in_dispatch_order,
+            runnable_shares_and_dispatched_jobs_follow_status,
         );
     };
     (@cases $fresh:expr; $($case:ident),* $(,)?) => {
@@ -113,6 +118,10 @@ pub async fn run_all<S: Store, F: FnMut(&'static str) -> S>(mut fresh: F) {
         resource_update_checks_and_bumps_version,
         resource_delete_checks_version,
         quota_shares_are_keyed_by_queue_and_name,
+        commit_applies_every_write_or_none,
+        documents_are_created_at_version_1_and_checked,
+        runnable_jobs_come_in_dispatch_order,
+        runnable_shares_and_dispatched_jobs_follow_status,
     );
 }
 
@@ -180,6 +189,16 @@ impl JobBuilder {
     /// Sets the quota share.
     pub fn quota_share(mut self, quota_share: &str) -> Self {
         self.0.quota_share_name = Some(quota_share.to_owned());
+        self
+    }
+    /// Sets `schedulingPriority`.
+    pub fn priority(mut self, priority: u32) -> Self {
+        self.0.scheduling_priority = Some(priority);
+        self
+    }
+    /// Sets when the job became RUNNABLE.
+    pub fn runnable_at(mut self, ms: i64) -> Self {
+        self.0.runnable_at = Some(ms);
         self
     }
     /// Sets the creation (and last update) time.
@@ -1051,4 +1070,216 @@ pub async fn quota_shares_are_keyed_by_queue_and_name<S: Store>(store: &S) {
         .map(|v| v.value.key())
         .collect();
     assert_eq!(keys, ["prod/cpu", "prod/gpu", "research/gpu"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler state: atomic commits, documents, the runnable index
+// ---------------------------------------------------------------------------------------------
+
+fn usage(environment: &str, instances: u64) -> EnvironmentUsage {
+    EnvironmentUsage {
+        environment: environment.into(),
+        instances: [("ml.g5.xlarge".to_owned(), instances)].into(),
+    }
+}
+
+/// A job and a document commit together, and a stale expectation anywhere writes nothing.
+pub async fn commit_applies_every_write_or_none<S: Store>(store: &S) {
+    insert(store, &job("j1").build()).await;
+    insert(store, &job("j2").build()).await;
+    let scheduled = job("j1").status(JobStatus::Scheduled).build();
+    let writes = [
+        Write::job(scheduled.clone(), 1),
+        Write::document(&usage("gpu", 1), 0).unwrap(),
+    ];
+    store.commit(&writes).await.unwrap();
+    let read = store.get_job("j1").await.unwrap().unwrap();
+    assert_eq!((read.value.status, read.version), (JobStatus::Scheduled, 2));
+    let doc = store
+        .get_document::<EnvironmentUsage>("gpu")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((doc.value.total(), doc.version), (1, 1));
+
+    // j2 is at version 1, but the document is no longer at 0: nothing may be written.
+    let stale = [
+        Write::job(job("j2").status(JobStatus::Scheduled).build(), 1),
+        Write::document(&usage("gpu", 2), 0).unwrap(),
+    ];
+    assert!(matches!(
+        store.commit(&stale).await,
+        Err(StoreError::Conflict)
+    ));
+    let j2 = store.get_job("j2").await.unwrap().unwrap();
+    assert_eq!(
+        (j2.value.status, j2.version),
+        (JobStatus::Runnable, 1),
+        "rolled back"
+    );
+    let doc = store
+        .get_document::<EnvironmentUsage>("gpu")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((doc.value.total(), doc.version), (1, 1), "unchanged");
+
+    // A stale job version also refuses the whole commit.
+    let stale_job = [
+        Write::document(&usage("gpu", 3), 1).unwrap(),
+        Write::job(job("j1").status(JobStatus::Running).build(), 1),
+    ];
+    assert!(matches!(
+        store.commit(&stale_job).await,
+        Err(StoreError::Conflict)
+    ));
+    let doc = store
+        .get_document::<EnvironmentUsage>("gpu")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        doc.value.total(),
+        1,
+        "the document written first was rolled back"
+    );
+    assert!(store.commit(&[]).await.is_ok(), "an empty commit is fine");
+}
+
+/// Documents: create only at 0, update only at the stored version, listed by key per kind.
+pub async fn documents_are_created_at_version_1_and_checked<S: Store>(store: &S) {
+    assert!(
+        store
+            .get_document::<EnvironmentUsage>("gpu")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    store
+        .commit(&[Write::document(&usage("gpu", 4), 0).unwrap()])
+        .await
+        .unwrap();
+    store
+        .commit(&[Write::document(&usage("cpu", 1), 0).unwrap()])
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .commit(&[Write::document(&usage("gpu", 5), 0).unwrap()])
+            .await,
+        Err(StoreError::Conflict)
+    ));
+    store
+        .commit(&[Write::document(&usage("gpu", 5), 1).unwrap()])
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .commit(&[Write::document(&usage("gpu", 6), 1).unwrap()])
+            .await,
+        Err(StoreError::Conflict)
+    ));
+    let share = ShareUsageRecord {
+        queue: "q".into(),
+        share: "a".into(),
+        ..Default::default()
+    };
+    store
+        .commit(&[Write::document(&share, 0).unwrap()])
+        .await
+        .unwrap();
+    let all = store.list_documents::<EnvironmentUsage>().await.unwrap();
+    let keys: Vec<(&str, u64, u64)> = all
+        .iter()
+        .map(|d| (d.value.environment.as_str(), d.value.total(), d.version))
+        .collect();
+    assert_eq!(
+        keys,
+        [("cpu", 1, 1), ("gpu", 5, 2)],
+        "ordered by key, only this kind"
+    );
+    let shares = store.list_documents::<ShareUsageRecord>().await.unwrap();
+    assert_eq!(shares.len(), 1);
+    assert_eq!(shares[0].value.key(), "q/a");
+}
+
+/// RUNNABLE jobs of a queue: FIFO by runnable time, or by priority then time; per share; limited.
+pub async fn runnable_jobs_come_in_dispatch_order<S: Store>(store: &S) {
+    let jobs = [
+        job("a").runnable_at(30).priority(1).share("s1").build(),
+        job("b").runnable_at(10).priority(0).share("s1").build(),
+        job("c").runnable_at(20).priority(5).share("s2").build(),
+        job("d").runnable_at(20).priority(5).share("s1").build(),
+        job("e").runnable_at(5).status(JobStatus::Submitted).build(),
+        job("f").runnable_at(1).queue("other").build(),
+        job("g").runnable_at(10).priority(9).share("s1").build(),
+    ];
+    for j in &jobs {
+        insert(store, j).await;
+    }
+    let ids =
+        |v: Vec<Versioned<ServiceJob>>| v.into_iter().map(|j| j.value.job_id).collect::<Vec<_>>();
+    let fifo = store
+        .runnable_jobs("q", None, RunnableOrder::Fifo, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(fifo),
+        ["b", "g", "c", "d", "a"],
+        "by runnable time, then id"
+    );
+    let by_priority = store
+        .runnable_jobs("q", None, RunnableOrder::Priority, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(by_priority), ["g", "c", "d", "a", "b"]);
+    let share = store
+        .runnable_jobs("q", Some("s1"), RunnableOrder::Priority, 2)
+        .await
+        .unwrap();
+    assert_eq!(ids(share), ["g", "d"], "one share, limited");
+    let none = store
+        .runnable_jobs("q", Some("nobody"), RunnableOrder::Fifo, 10)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+
+    // Leaving RUNNABLE leaves the index; a priority change moves the job.
+    store
+        .update_job(&job("g").status(JobStatus::Scheduled).build(), 1)
+        .await
+        .unwrap();
+    store
+        .update_job(&job("b").runnable_at(10).priority(7).share("s1").build(), 1)
+        .await
+        .unwrap();
+    let share = store
+        .runnable_jobs("q", Some("s1"), RunnableOrder::Priority, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(share), ["b", "d", "a"]);
+}
+
+/// Distinct shares with RUNNABLE jobs, and the jobs holding capacity.
+pub async fn runnable_shares_and_dispatched_jobs_follow_status<S: Store>(store: &S) {
+    for j in [
+        job("a").share("s2").build(),
+        job("b").share("s1").build(),
+        job("c").quota_share("qs").build(),
+        job("d").build(),
+        job("e").share("s3").status(JobStatus::Running).build(),
+        job("f").status(JobStatus::Scheduled).build(),
+        job("g").status(JobStatus::Starting).build(),
+        job("h").status(JobStatus::Succeeded).build(),
+        job("i").queue("other").share("x").build(),
+    ] {
+        insert(store, &j).await;
+    }
+    assert_eq!(
+        store.runnable_shares("q").await.unwrap(),
+        ["", "qs", "s1", "s2"]
+    );
+    let dispatched = store.dispatched_jobs().await.unwrap();
+    let ids: Vec<&str> = dispatched.iter().map(|j| j.value.job_id.as_str()).collect();
+    assert_eq!(ids, ["e", "f", "g"]);
 }

@@ -8,9 +8,10 @@ use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
 
 use crate::ports::{
-    ClientTokenRecord, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource, Store,
-    StoreError, Versioned,
+    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
+    RunnableOrder, Store, StoreError, Versioned, Write, share_key,
 };
+use trainyard_domain::job::JobStatus;
 
 #[derive(Default)]
 struct Inner {
@@ -18,6 +19,8 @@ struct Inner {
     tokens: BTreeMap<String, ClientTokenRecord>,
     /// (kind, key) → (version, JSON document), as a real store keeps it.
     resources: BTreeMap<(ResourceKind, String), (u64, serde_json::Value)>,
+    /// (kind, key) → (version, JSON document): scheduler state.
+    documents: BTreeMap<(&'static str, String), (u64, serde_json::Value)>,
 }
 
 /// A [`Store`] in process memory.
@@ -221,4 +224,144 @@ impl Store for MemoryStore {
             _ => Err(StoreError::Conflict),
         }
     }
+
+    async fn get_document<D: Document>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Versioned<D>>, StoreError> {
+        let inner = self.lock();
+        match inner.documents.get(&(D::KIND, key.to_owned())) {
+            None => Ok(None),
+            Some((version, doc)) => {
+                let value = D::deserialize(doc).map_err(|e| corrupt(key.to_owned(), e))?;
+                Ok(Some(Versioned {
+                    value,
+                    version: *version,
+                }))
+            }
+        }
+    }
+
+    async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
+        let inner = self.lock();
+        inner
+            .documents
+            .iter()
+            .filter(|((kind, _), _)| *kind == D::KIND)
+            .map(|((_, key), (version, doc))| {
+                let value = D::deserialize(doc).map_err(|e| corrupt(key.clone(), e))?;
+                Ok(Versioned {
+                    value,
+                    version: *version,
+                })
+            })
+            .collect()
+    }
+
+    async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        // Check every expectation first, then apply: all or nothing.
+        for write in writes {
+            let ok = match write {
+                Write::Job {
+                    job,
+                    expected_version,
+                } => inner
+                    .jobs
+                    .get(&job.job_id)
+                    .is_some_and(|v| v.version == *expected_version),
+                Write::Document {
+                    kind,
+                    key,
+                    expected_version,
+                    ..
+                } => {
+                    let stored = inner
+                        .documents
+                        .get(&(*kind, key.clone()))
+                        .map_or(0, |d| d.0);
+                    stored == *expected_version
+                }
+            };
+            if !ok {
+                return Err(StoreError::Conflict);
+            }
+        }
+        for write in writes {
+            match write {
+                Write::Job { job, .. } => {
+                    if let Some(stored) = inner.jobs.get_mut(&job.job_id) {
+                        stored.value = job.clone();
+                        stored.version += 1;
+                    }
+                }
+                Write::Document {
+                    kind,
+                    key,
+                    doc,
+                    expected_version,
+                } => {
+                    inner
+                        .documents
+                        .insert((*kind, key.clone()), (expected_version + 1, doc.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn runnable_jobs(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        let inner = self.lock();
+        let mut jobs: Vec<&Versioned<ServiceJob>> = inner
+            .jobs
+            .values()
+            .filter(|v| v.value.status == JobStatus::Runnable && v.value.job_queue == queue)
+            .filter(|v| share.is_none_or(|s| share_key(&v.value) == s))
+            .collect();
+        jobs.sort_by(|a, b| runnable_order(order, &a.value).cmp(&runnable_order(order, &b.value)));
+        Ok(jobs.into_iter().take(limit).cloned().collect())
+    }
+
+    async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        let inner = self.lock();
+        let shares: std::collections::BTreeSet<String> = inner
+            .jobs
+            .values()
+            .filter(|v| v.value.status == JobStatus::Runnable && v.value.job_queue == queue)
+            .map(|v| share_key(&v.value).to_owned())
+            .collect();
+        Ok(shares.into_iter().collect())
+    }
+
+    async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .jobs
+            .values()
+            .filter(|v| v.value.status.is_dispatched())
+            .cloned()
+            .collect())
+    }
+}
+
+/// The sort key of [`RunnableOrder`]: total, ending on the job id.
+pub fn runnable_order(
+    order: RunnableOrder,
+    job: &ServiceJob,
+) -> (std::cmp::Reverse<u32>, i64, String) {
+    let priority = match order {
+        RunnableOrder::Fifo => 0,
+        RunnableOrder::Priority => job.priority(),
+    };
+    (
+        std::cmp::Reverse(priority),
+        job.runnable_at.unwrap_or(job.created_at),
+        job.job_id.clone(),
+    )
 }

@@ -170,6 +170,148 @@ pub struct Page<T> {
     pub next: Option<JobCursor>,
 }
 
+/// Scheduler state the store keeps beside jobs and configuration: JSON documents under
+/// (kind, key), versioned like resources, and written together with jobs by [`Store::commit`].
+pub trait Document: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
+    /// The kind's stable name (it is stored: never change one).
+    const KIND: &'static str;
+    /// The unique key within the kind.
+    fn key(&self) -> String;
+}
+
+/// Instances a service environment has handed out, per instance type.
+///
+/// Every dispatch and every release changes it in the same atomic commit as the job, with a
+/// version check, so two cycles planning at once can never both hand out the last instance: the
+/// second commit fails and its job waits for the next cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentUsage {
+    /// The service environment.
+    pub environment: String,
+    /// Instances in use per instance type (types at zero are removed).
+    pub instances: std::collections::BTreeMap<String, u64>,
+}
+
+impl EnvironmentUsage {
+    /// All instances in use.
+    pub fn total(&self) -> u64 {
+        self.instances.values().sum()
+    }
+
+    /// Takes `instances` (a job being dispatched).
+    pub fn add(&mut self, instances: &std::collections::BTreeMap<String, u32>) {
+        for (ty, n) in instances {
+            *self.instances.entry(ty.clone()).or_insert(0) += u64::from(*n);
+        }
+    }
+
+    /// Gives back `instances` (an attempt that ended), never below zero.
+    pub fn remove(&mut self, instances: &std::collections::BTreeMap<String, u32>) {
+        for (ty, n) in instances {
+            if let Some(used) = self.instances.get_mut(ty) {
+                *used = used.saturating_sub(u64::from(*n));
+                if *used == 0 {
+                    self.instances.remove(ty);
+                }
+            }
+        }
+    }
+}
+
+impl Document for EnvironmentUsage {
+    const KIND: &'static str = "environment-usage";
+    fn key(&self) -> String {
+        self.environment.clone()
+    }
+}
+
+/// The decayed usage of one fair share (see `trainyard_scheduler::fair_share`).
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShareUsageRecord {
+    /// Queue name.
+    pub queue: String,
+    /// Share identifier.
+    pub share: String,
+    /// Decayed instance-seconds and when they were last brought up to date.
+    pub usage: trainyard_scheduler::fair_share::ShareUsage,
+}
+
+impl Document for ShareUsageRecord {
+    const KIND: &'static str = "share-usage";
+    fn key(&self) -> String {
+        quota_share_key(&self.queue, &self.share)
+    }
+}
+
+/// One write of an atomic [`Store::commit`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Replace a job whose stored version is `expected_version`.
+    Job {
+        /// The new job.
+        job: ServiceJob,
+        /// The version read.
+        expected_version: u64,
+    },
+    /// Put a document whose stored version is `expected_version` (0: it must not exist yet).
+    Document {
+        /// [`Document::KIND`].
+        kind: &'static str,
+        /// [`Document::key`].
+        key: String,
+        /// The document, encoded.
+        doc: serde_json::Value,
+        /// The version read, or 0 to create.
+        expected_version: u64,
+    },
+}
+
+impl Write {
+    /// Replaces `job` if it is still at `expected_version`.
+    pub fn job(job: ServiceJob, expected_version: u64) -> Self {
+        Self::Job {
+            job,
+            expected_version,
+        }
+    }
+
+    /// Puts `doc` if it is still at `expected_version` (0: create).
+    pub fn document<D: Document>(doc: &D, expected_version: u64) -> Result<Self, StoreError> {
+        let key = doc.key();
+        let encoded = serde_json::to_value(doc).map_err(|e| StoreError::Corrupt {
+            key: key.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Self::Document {
+            kind: D::KIND,
+            key,
+            doc: encoded,
+            expected_version,
+        })
+    }
+}
+
+/// The order in which a queue's RUNNABLE jobs are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnableOrder {
+    /// FIFO queues: when the job became RUNNABLE, then job id.
+    Fifo,
+    /// Queues with a scheduling policy: `schedulingPriority` descending, then when the job became
+    /// RUNNABLE, then job id.
+    Priority,
+}
+
+/// The share a job is counted in for ordering: its fair-share identifier or its quota share
+/// (`""` when it has neither).
+pub fn share_key(job: &ServiceJob) -> &str {
+    job.share_identifier
+        .as_deref()
+        .or(job.quota_share_name.as_deref())
+        .unwrap_or("")
+}
+
 /// Durable state. Every method is one atomic step; an acknowledged write is durable.
 pub trait Store: Send + Sync + 'static {
     /// Inserts a new job (version 1). With a token, records it in the same atomic step, unless
@@ -229,6 +371,44 @@ pub trait Store: Send + Sync + 'static {
         key: &str,
         expected_version: u64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Reads a document by key.
+    fn get_document<D: Document>(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Versioned<D>>, StoreError>> + Send;
+
+    /// All documents of a kind, ordered by key.
+    fn list_documents<D: Document>(
+        &self,
+    ) -> impl Future<Output = Result<Vec<Versioned<D>>, StoreError>> + Send;
+
+    /// Applies every write or none: [`StoreError::Conflict`] if any expected version differs
+    /// (a job or document changed since it was read, or a document to create exists). Each
+    /// written job and document gets its version plus one (documents created get 1).
+    fn commit(&self, writes: &[Write]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The first `limit` RUNNABLE jobs of `queue` in `order`; with `share`, only those whose
+    /// [`share_key`] is `share`. Reads an index: the cost grows with `limit`, not the backlog.
+    fn runnable_jobs(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send;
+
+    /// The distinct [`share_key`]s of `queue`'s RUNNABLE jobs, ordered.
+    fn runnable_shares(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Every job holding capacity (SCHEDULED, STARTING or RUNNING), ordered by job id. Bounded
+    /// by the capacity of the environments.
+    fn dispatched_jobs(
+        &self,
+    ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send;
 }
 
 /// Wall-clock time, as epoch milliseconds. Tests use a manual clock.

@@ -1,1 +1,447 @@
-//! The in-process event sink and loop (being written).
+//! Local mode's event sink and the loop that reacts to it.
+//!
+//! In AWS, events travel over EventBridge and wake Lambda functions; locally they stay in the
+//! process. [`LocalEvents`] is the sink the service publishes to: it wakes the loop through a
+//! [`Notify`] (which remembers one wake-up if the loop is busy, so a burst of events costs one
+//! extra pass, not one pass per event) and fans events out on a [`broadcast`] channel for
+//! observers such as a future `trainyard events --follow`.
+//!
+//! [`run`] is the loop: on every wake-up, and every `interval` in case an event was missed, it
+//! asks the service to accept SUBMITTED jobs into their queues until a pass comes back short.
+//! Errors are logged and the loop keeps going; it returns only when its shutdown future resolves.
+//! Jobs left SUBMITTED by a previous run are taken by [`accept_backlog`], which a host calls
+//! before it takes requests, so that the backlog pass cannot catch a job submitted a moment ago.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, broadcast};
+use trainyard_app::ports::{Event, EventSink, Store};
+use trainyard_app::{AppError, Service};
+
+/// How many events a slow observer may fall behind before it starts missing some. Observers are
+/// informational (the loop itself is woken by [`Notify`]), so lagging costs nothing but output.
+pub const EVENT_BUFFER: usize = 1024;
+
+/// How many jobs one `accept_submitted` call may move. Bounded so that one pass holds the store
+/// briefly and shutdown is noticed between passes even under a flood of submissions.
+pub const ACCEPT_BATCH: usize = 100;
+
+/// How long the loop waits after being woken by an event before acting on it. Clients such as
+/// the SageMaker SDK describe a job right after submitting it and expect it still SUBMITTED, as
+/// on AWS Batch; this pause keeps the freshly submitted job in SUBMITTED for that round trip.
+pub const SETTLE: Duration = Duration::from_millis(250);
+
+/// The default interval between passes when no event arrives.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The in-process event sink. Cheap to clone: clones share the same channel and wake-up.
+#[derive(Debug, Clone)]
+pub struct LocalEvents {
+    wake: Arc<Notify>,
+    feed: broadcast::Sender<Event>,
+}
+
+impl Default for LocalEvents {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LocalEvents {
+    /// A sink with no observers yet.
+    pub fn new() -> Self {
+        let (feed, _) = broadcast::channel(EVENT_BUFFER);
+        Self {
+            wake: Arc::new(Notify::new()),
+            feed,
+        }
+    }
+
+    /// Observes every event published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.feed.subscribe()
+    }
+
+    /// Resolves at the next publish, or at once if an event arrived since the last wake-up.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+}
+
+impl EventSink for LocalEvents {
+    async fn publish(&self, event: Event) {
+        tracing::debug!(?event, "event published");
+        // No observers is normal (nobody is following), not an error.
+        let _ = self.feed.send(event);
+        self.wake.notify_one();
+    }
+}
+
+/// What the loop drives: the step that accepts SUBMITTED jobs into their queues. A trait so
+/// that the loop can be tested against a counting fake as well as the real [`Service`].
+pub trait Intake: Send + Sync + 'static {
+    /// Moves at most `limit` SUBMITTED jobs that are at least `min_age_ms` old to RUNNABLE;
+    /// returns how many moved.
+    fn accept_submitted(
+        &self,
+        limit: usize,
+        min_age_ms: i64,
+    ) -> impl Future<Output = Result<usize, AppError>> + Send;
+}
+
+impl<S: Store, E: EventSink> Intake for Service<S, E> {
+    fn accept_submitted(
+        &self,
+        limit: usize,
+        min_age_ms: i64,
+    ) -> impl Future<Output = Result<usize, AppError>> + Send {
+        Service::accept_submitted(self, limit, min_age_ms)
+    }
+}
+
+/// Why the loop woke up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Event,
+    Tick,
+}
+
+/// The loop's timing and batch size; [`LoopConfig::new`] gives the defaults for an interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopConfig {
+    /// Time between passes when no event arrives (at least 1 ms, so the loop cannot spin).
+    pub interval: Duration,
+    /// Pause between an event's wake-up and the pass it triggers (see [`SETTLE`]).
+    pub settle: Duration,
+    /// Jobs per `accept_submitted` call, at least 1 (see [`ACCEPT_BATCH`]).
+    pub batch: usize,
+}
+
+impl LoopConfig {
+    /// The defaults ([`SETTLE`], [`ACCEPT_BATCH`]) with the given interval.
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            settle: SETTLE,
+            batch: ACCEPT_BATCH,
+        }
+    }
+}
+
+/// Runs the local loop with the default settle pause and batch size until `shutdown` resolves.
+pub async fn run<I: Intake>(
+    intake: Arc<I>,
+    events: LocalEvents,
+    interval: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    run_with(intake, events, LoopConfig::new(interval), shutdown).await;
+}
+
+/// Runs the local loop until `shutdown` resolves.
+///
+/// Each pass calls [`Intake::accept_submitted`] with `config.batch` until it moves fewer jobs
+/// than that, so a backlog drains in one wake-up. A pass triggered by an event first waits
+/// `config.settle`. Errors are logged and retried at the next wake-up.
+pub async fn run_with<I: Intake>(
+    intake: Arc<I>,
+    events: LocalEvents,
+    config: LoopConfig,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let interval = config.interval.max(Duration::from_millis(1));
+    let batch = config.batch.max(1);
+    // Jobs younger than the settle pause stay SUBMITTED even when a tick's pass runs while they
+    // are being inserted: a client describing its job right after submit sees SUBMITTED.
+    let settle_ms = i64::try_from(config.settle.as_millis()).unwrap_or(i64::MAX);
+    tracing::info!(
+        interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+        settle_ms,
+        "local loop started"
+    );
+    loop {
+        let wake = tokio::select! {
+            // Biased: when an event and the tick are both due, the event's settle pause applies.
+            biased;
+            () = &mut shutdown => break,
+            () = events.woken() => Wake::Event,
+            () = tokio::time::sleep(interval) => Wake::Tick,
+        };
+        if wake == Wake::Event {
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(config.settle) => {}
+            }
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = drain(intake.as_ref(), batch, settle_ms) => {}
+        }
+    }
+    tracing::info!("local loop stopped");
+}
+
+/// Accepts every job still SUBMITTED (for example from before a restart), in batches of
+/// [`ACCEPT_BATCH`]; returns how many moved. Call it before taking requests.
+pub async fn accept_backlog<I: Intake>(intake: &I) -> usize {
+    drain(intake, ACCEPT_BATCH, 0).await
+}
+
+/// Accepts SUBMITTED jobs until a pass comes back short or fails; returns how many moved.
+async fn drain<I: Intake>(intake: &I, batch: usize, min_age_ms: i64) -> usize {
+    let mut total = 0;
+    loop {
+        match intake.accept_submitted(batch, min_age_ms).await {
+            Ok(moved) => {
+                total += moved;
+                if moved > 0 {
+                    tracing::info!(jobs = moved, "accepted submitted jobs");
+                }
+                if moved < batch {
+                    return total;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accepting submitted jobs failed; retrying at the next wake-up");
+                return total;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    use trainyard_app::ports::StoreError;
+
+    use super::*;
+
+    /// Marks a failed call in [`Backlog::calls`].
+    const FAILED: usize = usize::MAX;
+
+    /// A fake intake with a backlog of `pending` jobs; records what every call moved.
+    #[derive(Default)]
+    struct Backlog {
+        pending: AtomicUsize,
+        calls: Mutex<Vec<usize>>,
+        fail_next: AtomicUsize,
+    }
+
+    impl Backlog {
+        fn with(pending: usize) -> Arc<Self> {
+            Arc::new(Self {
+                pending: AtomicUsize::new(pending),
+                ..Self::default()
+            })
+        }
+
+        fn calls(&self) -> Vec<usize> {
+            self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+        }
+
+        fn record(&self, moved: usize) {
+            if let Ok(mut calls) = self.calls.lock() {
+                calls.push(moved);
+            }
+        }
+    }
+
+    impl Intake for Backlog {
+        async fn accept_submitted(
+            &self,
+            limit: usize,
+            _min_age_ms: i64,
+        ) -> Result<usize, AppError> {
+            if self.fail_next.load(Ordering::SeqCst) > 0 {
+                self.fail_next.fetch_sub(1, Ordering::SeqCst);
+                self.record(FAILED);
+                return Err(AppError::Internal(StoreError::Conflict));
+            }
+            let pending = self.pending.load(Ordering::SeqCst);
+            let moved = pending.min(limit);
+            self.pending.store(pending - moved, Ordering::SeqCst);
+            self.record(moved);
+            Ok(moved)
+        }
+    }
+
+    /// A running loop and the means to stop it.
+    struct Running {
+        intake: Arc<Backlog>,
+        events: LocalEvents,
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    fn start(intake: Arc<Backlog>, config: LoopConfig) -> Running {
+        let events = LocalEvents::new();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run_with(
+            intake.clone(),
+            events.clone(),
+            config,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Running {
+            intake,
+            events,
+            stop,
+            task,
+        }
+    }
+
+    impl Running {
+        /// Polls until `done(calls)` holds; panics with the calls after five seconds.
+        async fn until(&self, what: &str, done: impl Fn(&[usize]) -> bool) {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let calls = self.intake.calls();
+                if done(&calls) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for {what}: {calls:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+
+        async fn stop(self, within: Duration) -> Arc<Backlog> {
+            let _ = self.stop.send(());
+            tokio::time::timeout(within, self.task)
+                .await
+                .expect("loop stops on shutdown")
+                .expect("loop task does not panic");
+            self.intake
+        }
+    }
+
+    fn config(interval_ms: u64, settle_ms: u64, batch: usize) -> LoopConfig {
+        LoopConfig {
+            interval: Duration::from_millis(interval_ms),
+            settle: Duration::from_millis(settle_ms),
+            batch,
+        }
+    }
+
+    fn event(n: u32) -> Event {
+        Event::JobSubmitted {
+            job_id: format!("job-{n}"),
+            job_queue: "research".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_backlog_larger_than_a_batch_drains_in_one_wake_up() {
+        let running = start(Backlog::with(250), config(3_600_000, 10, 100));
+        running.events.publish(event(1)).await;
+        running
+            .until("the backlog to drain", |c| c == [100, 100, 50])
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let intake = running.stop(Duration::from_secs(1)).await;
+        assert_eq!(
+            intake.calls(),
+            vec![100, 100, 50],
+            "a short pass ends the drain"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_event_wakes_the_loop_after_the_settle_pause_not_before() {
+        let running = start(Backlog::with(3), config(3_600_000, 300, 100));
+        let woken_at = Instant::now();
+        running.events.publish(event(1)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            running.intake.calls(),
+            Vec::<usize>::new(),
+            "a just-submitted job stays SUBMITTED during the settle pause"
+        );
+        running.until("the event's pass", |c| c == [3]).await;
+        assert!(woken_at.elapsed() >= Duration::from_millis(300));
+        running.stop(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn without_events_the_interval_still_drives_passes() {
+        let running = start(Backlog::with(0), config(50, 3_600_000, 100));
+        running
+            .until("a first tick", |c| c.first() == Some(&0))
+            .await;
+        running.intake.pending.store(7, Ordering::SeqCst);
+        running
+            .until("a tick to take the backlog", |c| c.contains(&7))
+            .await;
+        running.stop(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn an_error_is_logged_and_the_next_wake_up_retries() {
+        let intake = Backlog::with(5);
+        intake.fail_next.store(1, Ordering::SeqCst);
+        let running = start(intake, config(50, 10, 100));
+        running
+            .until("a retry after the failure", |c| c.starts_with(&[FAILED, 5]))
+            .await;
+        running.stop(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn shutdown_interrupts_the_settle_pause() {
+        let running = start(Backlog::with(1), config(3_600_000, 3_600_000, 100));
+        running.events.publish(event(1)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let intake = running.stop(Duration::from_secs(1)).await;
+        assert_eq!(
+            intake.calls(),
+            Vec::<usize>::new(),
+            "no pass after shutdown"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_backlog_pass_takes_everything_in_batches() {
+        let intake = Backlog::with(ACCEPT_BATCH * 2 + 1);
+        assert_eq!(accept_backlog(intake.as_ref()).await, ACCEPT_BATCH * 2 + 1);
+        assert_eq!(intake.calls(), vec![ACCEPT_BATCH, ACCEPT_BATCH, 1]);
+        assert_eq!(accept_backlog(intake.as_ref()).await, 0);
+    }
+
+    #[tokio::test]
+    async fn observers_see_every_published_event_in_order() {
+        let events = LocalEvents::new();
+        let mut feed = events.subscribe();
+        for n in 0..3 {
+            events.publish(event(n)).await;
+        }
+        for n in 0..3 {
+            assert_eq!(feed.recv().await.ok(), Some(event(n)));
+        }
+    }
+
+    #[tokio::test]
+    async fn publishing_without_observers_is_fine_and_leaves_one_wake_up() {
+        let events = LocalEvents::new();
+        events.publish(event(1)).await;
+        events.publish(event(2)).await;
+        tokio::time::timeout(Duration::from_millis(500), events.woken())
+            .await
+            .expect("a stored wake-up resolves at once");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), events.woken())
+                .await
+                .is_err(),
+            "two events leave one wake-up, not two"
+        );
+    }
+}

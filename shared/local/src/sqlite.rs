@@ -33,8 +33,8 @@ use std::time::Duration;
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use trainyard_app::ports::{
-    ClientTokenRecord, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource, Store,
-    StoreError, Versioned,
+    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
+    RunnableOrder, Store, StoreError, Versioned, Write, share_key,
 };
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
@@ -227,7 +227,8 @@ impl SqliteStore {
         }
         tx.prepare_cached(
             "INSERT INTO jobs (job_id, job_queue, status, share_identifier, quota_share_name, \
-             name_lower, created_at, version, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8)",
+             name_lower, created_at, version, doc, priority, runnable_at, share_key) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11)",
         )
         .and_then(|mut stmt| {
             stmt.execute(params![
@@ -239,6 +240,9 @@ impl SqliteStore {
                 job.job_name.to_lowercase(),
                 job.created_at,
                 doc,
+                job.priority(),
+                job.runnable_at.unwrap_or(job.created_at),
+                share_key(job),
             ])
         })
         .map_err(classify)?;
@@ -277,36 +281,147 @@ impl SqliteStore {
     }
 
     fn update_job_now(&self, job: &ServiceJob, expected_version: u64) -> Result<u64, StoreError> {
-        // A version beyond i64 was never stored, so it cannot match.
-        let expected = i64::try_from(expected_version).map_err(|_| StoreError::Conflict)?;
-        let doc = encode(&job.job_id, job)?;
         let conn = self.lock();
         // One conditional statement is its own transaction: the version check and the write
         // cannot be separated.
-        let changed = conn
-            .prepare_cached(
-                "UPDATE jobs SET job_queue = ?2, status = ?3, share_identifier = ?4, \
-                 quota_share_name = ?5, name_lower = ?6, created_at = ?7, doc = ?8, \
-                 version = version + 1 WHERE job_id = ?1 AND version = ?9",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    job.job_id,
-                    job.job_queue,
-                    job.status.as_str(),
-                    job.share_identifier,
-                    job.quota_share_name,
-                    job.job_name.to_lowercase(),
-                    job.created_at,
-                    doc,
-                    expected,
-                ])
-            })
-            .map_err(classify)?;
-        if changed == 0 {
+        if !update_job_in(&conn, job, expected_version)? {
             return Err(StoreError::Conflict);
         }
         Ok(expected_version + 1)
+    }
+
+    fn commit_now(&self, writes: &[Write]) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(classify)?;
+        for write in writes {
+            let applied = match write {
+                Write::Job {
+                    job,
+                    expected_version,
+                } => update_job_in(&tx, job, *expected_version)?,
+                Write::Document {
+                    kind,
+                    key,
+                    doc,
+                    expected_version,
+                } => {
+                    let doc = encode(key, doc)?;
+                    put_document_in(&tx, kind, key, &doc, *expected_version)?
+                }
+            };
+            if !applied {
+                // Dropping the transaction rolls back whatever was written before.
+                return Err(StoreError::Conflict);
+            }
+        }
+        tx.commit().map_err(classify)
+    }
+
+    fn get_document_now<D: Document>(&self, key: &str) -> Result<Option<Versioned<D>>, StoreError> {
+        let conn = self.lock();
+        let row = conn
+            .prepare_cached("SELECT version, doc FROM documents WHERE kind = ?1 AND key = ?2")
+            .and_then(|mut stmt| {
+                stmt.query_row(params![D::KIND, key], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+                })
+                .optional()
+            })
+            .map_err(classify)?;
+        row.map(|(version, doc)| decode(key, version, &doc))
+            .transpose()
+    }
+
+    fn list_documents_now<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
+        let conn = self.lock();
+        let rows = conn
+            .prepare_cached("SELECT key, version, doc FROM documents WHERE kind = ?1 ORDER BY key")
+            .and_then(|mut stmt| {
+                stmt.query_map([D::KIND], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, i64>(1)?,
+                        row.get::<_, String>(2)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(classify)?;
+        rows.iter()
+            .map(|(key, version, doc)| decode(key, *version, doc))
+            .collect()
+    }
+
+    fn runnable_jobs_now(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        let order_by = match order {
+            RunnableOrder::Fifo => "runnable_at, job_id",
+            RunnableOrder::Priority => "priority DESC, runnable_at, job_id",
+        };
+        let share_filter = if share.is_some() {
+            "AND share_key = ?3"
+        } else {
+            "AND ?3 IS NULL"
+        };
+        let sql = format!(
+            "SELECT job_id, version, doc FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
+             {share_filter} ORDER BY {order_by} LIMIT ?2"
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.query_jobs(&sql, params![queue, limit, share])
+    }
+
+    fn runnable_shares_now(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        conn.prepare_cached(
+            "SELECT DISTINCT share_key FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
+             ORDER BY share_key",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([queue], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(classify)
+    }
+
+    fn dispatched_jobs_now(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        self.query_jobs(
+            "SELECT job_id, version, doc FROM jobs \
+             WHERE status IN ('SCHEDULED', 'STARTING', 'RUNNING') ORDER BY job_id",
+            params![],
+        )
+    }
+
+    /// Runs a query returning (job_id, version, doc) rows.
+    fn query_jobs(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        let conn = self.lock();
+        let rows = conn
+            .prepare_cached(sql)
+            .and_then(|mut stmt| {
+                stmt.query_map(params, |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, i64>(1)?,
+                        row.get::<_, String>(2)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(classify)?;
+        rows.iter()
+            .map(|(id, version, doc)| decode(id, *version, doc))
+            .collect()
     }
 
     fn list_jobs_now(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
@@ -488,6 +603,72 @@ fn list_jobs_sql(query: &JobQuery, limit: usize) -> (String, Vec<Value>) {
     (sql, values)
 }
 
+/// Replaces a job if its version is `expected_version`; false when it is not (or absent).
+fn update_job_in(
+    conn: &Connection,
+    job: &ServiceJob,
+    expected_version: u64,
+) -> Result<bool, StoreError> {
+    // A version beyond i64 was never stored, so it cannot match.
+    let Ok(expected) = i64::try_from(expected_version) else {
+        return Ok(false);
+    };
+    let doc = encode(&job.job_id, job)?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE jobs SET job_queue = ?2, status = ?3, share_identifier = ?4, \
+             quota_share_name = ?5, name_lower = ?6, created_at = ?7, doc = ?8, \
+             priority = ?10, runnable_at = ?11, share_key = ?12, \
+             version = version + 1 WHERE job_id = ?1 AND version = ?9",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                job.job_id,
+                job.job_queue,
+                job.status.as_str(),
+                job.share_identifier,
+                job.quota_share_name,
+                job.job_name.to_lowercase(),
+                job.created_at,
+                doc,
+                expected,
+                job.priority(),
+                job.runnable_at.unwrap_or(job.created_at),
+                share_key(job),
+            ])
+        })
+        .map_err(classify)?;
+    Ok(changed == 1)
+}
+
+/// Puts a document if its version is `expected_version` (0: it must not exist).
+fn put_document_in(
+    conn: &Connection,
+    kind: &str,
+    key: &str,
+    doc: &str,
+    expected_version: u64,
+) -> Result<bool, StoreError> {
+    let Ok(expected) = i64::try_from(expected_version) else {
+        return Ok(false);
+    };
+    let changed = if expected == 0 {
+        conn.prepare_cached(
+            "INSERT INTO documents (kind, key, version, doc) VALUES (?1, ?2, 1, ?3) \
+             ON CONFLICT (kind, key) DO NOTHING",
+        )
+        .and_then(|mut stmt| stmt.execute(params![kind, key, doc]))
+    } else {
+        conn.prepare_cached(
+            "UPDATE documents SET doc = ?3, version = version + 1 \
+             WHERE kind = ?1 AND key = ?2 AND version = ?4",
+        )
+        .and_then(|mut stmt| stmt.execute(params![kind, key, doc, expected]))
+    }
+    .map_err(classify)?;
+    Ok(changed == 1)
+}
+
 /// The `kind` column's spelling of each resource kind. Stored on disk: never change one.
 fn kind_name(kind: ResourceKind) -> &'static str {
     match kind {
@@ -588,5 +769,38 @@ impl Store for SqliteStore {
         expected_version: u64,
     ) -> Result<(), StoreError> {
         self.delete_resource_now::<R>(key, expected_version)
+    }
+
+    async fn get_document<D: Document>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Versioned<D>>, StoreError> {
+        self.get_document_now(key)
+    }
+
+    async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
+        self.list_documents_now()
+    }
+
+    async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
+        self.commit_now(writes)
+    }
+
+    async fn runnable_jobs(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        self.runnable_jobs_now(queue, share, order, limit)
+    }
+
+    async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        self.runnable_shares_now(queue)
+    }
+
+    async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        self.dispatched_jobs_now()
     }
 }

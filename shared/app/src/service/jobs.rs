@@ -460,12 +460,16 @@ impl<S: Store, E: EventSink> Service<S, E> {
     /// Moves up to `limit` SUBMITTED jobs, oldest first, into their queues (RUNNABLE). A job
     /// whose queue no longer exists fails with a reason saying so. A job someone else changed
     /// meanwhile (a version conflict) is left alone. Returns how many jobs were moved.
-    pub async fn accept_submitted(&self, limit: usize) -> Result<usize, AppError> {
+    pub async fn accept_submitted(&self, limit: usize, min_age_ms: i64) -> Result<usize, AppError> {
         if limit == 0 {
             return Ok(0);
         }
+        // Only jobs at least `min_age_ms` old: a client that describes its job right after
+        // submitting must still see SUBMITTED (the SageMaker SDK asserts it).
+        let cutoff = self.clock.now_ms().saturating_sub(min_age_ms.max(0));
         let query = JobQuery {
             status: Some(JobStatus::Submitted),
+            created_before: Some(cutoff.saturating_add(1)),
             ..JobQuery::default()
         };
         let mut submitted = self.scan_jobs(query, ACCEPT_SCAN_CAP).await?;
@@ -741,7 +745,7 @@ mod tests {
 
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::ports::{NoEvents, Resource};
+    use crate::ports::{Document, NoEvents, Resource, RunnableOrder, Write};
     use crate::testing::{ManualClock, SequentialIds};
     use trainyard_domain::arn::ArnContext;
     use trainyard_domain::payload::TrainingRequest;
@@ -815,6 +819,40 @@ mod tests {
         ) -> impl Future<Output = Result<(), StoreError>> + Send {
             self.inner.delete_resource::<R>(key, expected_version)
         }
+        fn get_document<D: Document>(
+            &self,
+            key: &str,
+        ) -> impl Future<Output = Result<Option<Versioned<D>>, StoreError>> + Send {
+            self.inner.get_document(key)
+        }
+        fn list_documents<D: Document>(
+            &self,
+        ) -> impl Future<Output = Result<Vec<Versioned<D>>, StoreError>> + Send {
+            self.inner.list_documents()
+        }
+        fn commit(&self, writes: &[Write]) -> impl Future<Output = Result<(), StoreError>> + Send {
+            self.inner.commit(writes)
+        }
+        fn runnable_jobs(
+            &self,
+            queue: &str,
+            share: Option<&str>,
+            order: RunnableOrder,
+            limit: usize,
+        ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send {
+            self.inner.runnable_jobs(queue, share, order, limit)
+        }
+        fn runnable_shares(
+            &self,
+            queue: &str,
+        ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+            self.inner.runnable_shares(queue)
+        }
+        fn dispatched_jobs(
+            &self,
+        ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send {
+            self.inner.dispatched_jobs()
+        }
     }
 
     async fn racing_service(status: JobStatus, conflicts: usize) -> Service<RacingStore, NoEvents> {
@@ -866,12 +904,12 @@ mod tests {
     async fn accepting_skips_a_job_someone_else_just_changed() {
         let service = racing_service(JobStatus::Submitted, 1).await;
         // The job's queue "q" does not exist either way; what matters is the conflict.
-        assert_eq!(service.accept_submitted(10).await.unwrap(), 0);
+        assert_eq!(service.accept_submitted(10, 0).await.unwrap(), 0);
         assert_eq!(
             service.describe_job("j").await.unwrap().status,
             JobStatus::Submitted
         );
-        assert_eq!(service.accept_submitted(10).await.unwrap(), 1);
+        assert_eq!(service.accept_submitted(10, 0).await.unwrap(), 1);
         let job = service.describe_job("j").await.unwrap();
         assert_eq!(job.status, JobStatus::Failed);
         assert!(job.status_reason.unwrap().contains("no longer exists"));

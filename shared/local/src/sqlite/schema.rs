@@ -53,6 +53,38 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, key)
     ) WITHOUT ROWID;
     ",
+    // 2: what the scheduling cycle reads: RUNNABLE jobs in dispatch order per queue and share,
+    // the jobs holding capacity, and scheduler state documents.
+    r"
+    ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN runnable_at INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN share_key TEXT NOT NULL DEFAULT '';
+    UPDATE jobs SET
+        priority = COALESCE(json_extract(doc, '$.schedulingPriority'), 0),
+        runnable_at = COALESCE(json_extract(doc, '$.runnableAt'), created_at),
+        share_key = COALESCE(share_identifier, quota_share_name, '');
+    -- FIFO queues: RUNNABLE jobs by the time they became RUNNABLE. Partial: only RUNNABLE rows,
+    -- so the index stays as small as the backlog and a cycle reads just the heads.
+    CREATE INDEX jobs_runnable_fifo
+        ON jobs (job_queue, runnable_at, job_id) WHERE status = 'RUNNABLE';
+    -- Queues with a policy: per share, higher priority first, then age.
+    CREATE INDEX jobs_runnable_priority
+        ON jobs (job_queue, share_key, priority DESC, runnable_at, job_id)
+        WHERE status = 'RUNNABLE';
+    -- Jobs holding capacity (bounded by the environments' limits).
+    CREATE INDEX jobs_dispatched
+        ON jobs (job_id) WHERE status IN ('SCHEDULED', 'STARTING', 'RUNNING');
+
+    -- Scheduler state (capacity in use per environment, fair-share usage) as JSON documents,
+    -- written in the same transactions as the jobs they account for.
+    CREATE TABLE documents (
+        kind     TEXT    NOT NULL,
+        key      TEXT    NOT NULL,
+        version  INTEGER NOT NULL,
+        doc      TEXT    NOT NULL,
+        PRIMARY KEY (kind, key)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The schema version this code writes: the number of migration steps it knows.

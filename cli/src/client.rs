@@ -1,0 +1,273 @@
+//! A small blocking client for Trainyard's HTTP API (AWS Batch's `restJson1` protocol: every
+//! operation is `POST /v1/<operation>` with a JSON body).
+//!
+//! Errors are shaped for people: an API error carries Batch's own message, and a connection
+//! error says how to start a server. Local mode does not check signatures, so requests are sent
+//! unsigned.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// How long one call may take in total. Local calls take milliseconds; a minute covers a
+/// deployment behind a cold Lambda without letting a dead server hang the command forever.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How many pages a listing follows before giving up. With 100 items a page this is far more
+/// than Batch's limits allow in one queue, so hitting it means the server is looping.
+pub const MAX_PAGES: usize = 10_000;
+
+/// Why a call failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The server answered with an error (`ClientException`, `ServerException`, …).
+    Api {
+        /// The error type (`x-amzn-ErrorType` or `__type`).
+        kind: String,
+        /// HTTP status.
+        status: u16,
+        /// Batch's message.
+        message: String,
+    },
+    /// Nothing answered at the endpoint.
+    Unreachable {
+        /// The endpoint tried.
+        endpoint: String,
+        /// What the transport said.
+        detail: String,
+    },
+    /// The server answered with something that is not the API's JSON.
+    Protocol(String),
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Api {
+                kind,
+                status,
+                message,
+            } => write!(f, "{kind} (HTTP {status}): {message}"),
+            Self::Unreachable { endpoint, detail } => write!(
+                f,
+                "cannot reach Trainyard at {endpoint} ({detail}).\n\
+                 Start a local server with `trainyard up`, or point this command at a running \
+                 one with --endpoint URL or TRAINYARD_ENDPOINT."
+            ),
+            Self::Protocol(message) => write!(f, "unexpected response: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// A client for one endpoint.
+pub struct Client {
+    agent: ureq::Agent,
+    endpoint: String,
+}
+
+impl Client {
+    /// A client for `endpoint` (`http://host:port`, with or without a trailing slash).
+    pub fn new(endpoint: &str) -> Self {
+        let agent = ureq::Agent::config_builder()
+            // API errors are answers to show, not transport failures.
+            .http_status_as_error(false)
+            .timeout_global(Some(CALL_TIMEOUT))
+            .build()
+            .new_agent();
+        Self {
+            agent,
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// Calls `operation` (for example `submitservicejob`) with a JSON body.
+    pub fn call(&self, operation: &str, body: &Value) -> Result<Value, ClientError> {
+        let url = format!("{}/v1/{operation}", self.endpoint);
+        let response = self
+            .agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send_json(body);
+        let mut response = match response {
+            Ok(response) => response,
+            Err(error) => return Err(self.transport_error(&error)),
+        };
+        let status = response.status().as_u16();
+        let kind_header = response
+            .headers()
+            .get("x-amzn-errortype")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| ClientError::Protocol(format!("reading the response body: {e}")))?;
+        let parsed: Option<Value> = if text.trim().is_empty() {
+            Some(json!({}))
+        } else {
+            serde_json::from_str(&text).ok()
+        };
+        if (200..300).contains(&status) {
+            return parsed.ok_or_else(|| {
+                ClientError::Protocol(format!("{operation} returned a body that is not JSON"))
+            });
+        }
+        Err(api_error(status, kind_header, parsed.as_ref(), &text))
+    }
+
+    /// Calls a paginated operation until `nextToken` runs out, collecting `items_key` arrays.
+    pub fn call_all(
+        &self,
+        operation: &str,
+        body: &Value,
+        items_key: &str,
+    ) -> Result<Vec<Value>, ClientError> {
+        let mut items = Vec::new();
+        let mut request = body.clone();
+        for _ in 0..MAX_PAGES {
+            let page = self.call(operation, &request)?;
+            if let Some(list) = page.get(items_key).and_then(Value::as_array) {
+                items.extend(list.iter().cloned());
+            }
+            match page.get("nextToken").and_then(Value::as_str) {
+                Some(token) if !token.is_empty() => {
+                    request["nextToken"] = Value::String(token.to_owned());
+                }
+                _ => return Ok(items),
+            }
+        }
+        Err(ClientError::Protocol(format!(
+            "{operation} still returned a nextToken after {MAX_PAGES} pages"
+        )))
+    }
+
+    fn transport_error(&self, error: &ureq::Error) -> ClientError {
+        let unreachable = match error {
+            ureq::Error::Io(io) => matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::NotConnected
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::TimedOut
+            ),
+            ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::Timeout(_) => {
+                true
+            }
+            _ => false,
+        };
+        if unreachable {
+            ClientError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                detail: error.to_string(),
+            }
+        } else {
+            ClientError::Protocol(format!("calling {}: {error}", self.endpoint))
+        }
+    }
+}
+
+/// Decodes Batch's error response: the type from `x-amzn-ErrorType` or `__type` (the part after
+/// `#` and before `:`, as botocore reads it), the message from `message` or `Message`.
+fn api_error(
+    status: u16,
+    kind_header: Option<String>,
+    body: Option<&Value>,
+    text: &str,
+) -> ClientError {
+    let field = |name: &str| body.and_then(|b| b.get(name)).and_then(Value::as_str);
+    let kind = kind_header
+        .as_deref()
+        .or_else(|| field("__type"))
+        .map(|k| {
+            let k = k.rsplit('#').next().unwrap_or(k);
+            k.split(':').next().unwrap_or(k).to_owned()
+        })
+        .unwrap_or_else(|| {
+            if status >= 500 {
+                "ServerException".into()
+            } else {
+                "ClientException".into()
+            }
+        });
+    let message = field("message")
+        .or_else(|| field("Message"))
+        .map_or_else(|| text.trim().to_owned(), str::to_owned);
+    ClientError::Api {
+        kind,
+        status,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_errors_read_the_type_and_message_the_way_botocore_does() {
+        let cases = [
+            (
+                "header wins",
+                400,
+                Some("ClientException"),
+                r#"{"__type":"Other","message":"bad queue"}"#,
+                "ClientException",
+                "bad queue",
+            ),
+            (
+                "namespaced __type",
+                400,
+                None,
+                r#"{"__type":"com.amazonaws.batch#ClientException:http://x","Message":"m"}"#,
+                "ClientException",
+                "m",
+            ),
+            (
+                "no type, server status",
+                503,
+                None,
+                "overloaded",
+                "ServerException",
+                "overloaded",
+            ),
+        ];
+        for (name, status, header, text, kind, message) in cases {
+            let body: Option<Value> = serde_json::from_str(text).ok();
+            let error = api_error(status, header.map(str::to_owned), body.as_ref(), text);
+            match error {
+                ClientError::Api {
+                    kind: k,
+                    message: m,
+                    ..
+                } => {
+                    assert_eq!(k, kind, "{name}");
+                    assert_eq!(m, message, "{name}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_says_how_to_start_a_server() {
+        // Bind then drop a listener to find a port where nothing listens.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let client = Client::new(&format!("http://127.0.0.1:{port}/"));
+        let error = client
+            .call("describejobqueues", &json!({}))
+            .expect_err("nothing listens");
+        assert!(
+            matches!(error, ClientError::Unreachable { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("trainyard up"), "{error}");
+    }
+}

@@ -1,0 +1,696 @@
+//! The commands for people: `submit`, `jobs`, `describe`, `terminate`, `queues`.
+//!
+//! Each speaks the Batch API through [`Client`], exactly as the AWS CLI would, and prints either
+//! a table or the JSON it got (`--output json`), so scripts never parse tables.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::{Map, Value, json};
+use trainyard_domain::job::JobStatus;
+
+use crate::client::{Client, ClientError};
+use crate::payload::{self, TrainingSpec};
+use crate::{ClientArgs, Output, table};
+
+/// Page size for listings (Batch's maximum).
+const PAGE_SIZE: u64 = 100;
+
+/// Counting jobs for `queues` stops here; the table then shows `1000+`. Counting is a listing,
+/// so a bound keeps `trainyard queues` quick on a queue with a huge backlog.
+const COUNT_CAP: usize = 1000;
+
+/// Arguments of `trainyard submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// Queue (name or ARN) to submit to.
+    #[arg(long)]
+    pub queue: String,
+    /// Job name: letters, digits, `-` and `_`, up to 128 characters. Defaults to the payload's
+    /// TrainingJobName, or `job-<time>`.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A file holding the SageMaker CreateTrainingJob request as JSON (`-` for stdin).
+    #[arg(long, required_unless_present = "instance_type", conflicts_with_all = ["instance_type", "instance_count", "role_arn", "image", "duration_s"])]
+    pub payload: Option<PathBuf>,
+    /// Instance type when building the request from flags, such as `ml.g5.xlarge`.
+    #[arg(long, requires = "instance_count")]
+    pub instance_type: Option<String>,
+    /// Number of instances when building the request from flags.
+    #[arg(long, requires = "instance_type", value_parser = clap::value_parser!(u32).range(1..))]
+    pub instance_count: Option<u32>,
+    /// IAM role SageMaker would assume (built requests only).
+    #[arg(long)]
+    pub role_arn: Option<String>,
+    /// Training image (built requests only).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// How long the (emulated) training runs, in seconds (built requests only).
+    #[arg(long)]
+    pub duration_s: Option<u64>,
+    /// Scheduling priority within a share, 0–9999 (fair-share and quota-share queues).
+    #[arg(long)]
+    pub priority: Option<i64>,
+    /// Share identifier (required on fair-share queues, refused elsewhere).
+    #[arg(long)]
+    pub share: Option<String>,
+    /// Quota share name (required on quota-share queues, refused elsewhere).
+    #[arg(long)]
+    pub quota_share: Option<String>,
+    /// How many times the job may be moved to RUNNABLE, 1–10.
+    #[arg(long)]
+    pub attempts: Option<i64>,
+    /// Idempotency token: repeating a submit with the same token returns the same job.
+    #[arg(long)]
+    pub client_token: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `trainyard jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Only this queue (name or ARN); default every queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only this status (SUBMITTED, RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED).
+    #[arg(long, value_parser = parse_status)]
+    pub status: Option<JobStatus>,
+    /// Every status (the default; spelled out for scripts).
+    #[arg(long, conflicts_with = "status")]
+    pub all: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `trainyard describe`.
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// Job id or job ARN.
+    pub job: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Arguments of `trainyard terminate`.
+#[derive(Debug, Args)]
+pub struct TerminateArgs {
+    /// Job id or job ARN.
+    pub job: String,
+    /// Why; shown as the job's statusReason.
+    #[arg(long, default_value = "Terminated with the trainyard CLI")]
+    pub reason: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+fn parse_status(value: &str) -> Result<JobStatus, String> {
+    JobStatus::parse(&value.to_ascii_uppercase()).ok_or_else(|| {
+        let all: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+        format!(
+            "{value:?} is not a job status; expected one of {}",
+            all.join(", ")
+        )
+    })
+}
+
+/// `trainyard submit`.
+pub fn submit(args: &SubmitArgs) -> anyhow::Result<()> {
+    let request = submit_request(args, now_ms())?;
+    let client = Client::new(&args.client.endpoint);
+    let response = client.call("submitservicejob", &request)?;
+    match args.client.output {
+        Output::Json => print_json(&response),
+        Output::Table => {
+            let id = response
+                .get("jobId")
+                .and_then(Value::as_str)
+                .context("the response has no jobId")?;
+            println!("{id}");
+        }
+    }
+    Ok(())
+}
+
+/// The SubmitServiceJob request for `args`; `now_ms` names jobs that have no name.
+fn submit_request(args: &SubmitArgs, now_ms: i64) -> anyhow::Result<Value> {
+    let payload = match (&args.payload, &args.instance_type, args.instance_count) {
+        (Some(path), _, _) => read_payload(path)?,
+        (None, Some(instance_type), Some(instance_count)) => payload::build(&TrainingSpec {
+            name: args.name.clone().unwrap_or_else(|| format!("job-{now_ms}")),
+            instance_type: instance_type.clone(),
+            instance_count,
+            role_arn: args
+                .role_arn
+                .clone()
+                .unwrap_or_else(|| payload::DEFAULT_ROLE_ARN.into()),
+            image: args
+                .image
+                .clone()
+                .unwrap_or_else(|| payload::DEFAULT_IMAGE.into()),
+            duration_s: args.duration_s,
+        }),
+        _ => bail!("give --payload FILE, or --instance-type and --instance-count"),
+    };
+    let name = args
+        .name
+        .clone()
+        .or_else(|| payload::payload_training_job_name(&payload))
+        .unwrap_or_else(|| format!("job-{now_ms}"));
+    let mut request = Map::new();
+    request.insert("jobName".into(), json!(name));
+    request.insert("jobQueue".into(), json!(args.queue));
+    request.insert("serviceJobType".into(), json!("SAGEMAKER_TRAINING"));
+    request.insert("serviceRequestPayload".into(), json!(payload));
+    if let Some(priority) = args.priority {
+        request.insert("schedulingPriority".into(), json!(priority));
+    }
+    if let Some(share) = &args.share {
+        request.insert("shareIdentifier".into(), json!(share));
+    }
+    if let Some(quota_share) = &args.quota_share {
+        request.insert("quotaShareName".into(), json!(quota_share));
+    }
+    if let Some(attempts) = args.attempts {
+        request.insert("retryStrategy".into(), json!({ "attempts": attempts }));
+    }
+    if let Some(token) = &args.client_token {
+        request.insert("clientToken".into(), json!(token));
+    }
+    Ok(Value::Object(request))
+}
+
+fn read_payload(path: &PathBuf) -> anyhow::Result<String> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the payload from stdin")?
+    } else {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("reading the payload from {}", path.display()))?
+    };
+    // Re-encode compactly: Batch limits the payload to 10 KiB, and indentation would count.
+    let value: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    Ok(value.to_string())
+}
+
+/// `trainyard jobs`.
+pub fn jobs(args: &JobsArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args.client.endpoint);
+    let queues = match &args.queue {
+        Some(queue) => vec![queue.clone()],
+        None => queue_names(&client)?,
+    };
+    let statuses: Vec<JobStatus> = match args.status {
+        Some(status) => vec![status],
+        None => JobStatus::ALL.to_vec(),
+    };
+    let mut jobs = Vec::new();
+    for queue in &queues {
+        for status in &statuses {
+            let request = json!({
+                "jobQueue": queue,
+                "jobStatus": status.as_str(),
+                "maxResults": PAGE_SIZE,
+            });
+            for mut job in client.call_all("listservicejobs", &request, "jobSummaryList")? {
+                // Summaries do not name their queue; people listing several queues need it.
+                if let Some(fields) = job.as_object_mut() {
+                    fields.insert("jobQueue".into(), json!(short_name(queue)));
+                }
+                jobs.push(job);
+            }
+        }
+    }
+    sort_newest_first(&mut jobs);
+    match args.client.output {
+        Output::Json => print_json(&Value::Array(jobs)),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = jobs
+                .iter()
+                .map(|job| {
+                    vec![
+                        text(job, "jobId"),
+                        text(job, "jobName"),
+                        text(job, "jobQueue"),
+                        text(job, "status"),
+                        table::timestamp(job.get("createdAt").and_then(Value::as_i64)),
+                        text(job, "statusReason"),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::render(
+                    &[
+                        "JOB ID",
+                        "NAME",
+                        "QUEUE",
+                        "STATUS",
+                        "CREATED (UTC)",
+                        "REASON"
+                    ],
+                    &rows
+                )
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Newest first, as Batch lists them, with the job id as the tie-breaker.
+fn sort_newest_first(jobs: &mut [Value]) {
+    jobs.sort_by(|a, b| {
+        let key = |j: &Value| {
+            (
+                j.get("createdAt").and_then(Value::as_i64).unwrap_or(0),
+                j.get("jobId")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        };
+        key(b).cmp(&key(a))
+    });
+}
+
+/// `trainyard describe`.
+pub fn describe(args: &DescribeArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args.client.endpoint);
+    let job = client.call("describeservicejob", &json!({ "jobId": args.job }))?;
+    match args.client.output {
+        Output::Json => print_json(&job),
+        Output::Table => print!("{}", describe_table(&job)),
+    }
+    Ok(())
+}
+
+/// The fields people look at first, one per line, then the payload.
+fn describe_table(job: &Value) -> String {
+    let time = |key: &str| table::timestamp(job.get(key).and_then(Value::as_i64));
+    let mut rows = vec![
+        ("Job id", text(job, "jobId")),
+        ("Name", text(job, "jobName")),
+        ("ARN", text(job, "jobArn")),
+        ("Queue", short_name(&text(job, "jobQueue"))),
+        ("Status", text(job, "status")),
+        ("Reason", text(job, "statusReason")),
+        ("Priority", text(job, "schedulingPriority")),
+        ("Share", text(job, "shareIdentifier")),
+        ("Quota share", text(job, "quotaShareName")),
+        ("Attempts", attempts_summary(job)),
+        ("Created (UTC)", time("createdAt")),
+        ("Scheduled (UTC)", time("scheduledAt")),
+        ("Started (UTC)", time("startedAt")),
+        ("Stopped (UTC)", time("stoppedAt")),
+        ("Training job", training_job(job)),
+    ];
+    rows.retain(|(_, v)| !v.is_empty() && v != "-");
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|(k, v)| vec![format!("{k}:"), v])
+        .collect();
+    let mut out = String::new();
+    for line in table::render(&["", ""], &rows).lines().skip(1) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    if let Some(payload) = job.get("serviceRequestPayload").and_then(Value::as_str) {
+        let pretty = serde_json::from_str::<Value>(payload)
+            .ok()
+            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+            .unwrap_or_else(|| payload.to_owned());
+        out.push_str("Payload:\n");
+        for line in pretty.lines() {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn attempts_summary(job: &Value) -> String {
+    let made = job
+        .get("attempts")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let allowed = job
+        .get("retryStrategy")
+        .and_then(|r| r.get("attempts"))
+        .and_then(Value::as_u64);
+    match allowed {
+        Some(allowed) => format!("{made} of {allowed}"),
+        None => made.to_string(),
+    }
+}
+
+fn training_job(job: &Value) -> String {
+    job.get("latestAttempt")
+        .and_then(|a| a.get("serviceResourceId"))
+        .and_then(|r| r.get("value"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// `trainyard terminate`.
+pub fn terminate(args: &TerminateArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args.client.endpoint);
+    let response = client.call(
+        "terminateservicejob",
+        &json!({ "jobId": args.job, "reason": args.reason }),
+    )?;
+    match args.client.output {
+        Output::Json => print_json(&response),
+        Output::Table => println!("terminated {}", args.job),
+    }
+    Ok(())
+}
+
+/// `trainyard queues`.
+pub fn queues(args: &ClientArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args.endpoint);
+    let mut queues = client.call_all(
+        "describejobqueues",
+        &json!({ "maxResults": PAGE_SIZE }),
+        "jobQueues",
+    )?;
+    sort_by_priority(&mut queues);
+    let mut rows = Vec::with_capacity(queues.len());
+    for queue in &queues {
+        let name = text(queue, "jobQueueName");
+        let runnable = count_jobs(&client, &name, JobStatus::Runnable)?;
+        let running = count_jobs(&client, &name, JobStatus::Running)?;
+        rows.push(json!({
+            "jobQueueName": name,
+            "jobQueueArn": text(queue, "jobQueueArn"),
+            "priority": queue.get("priority").cloned().unwrap_or(Value::Null),
+            "state": text(queue, "state"),
+            "schedulingPolicy": queue
+                .get("schedulingPolicyArn")
+                .and_then(Value::as_str)
+                .map_or_else(|| "FIFO".to_owned(), short_name),
+            "serviceEnvironment": environments(queue),
+            "runnable": runnable,
+            "running": running,
+        }));
+    }
+    match args.output {
+        Output::Json => print_json(&Value::Array(rows)),
+        Output::Table => {
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    let count = |key: &str| match r.get(key).and_then(Value::as_u64) {
+                        Some(n) if n as usize >= COUNT_CAP => format!("{COUNT_CAP}+"),
+                        Some(n) => n.to_string(),
+                        None => "-".into(),
+                    };
+                    vec![
+                        text(r, "jobQueueName"),
+                        text(r, "priority"),
+                        text(r, "state"),
+                        text(r, "schedulingPolicy"),
+                        text(r, "serviceEnvironment"),
+                        count("runnable"),
+                        count("running"),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::render(
+                    &[
+                        "QUEUE",
+                        "PRIORITY",
+                        "STATE",
+                        "POLICY",
+                        "ENVIRONMENT",
+                        "RUNNABLE",
+                        "RUNNING"
+                    ],
+                    &cells
+                )
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Highest priority first, then by name: the order queues are considered in.
+fn sort_by_priority(queues: &mut [Value]) {
+    queues.sort_by(|a, b| {
+        let priority = |q: &Value| q.get("priority").and_then(Value::as_i64).unwrap_or(0);
+        priority(b)
+            .cmp(&priority(a))
+            .then_with(|| text(a, "jobQueueName").cmp(&text(b, "jobQueueName")))
+    });
+}
+
+fn environments(queue: &Value) -> String {
+    let mut order: Vec<(i64, String)> = queue
+        .get("serviceEnvironmentOrder")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .map(|o| {
+                    (
+                        o.get("order").and_then(Value::as_i64).unwrap_or(0),
+                        short_name(&text(o, "serviceEnvironment")),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    order.sort();
+    order
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Counts a queue's jobs in one status, stopping at [`COUNT_CAP`].
+fn count_jobs(client: &Client, queue: &str, status: JobStatus) -> Result<usize, ClientError> {
+    let mut request =
+        json!({ "jobQueue": queue, "jobStatus": status.as_str(), "maxResults": PAGE_SIZE });
+    let mut count = 0;
+    while count < COUNT_CAP {
+        let page = client.call("listservicejobs", &request)?;
+        count += page
+            .get("jobSummaryList")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        match page.get("nextToken").and_then(Value::as_str) {
+            Some(token) if !token.is_empty() => request["nextToken"] = json!(token),
+            _ => break,
+        }
+    }
+    Ok(count.min(COUNT_CAP))
+}
+
+/// Names of every queue.
+fn queue_names(client: &Client) -> Result<Vec<String>, ClientError> {
+    let mut queues = client.call_all(
+        "describejobqueues",
+        &json!({ "maxResults": PAGE_SIZE }),
+        "jobQueues",
+    )?;
+    sort_by_priority(&mut queues);
+    Ok(queues.iter().map(|q| text(q, "jobQueueName")).collect())
+}
+
+/// The last path segment of an ARN (`…:job-queue/research` → `research`); names pass through.
+fn short_name(name_or_arn: &str) -> String {
+    if name_or_arn.starts_with("arn:") {
+        name_or_arn
+            .rsplit('/')
+            .next()
+            .unwrap_or(name_or_arn)
+            .to_owned()
+    } else {
+        name_or_arn.to_owned()
+    }
+}
+
+/// A field as display text: strings as they are, numbers and booleans printed, absent empty.
+fn text(value: &Value, key: &str) -> String {
+    match value.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn print_json(value: &Value) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(_) => println!("{value}"),
+    }
+}
+
+fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Submit {
+        #[command(flatten)]
+        args: SubmitArgs,
+    }
+
+    fn submit_args(extra: &[&str]) -> SubmitArgs {
+        let mut argv = vec!["submit", "--queue", "research"];
+        argv.extend_from_slice(extra);
+        Submit::try_parse_from(argv).expect("valid arguments").args
+    }
+
+    #[test]
+    fn a_flag_built_submit_carries_exactly_the_options_given() {
+        let args = submit_args(&[
+            "--instance-type",
+            "ml.g5.xlarge",
+            "--instance-count",
+            "2",
+            "--name",
+            "bert",
+            "--priority",
+            "7",
+            "--share",
+            "team-a",
+            "--attempts",
+            "3",
+            "--client-token",
+            "tok",
+            "--duration-s",
+            "5",
+        ]);
+        let request = submit_request(&args, 1_000).expect("request");
+        assert_eq!(request["jobName"], json!("bert"));
+        assert_eq!(request["jobQueue"], json!("research"));
+        assert_eq!(request["serviceJobType"], json!("SAGEMAKER_TRAINING"));
+        assert_eq!(request["schedulingPriority"], json!(7));
+        assert_eq!(request["shareIdentifier"], json!("team-a"));
+        assert_eq!(request["retryStrategy"], json!({ "attempts": 3 }));
+        assert_eq!(request["clientToken"], json!("tok"));
+        assert!(request.get("quotaShareName").is_none());
+        let payload: Value = serde_json::from_str(
+            request["serviceRequestPayload"]
+                .as_str()
+                .expect("payload is a string"),
+        )
+        .expect("payload is JSON");
+        assert_eq!(payload["ResourceConfig"]["InstanceCount"], json!(2));
+        assert_eq!(
+            payload["HyperParameters"]["emulator_duration_s"],
+            json!("5")
+        );
+    }
+
+    #[test]
+    fn a_minimal_submit_sends_no_optional_members_and_names_the_job_by_time() {
+        let args = submit_args(&["--instance-type", "ml.m5.large", "--instance-count", "1"]);
+        let request = submit_request(&args, 1_722_507_600_000).expect("request");
+        let keys: Vec<&String> = request.as_object().expect("object").keys().collect();
+        assert_eq!(
+            keys,
+            vec![
+                "jobName",
+                "jobQueue",
+                "serviceJobType",
+                "serviceRequestPayload"
+            ]
+        );
+        assert_eq!(request["jobName"], json!("job-1722507600000"));
+    }
+
+    #[test]
+    fn a_payload_file_is_sent_compactly_and_names_the_job() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("job.json");
+        std::fs::write(
+            &path,
+            "{\n  \"TrainingJobName\": \"from-file\",\n  \"RoleArn\": \"r\"\n}\n",
+        )
+        .expect("write");
+        let args = submit_args(&["--payload", path.to_str().expect("utf-8 path")]);
+        let request = submit_request(&args, 0).expect("request");
+        assert_eq!(request["jobName"], json!("from-file"));
+        assert_eq!(
+            request["serviceRequestPayload"],
+            json!(r#"{"RoleArn":"r","TrainingJobName":"from-file"}"#)
+        );
+    }
+
+    #[test]
+    fn statuses_parse_in_any_case_and_unknown_ones_list_the_choices() {
+        assert_eq!(parse_status("runnable"), Ok(JobStatus::Runnable));
+        assert_eq!(parse_status("FAILED"), Ok(JobStatus::Failed));
+        let error = parse_status("DONE").expect_err("unknown");
+        assert!(error.contains("SUCCEEDED"), "{error}");
+    }
+
+    #[test]
+    fn queues_sort_by_priority_then_name_and_jobs_newest_first() {
+        let mut queues = vec![
+            json!({"jobQueueName": "b", "priority": 5}),
+            json!({"jobQueueName": "a", "priority": 5}),
+            json!({"jobQueueName": "z", "priority": 900}),
+        ];
+        sort_by_priority(&mut queues);
+        let names: Vec<String> = queues.iter().map(|q| text(q, "jobQueueName")).collect();
+        assert_eq!(names, ["z", "a", "b"]);
+
+        let mut jobs = vec![
+            json!({"jobId": "1", "createdAt": 10}),
+            json!({"jobId": "3", "createdAt": 20}),
+            json!({"jobId": "2", "createdAt": 20}),
+        ];
+        sort_newest_first(&mut jobs);
+        let ids: Vec<String> = jobs.iter().map(|j| text(j, "jobId")).collect();
+        assert_eq!(ids, ["3", "2", "1"]);
+    }
+
+    #[test]
+    fn arns_shorten_to_names_and_names_pass_through() {
+        assert_eq!(
+            short_name("arn:aws:batch:us-east-1:000000000000:job-queue/research"),
+            "research"
+        );
+        assert_eq!(short_name("research"), "research");
+    }
+
+    #[test]
+    fn describe_shows_the_fields_present_and_the_payload_pretty() {
+        let job = json!({
+            "jobId": "j-1",
+            "jobName": "bert",
+            "jobQueue": "arn:aws:batch:us-east-1:000000000000:job-queue/research",
+            "status": "RUNNABLE",
+            "createdAt": 0,
+            "retryStrategy": {"attempts": 2},
+            "serviceRequestPayload": "{\"TrainingJobName\":\"bert\"}",
+        });
+        let text = describe_table(&job);
+        assert!(text.contains("Queue:"), "{text}");
+        assert!(text.contains("research"), "{text}");
+        assert!(text.contains("Attempts:"), "{text}");
+        assert!(text.contains("0 of 2"), "{text}");
+        assert!(text.contains("1970-01-01 00:00:00"), "{text}");
+        assert!(
+            !text.contains("Stopped"),
+            "absent fields are left out: {text}"
+        );
+        assert!(text.contains("  \"TrainingJobName\": \"bert\""), "{text}");
+    }
+}

@@ -1,0 +1,116 @@
+//! Plain-text tables and UTC timestamps for people.
+//!
+//! Tables are left-aligned columns separated by two spaces, with an upper-case header, so they
+//! stay readable in a terminal and easy to `grep`/`awk`.
+
+use std::fmt::Write as _;
+
+/// Renders rows under a header, padding every column but the last to its widest cell.
+pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let columns = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().take(columns).enumerate() {
+            if i + 1 == columns {
+                line.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Formats epoch milliseconds as `YYYY-MM-DD HH:MM:SS` in UTC; `-` when absent.
+pub fn timestamp(epoch_ms: Option<i64>) -> String {
+    let Some(ms) = epoch_ms else {
+        return "-".into();
+    };
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let of_day = secs.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        of_day / 3600,
+        (of_day % 3600) / 60,
+        of_day % 60
+    )
+}
+
+/// Converts days since 1970-01-01 to a proleptic Gregorian (year, month, day), counting in
+/// 400-year eras of 146,097 days whose years start on March 1st (so leap days fall last).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let shifted = days + 719_468; // days from 0000-03-01 to 1970-01-01
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month as u32, day as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_calendar_times() {
+        let cases = [
+            ("the epoch", Some(0), "1970-01-01 00:00:00"),
+            (
+                "the reference's sample createdAt",
+                Some(1_722_507_600_000),
+                "2024-08-01 10:20:00",
+            ),
+            ("a leap day", Some(951_782_400_000), "2000-02-29 00:00:00"),
+            ("before the epoch", Some(-1_000), "1969-12-31 23:59:59"),
+            (
+                "new year's eve",
+                Some(1_704_067_199_999),
+                "2023-12-31 23:59:59",
+            ),
+            ("absent", None, "-"),
+        ];
+        for (name, ms, expected) in cases {
+            assert_eq!(timestamp(ms), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn columns_are_padded_to_the_widest_cell_and_lines_not_padded_at_the_end() {
+        let rows = vec![
+            vec!["a-long-name".to_owned(), "1".to_owned(), "x".to_owned()],
+            vec!["b".to_owned(), "1000".to_owned(), String::new()],
+        ];
+        let text = render(&["NAME", "N", "NOTE"], &rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            vec![
+                "NAME         N     NOTE",
+                "a-long-name  1     x",
+                "b            1000",
+            ]
+        );
+    }
+}

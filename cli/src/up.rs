@@ -1,0 +1,492 @@
+//! `trainyard up`: local mode's composition root.
+//!
+//! It opens the SQLite store in the data directory, builds the service with the in-process
+//! event sink, serves the Batch API over HTTP and runs the local loop beside it, until Ctrl-C or
+//! SIGTERM. Shutdown is graceful and ordered: stop accepting connections and let in-flight
+//! requests finish, stop the loop, then drop the store (closing the SQLite file cleanly).
+//!
+//! The banner goes to stdout (tests and scripts read the address from it); logs go to stderr.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use tokio::sync::watch;
+use trainyard_app::Service;
+use trainyard_app::ports::{Clock, RandomIds, Store, StoreError, SystemClock};
+use trainyard_domain::arn::ArnContext;
+use trainyard_domain::environment::{
+    CapacityLimit, NUM_INSTANCES, ServiceEnvironment, ServiceEnvironmentType,
+};
+use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
+use trainyard_domain::{ResourceStatus, State, Tags};
+use trainyard_local::SqliteStore;
+use trainyard_local::event_loop::{self, LocalEvents, LoopConfig};
+
+use crate::{LogFormat, defaults, parse_dir, parse_listen};
+
+/// The store file inside the data directory.
+pub const DB_FILE: &str = "trainyard.db";
+
+/// Written once the demo setup exists, so that deleting the demo queues on purpose is not undone
+/// by the next start.
+pub const DEMO_MARKER: &str = "demo-setup.done";
+
+/// How long in-flight requests and the loop get to finish after a stop signal before `up` exits
+/// anyway. Requests take milliseconds; this only bounds a stuck client connection.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// The demo setup's service environment and its capacity.
+pub const DEMO_ENVIRONMENT: &str = "local";
+/// Instances the demo environment may run at once.
+pub const DEMO_CAPACITY: u32 = 8;
+/// The demo queues and their priorities, highest first.
+pub const DEMO_QUEUES: [(&str, u32); 3] = [("production", 900), ("research", 500), ("sweeps", 100)];
+
+/// Arguments of `trainyard up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Address and port to serve the API on; port 0 picks a free one (the banner shows it).
+    #[arg(long, default_value = defaults::LISTEN, value_parser = parse_listen)]
+    listen: SocketAddr,
+    /// Directory for the SQLite store and local state; created if missing.
+    #[arg(long, default_value = defaults::DATA_DIR, value_parser = parse_dir)]
+    data_dir: PathBuf,
+    /// Region that ARNs are minted in.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Twelve-digit account id that ARNs are minted in.
+    #[arg(long, default_value = "000000000000")]
+    account: String,
+    /// How often the loop runs when no event wakes it, in milliseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    interval_ms: u64,
+    /// How long a submitted job stays SUBMITTED before the loop accepts it, in milliseconds.
+    /// Clients such as the SageMaker SDK check for SUBMITTED right after submitting.
+    #[arg(long, default_value_t = 250)]
+    settle_ms: u64,
+    /// Log line format (the level comes from RUST_LOG, default `info`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// Runs local mode until a stop signal.
+pub fn run(args: UpArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let arns = arn_context(&args.region, &args.account)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the Tokio runtime")?;
+    runtime.block_on(serve(args, arns))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second initialisation can only fail in tests that run `up` twice in one process.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Checks `--region` and `--account` and picks the partition the region belongs to.
+fn arn_context(region: &str, account: &str) -> anyhow::Result<ArnContext> {
+    let mut problems = Vec::new();
+    let region_ok = !region.is_empty()
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !region_ok {
+        problems.push(format!(
+            "--region {region:?} must look like us-east-1 (lower-case letters, digits, hyphens)"
+        ));
+    }
+    if account.len() != 12 || !account.chars().all(|c| c.is_ascii_digit()) {
+        problems.push(format!(
+            "--account {account:?} must be twelve digits (SDKs match ARNs on that)"
+        ));
+    }
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    let partition = if region.starts_with("cn-") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else {
+        "aws"
+    };
+    Ok(ArnContext {
+        partition: partition.into(),
+        region: region.into(),
+        account: account.into(),
+    })
+}
+
+async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
+    // Signal handlers first, so a stop signal that arrives right after the banner is not lost.
+    let mut stop_signals = StopSignals::install()?;
+
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
+    let data_dir = args
+        .data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| args.data_dir.clone());
+    let db_path = data_dir.join(DB_FILE);
+    let store = SqliteStore::open(&db_path)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let created = ensure_demo_setup(&store, &data_dir, clock.now_ms()).await?;
+
+    let events = LocalEvents::new();
+    let service = Arc::new(Service::new(
+        store,
+        events.clone(),
+        clock,
+        Arc::new(RandomIds),
+        arns.clone(),
+    ));
+
+    // Jobs left SUBMITTED by the previous run enter their queues before any request is taken,
+    // so this pass cannot catch a job submitted a moment ago.
+    let backlog = event_loop::accept_backlog(service.as_ref()).await;
+    if backlog > 0 {
+        tracing::info!(
+            jobs = backlog,
+            "accepted jobs left SUBMITTED by the previous run"
+        );
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (is another trainyard running? --listen 127.0.0.1:0 picks a \
+                 free port)",
+                args.listen
+            )
+        })?;
+    let address = listener.local_addr().context("reading the bound address")?;
+
+    let (stop, stopping) = watch::channel(false);
+    let app = trainyard_api::router(service.clone());
+    let mut server = tokio::spawn({
+        let stopping = stopping.clone();
+        async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped(stopping))
+                .await
+        }
+    });
+    let loop_config = LoopConfig {
+        settle: Duration::from_millis(args.settle_ms),
+        ..LoopConfig::new(Duration::from_millis(args.interval_ms))
+    };
+    let loop_task = tokio::spawn(event_loop::run_with(
+        service.clone(),
+        events,
+        loop_config,
+        stopped(stopping),
+    ));
+    tracing::info!(%address, db = %db_path.display(), "trainyard up");
+    print_banner(address, &db_path, &arns, created);
+
+    let outcome = tokio::select! {
+        signal = stop_signals.next() => Ok(signal),
+        served = &mut server => Err(match served {
+            Ok(Ok(())) => anyhow::anyhow!("the HTTP server stopped by itself"),
+            Ok(Err(error)) => anyhow::Error::new(error).context("the HTTP server failed"),
+            Err(error) => anyhow::Error::new(error).context("the HTTP server task failed"),
+        }),
+    };
+    if let Ok(signal) = &outcome {
+        println!("Received {signal}; stopping (in-flight requests finish first).");
+        tracing::info!(signal, "stopping");
+    }
+    let _ = stop.send(true);
+    if !server.is_finished() && tokio::time::timeout(GRACE, &mut server).await.is_err() {
+        tracing::warn!(
+            grace_s = GRACE.as_secs(),
+            "requests still open after the grace period; closing them"
+        );
+        server.abort();
+    }
+    if tokio::time::timeout(GRACE, loop_task).await.is_err() {
+        tracing::warn!("the loop did not stop within the grace period");
+    }
+    // The last reference: dropping it closes the SQLite file.
+    drop(service);
+    let signal = outcome?;
+    println!(
+        "Trainyard stopped ({signal}). Data is kept in {}.",
+        data_dir.display()
+    );
+    Ok(())
+}
+
+/// Resolves once the stop flag is set (or its sender is gone).
+async fn stopped(mut stopping: watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+/// Ctrl-C (SIGINT) and SIGTERM, registered up front.
+struct StopSignals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt()).context("handling Ctrl-C")?,
+                terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Self {})
+        }
+    }
+
+    /// Waits for the next stop signal and names it.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => "Ctrl-C",
+                _ = self.terminate.recv() => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
+}
+
+fn print_banner(address: SocketAddr, db_path: &Path, arns: &ArnContext, created_demo: bool) {
+    let url = format!("http://{address}");
+    let mut text = format!(
+        "Trainyard is running in local mode.\n\
+         \n\
+         Listening on {url}\n\
+         Store:       {db}\n\
+         ARNs in:     {partition} {region}, account {account}\n",
+        db = db_path.display(),
+        partition = arns.partition,
+        region = arns.region,
+        account = arns.account,
+    );
+    if created_demo {
+        text.push_str(
+            "Demo setup:  created service environment `local` (8 instances) and queues \
+             production (900) > research (500) > sweeps (100)\n",
+        );
+    }
+    text.push_str(&format!(
+        "\n\
+         Point clients at it (local mode does not check request signatures, but clients sign,\n\
+         so they need some credentials):\n\
+         \x20 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION={region}\n\
+         \x20 aws batch describe-job-queues --endpoint-url {url}\n\
+         \x20 export AWS_ENDPOINT_URL_BATCH={url}   # boto3 and the SageMaker Python SDK\n\
+         \x20 export TRAINYARD_ENDPOINT={url}       # trainyard submit / jobs / queues\n\
+         \n\
+         Stop with Ctrl-C.\n",
+        region = arns.region,
+    ));
+    print!("{text}");
+    // Scripts and tests wait for the address; do not leave it in a buffer.
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+}
+
+/// Creates the demo setup on first start; returns whether it did. Existing resources of the
+/// same names are kept (a crash between creating them and writing the marker is harmless).
+async fn ensure_demo_setup<S: Store>(
+    store: &S,
+    data_dir: &Path,
+    now_ms: i64,
+) -> anyhow::Result<bool> {
+    let marker = data_dir.join(DEMO_MARKER);
+    if marker.exists() {
+        return Ok(false);
+    }
+    let (environment, queues) = demo_setup(now_ms);
+    ignore_existing(store.create_resource(&environment).await)
+        .context("creating the demo service environment")?;
+    for queue in &queues {
+        ignore_existing(store.create_resource(queue).await)
+            .with_context(|| format!("creating the demo queue {}", queue.job_queue_name))?;
+    }
+    std::fs::write(
+        &marker,
+        "The demo setup (service environment `local`, queues production, research, sweeps) was \
+         created. Delete this file to have `trainyard up` create any missing part again.\n",
+    )
+    .with_context(|| format!("writing {}", marker.display()))?;
+    tracing::info!(
+        environment = DEMO_ENVIRONMENT,
+        queues = queues.len(),
+        "created the demo setup"
+    );
+    Ok(true)
+}
+
+fn ignore_existing(result: Result<(), StoreError>) -> Result<(), StoreError> {
+    match result {
+        Err(StoreError::AlreadyExists) => Ok(()),
+        other => other,
+    }
+}
+
+/// The documented demo setup: one environment of [`DEMO_CAPACITY`] instances and
+/// [`DEMO_QUEUES`], each FIFO (no scheduling policy) and feeding that environment.
+pub fn demo_setup(now_ms: i64) -> (ServiceEnvironment, Vec<JobQueue>) {
+    let tags = Tags::from([("trainyard:demo".to_owned(), "true".to_owned())]);
+    let environment = ServiceEnvironment {
+        service_environment_name: DEMO_ENVIRONMENT.into(),
+        service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+        state: State::Enabled,
+        status: ResourceStatus::Valid,
+        capacity_limits: vec![CapacityLimit {
+            max_capacity: DEMO_CAPACITY,
+            capacity_unit: NUM_INSTANCES.into(),
+        }],
+        tags: tags.clone(),
+        created_at: now_ms,
+    };
+    let queues = DEMO_QUEUES
+        .iter()
+        .map(|(name, priority)| JobQueue {
+            job_queue_name: (*name).into(),
+            state: State::Enabled,
+            status: ResourceStatus::Valid,
+            status_reason: Some("JobQueue Healthy".into()),
+            priority: *priority,
+            scheduling_policy: None,
+            service_environment_order: vec![ServiceEnvironmentOrder {
+                order: 1,
+                service_environment: DEMO_ENVIRONMENT.into(),
+            }],
+            job_state_time_limit_actions: Vec::new(),
+            job_queue_type: JobQueueType::SagemakerTraining,
+            tags: tags.clone(),
+            created_at: now_ms,
+        })
+        .collect();
+    (environment, queues)
+}
+
+#[cfg(test)]
+mod tests {
+    use trainyard_app::memory::MemoryStore;
+    use trainyard_app::ports::Versioned;
+
+    use super::*;
+
+    #[test]
+    fn region_and_account_are_checked_together_and_pick_the_partition() {
+        let cases = [
+            ("us-east-1", "000000000000", Ok("aws")),
+            ("cn-north-1", "123456789012", Ok("aws-cn")),
+            ("us-gov-west-1", "123456789012", Ok("aws-us-gov")),
+            ("US-EAST-1", "12345", Err(2)),
+            ("eu-west-1", "12345678901x", Err(1)),
+        ];
+        for (region, account, expected) in cases {
+            match (arn_context(region, account), expected) {
+                (Ok(ctx), Ok(partition)) => assert_eq!(ctx.partition, partition, "{region}"),
+                (Err(error), Err(problems)) => {
+                    assert_eq!(error.to_string().lines().count(), problems, "{error}");
+                }
+                (got, want) => panic!("{region}/{account}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_demo_setup_is_created_once_and_a_deliberate_deletion_sticks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MemoryStore::new();
+        assert!(
+            ensure_demo_setup(&store, dir.path(), 1)
+                .await
+                .expect("first")
+        );
+        let queues: Vec<Versioned<JobQueue>> = store.list_resources().await.expect("list");
+        let mut by_priority: Vec<(u32, String)> = queues
+            .iter()
+            .map(|q| (q.value.priority, q.value.job_queue_name.clone()))
+            .collect();
+        by_priority.sort();
+        assert_eq!(
+            by_priority,
+            vec![
+                (100, "sweeps".to_owned()),
+                (500, "research".to_owned()),
+                (900, "production".to_owned())
+            ]
+        );
+        assert!(queues.iter().all(|q| q.value.scheduling_policy.is_none()
+            && q.value.service_environment() == Some(DEMO_ENVIRONMENT)));
+        let environments: Vec<Versioned<ServiceEnvironment>> =
+            store.list_resources().await.expect("list");
+        assert_eq!(environments.len(), 1);
+        assert_eq!(
+            environments[0].value.capacity_limits,
+            vec![CapacityLimit {
+                max_capacity: 8,
+                capacity_unit: NUM_INSTANCES.into()
+            }]
+        );
+
+        // Someone deletes a demo queue on purpose; a restart must not bring it back.
+        let sweeps = queues
+            .iter()
+            .find(|q| q.value.job_queue_name == "sweeps")
+            .expect("sweeps");
+        store
+            .delete_resource::<JobQueue>("sweeps", sweeps.version)
+            .await
+            .expect("delete");
+        assert!(
+            !ensure_demo_setup(&store, dir.path(), 2)
+                .await
+                .expect("second")
+        );
+        let queues: Vec<Versioned<JobQueue>> = store.list_resources().await.expect("list");
+        assert_eq!(queues.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_half_created_setup_is_completed_without_duplicates() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MemoryStore::new();
+        let (environment, queues) = demo_setup(1);
+        store.create_resource(&environment).await.expect("env");
+        store.create_resource(&queues[0]).await.expect("queue");
+        assert!(
+            ensure_demo_setup(&store, dir.path(), 2)
+                .await
+                .expect("completes")
+        );
+        let stored: Vec<Versioned<JobQueue>> = store.list_resources().await.expect("list");
+        assert_eq!(stored.len(), 3);
+        assert!(dir.path().join(DEMO_MARKER).exists());
+    }
+}

@@ -1,0 +1,289 @@
+//! End-to-end tests of local mode: the real `trainyard up` binary on a free port, driven by the
+//! real `trainyard` client commands (and, where timing matters, the HTTP API directly).
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{Server, cli_at, submit_request};
+
+fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("data");
+    (tmp, dir)
+}
+
+fn names_and_priorities(queues: &Value) -> Vec<(String, u64)> {
+    queues
+        .as_array()
+        .expect("an array of queues")
+        .iter()
+        .map(|q| {
+            (
+                q["jobQueueName"].as_str().unwrap_or_default().to_owned(),
+                q["priority"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn ids(jobs: &Value) -> Vec<String> {
+    jobs.as_array()
+        .expect("an array of jobs")
+        .iter()
+        .map(|j| j["jobId"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn first_start_creates_the_demo_setup_with_three_queues_in_descending_priority() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+    let queues = server.cli_json(&["queues"]);
+    assert_eq!(
+        names_and_priorities(&queues),
+        vec![
+            ("production".to_owned(), 900),
+            ("research".to_owned(), 500),
+            ("sweeps".to_owned(), 100)
+        ]
+    );
+    for queue in queues.as_array().expect("array") {
+        assert_eq!(queue["schedulingPolicy"], json!("FIFO"));
+        assert_eq!(queue["serviceEnvironment"], json!("local"));
+        assert_eq!(queue["state"], json!("ENABLED"));
+        assert_eq!(queue["runnable"], json!(0));
+    }
+    let environments = server.api("describeserviceenvironments", &json!({}));
+    let environment = &environments["serviceEnvironments"][0];
+    assert_eq!(environment["serviceEnvironmentName"], json!("local"));
+    assert_eq!(
+        environment["capacityLimits"],
+        json!([{"capacityUnit": "NUM_INSTANCES", "maxCapacity": 8}])
+    );
+
+    let table = server.cli(&["queues"]);
+    assert!(table.success, "{}", table.stderr);
+    let first_columns: Vec<&str> = table
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(first_columns, ["QUEUE", "production", "research", "sweeps"]);
+}
+
+#[test]
+fn a_submitted_job_is_submitted_when_submit_returns_then_becomes_runnable() {
+    let (_tmp, dir) = data_dir();
+    // No ticks: only the submit event may move the job, after its settle pause (made long here
+    // so that a busy test machine cannot stretch the gap between the two calls past it).
+    let server = Server::start(&dir, &["--interval-ms", "600000", "--settle-ms", "2000"]);
+    let submitted = server.api("submitservicejob", &submit_request("research", "first"));
+    let job_id = submitted["jobId"].as_str().expect("jobId").to_owned();
+    assert_eq!(server.status(&job_id), "SUBMITTED");
+    server.wait_for_status(&job_id, "RUNNABLE");
+}
+
+#[test]
+fn the_cli_submits_lists_filters_describes_and_terminates() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+
+    let submit = |queue: &str, name: &str| {
+        let run = server.cli(&[
+            "submit",
+            "--queue",
+            queue,
+            "--name",
+            name,
+            "--instance-type",
+            "ml.g5.xlarge",
+            "--instance-count",
+            "2",
+            "--duration-s",
+            "60",
+        ]);
+        assert!(run.success, "submit failed: {}", run.stderr);
+        run.stdout.trim().to_owned()
+    };
+    let research = submit("research", "bert_large");
+    let sweep = submit("sweeps", "lr-sweep-1");
+    assert_ne!(research, sweep);
+    server.wait_for_status(&research, "RUNNABLE");
+    server.wait_for_status(&sweep, "RUNNABLE");
+
+    // Every queue, every status: both jobs, newest first, each naming its queue.
+    let all = server.cli_json(&["jobs"]);
+    assert_eq!(ids(&all), vec![sweep.clone(), research.clone()]);
+    assert_eq!(all[0]["jobQueue"], json!("sweeps"));
+    assert_eq!(all[1]["jobQueue"], json!("research"));
+
+    let in_research = server.cli_json(&["jobs", "--queue", "research"]);
+    assert_eq!(ids(&in_research), vec![research.clone()]);
+    let conflicting = server.cli(&["jobs", "--status", "RUNNABLE", "--all"]);
+    assert!(!conflicting.success, "--status and --all conflict");
+    let every_status = server.cli_json(&["jobs", "--all"]);
+    assert_eq!(ids(&every_status), ids(&all));
+    let runnable = server.cli_json(&["jobs", "--status", "RUNNABLE"]);
+    assert_eq!(ids(&runnable).len(), 2);
+    let succeeded = server.cli_json(&["jobs", "--status", "SUCCEEDED"]);
+    assert_eq!(ids(&succeeded), Vec::<String>::new());
+
+    let queues = server.cli_json(&["queues"]);
+    let runnable_counts: Vec<u64> = queues
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|q| q["runnable"].as_u64().unwrap_or(99))
+        .collect();
+    assert_eq!(runnable_counts, vec![0, 1, 1]);
+
+    // Describe by id, and by ARN as the SageMaker SDK does.
+    let described = server.cli_json(&["describe", &research]);
+    assert_eq!(described["jobName"], json!("bert_large"));
+    assert_eq!(described["status"], json!("RUNNABLE"));
+    let payload: Value = serde_json::from_str(
+        described["serviceRequestPayload"]
+            .as_str()
+            .expect("payload string"),
+    )
+    .expect("payload JSON");
+    assert_eq!(payload["ResourceConfig"]["InstanceCount"], json!(2));
+    assert_eq!(
+        payload["HyperParameters"]["emulator_duration_s"],
+        json!("60")
+    );
+    let arn = described["jobArn"].as_str().expect("jobArn");
+    let by_arn = server.cli_json(&["describe", arn]);
+    assert_eq!(by_arn["jobId"], json!(research));
+    let table = server.cli(&["describe", &research]);
+    assert!(table.stdout.contains("bert_large"), "{}", table.stdout);
+    assert!(table.stdout.contains("RUNNABLE"), "{}", table.stdout);
+
+    let terminated = server.cli(&["terminate", &research, "--reason", "wrong dataset"]);
+    assert!(terminated.success, "{}", terminated.stderr);
+    let described = server.cli_json(&["describe", &research]);
+    assert_eq!(described["status"], json!("FAILED"));
+    assert_eq!(described["statusReason"], json!("wrong dataset"));
+    let failed = server.cli_json(&["jobs", "--status", "FAILED"]);
+    assert_eq!(ids(&failed), vec![research]);
+}
+
+#[test]
+fn api_errors_and_unreachable_servers_exit_non_zero_with_a_useful_message() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+
+    let missing = server.cli(&["describe", "00000000-0000-0000-0000-000000000000"]);
+    assert!(!missing.success);
+    assert!(
+        missing.stderr.contains("ClientException"),
+        "{}",
+        missing.stderr
+    );
+    assert!(
+        missing
+            .stderr
+            .contains("00000000-0000-0000-0000-000000000000"),
+        "the message names the job: {}",
+        missing.stderr
+    );
+
+    let no_queue = server.cli(&[
+        "submit",
+        "--queue",
+        "no-such-queue",
+        "--instance-type",
+        "ml.m5.large",
+        "--instance-count",
+        "1",
+    ]);
+    assert!(!no_queue.success);
+    assert!(
+        no_queue.stderr.contains("no-such-queue"),
+        "{}",
+        no_queue.stderr
+    );
+
+    // A port where nothing listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let down = cli_at(&format!("http://127.0.0.1:{port}"), &["queues"]);
+    assert!(!down.success);
+    assert!(down.stderr.contains("trainyard up"), "{}", down.stderr);
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_a_restart_keeps_jobs_without_recreating_the_demo_setup() {
+    let (_tmp, dir) = data_dir();
+    let mut server = Server::start(&dir, &[]);
+    let job = server.api("submitservicejob", &submit_request("production", "keep-me"));
+    let job_id = job["jobId"].as_str().expect("jobId").to_owned();
+    server.wait_for_status(&job_id, "RUNNABLE");
+    // Remove a demo queue on purpose: the next start must not bring it back.
+    server.api(
+        "updatejobqueue",
+        &json!({"jobQueue": "sweeps", "state": "DISABLED"}),
+    );
+    server.api("deletejobqueue", &json!({"jobQueue": "sweeps"}));
+
+    let status = server.terminate();
+    assert_eq!(status.code(), Some(0), "stderr: {}", server.stderr());
+    assert!(
+        server
+            .stdout
+            .iter()
+            .any(|l| l.contains("Trainyard stopped")),
+        "{:#?}",
+        server.stdout
+    );
+    assert!(dir.join("trainyard.db").exists());
+
+    let restarted = Server::start(&dir, &[]);
+    assert!(
+        !restarted.stdout.iter().any(|l| l.contains("Demo setup")),
+        "the demo setup is created only once: {:#?}",
+        restarted.stdout
+    );
+    assert_eq!(restarted.status(&job_id), "RUNNABLE");
+    let queues = restarted.cli_json(&["queues"]);
+    assert_eq!(
+        names_and_priorities(&queues),
+        vec![("production".to_owned(), 900), ("research".to_owned(), 500)]
+    );
+}
+
+#[test]
+fn jobs_still_submitted_at_shutdown_are_accepted_when_the_server_starts_again() {
+    let (_tmp, dir) = data_dir();
+    let mut server = Server::start(&dir, &[]);
+    let job = server.api("submitservicejob", &submit_request("research", "survivor"));
+    let job_id = job["jobId"].as_str().expect("jobId").to_owned();
+    server.wait_for_status(&job_id, "RUNNABLE");
+    assert_eq!(server.terminate().code(), Some(0));
+
+    // Put the job back to SUBMITTED in the stopped server's store, as if the server had been
+    // stopped between the submit and the loop's pass.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        use trainyard_app::ports::Store;
+        let store =
+            trainyard_local::SqliteStore::open(&dir.join("trainyard.db")).expect("open store");
+        let stored = store
+            .get_job(&job_id)
+            .await
+            .expect("read")
+            .expect("job kept");
+        let mut job = stored.value;
+        job.status = trainyard_domain::job::JobStatus::Submitted;
+        job.runnable_at = None;
+        store.update_job(&job, stored.version).await.expect("write");
+    });
+
+    // No ticks and no submit event: only the pass at start can accept it.
+    let restarted = Server::start(&dir, &["--interval-ms", "600000"]);
+    restarted.wait_for_status(&job_id, "RUNNABLE");
+}
