@@ -228,10 +228,10 @@ async fn a_submitted_job_is_described_by_id_and_arn_and_becomes_runnable_when_ac
     }
 
     h.clock.advance(1_000);
-    assert_eq!(h.service.accept_submitted(10).await.unwrap(), 1);
+    assert_eq!(h.service.accept_submitted(10, 0).await.unwrap(), 1);
     assert_eq!(describe(&h, job_id).await["status"], "RUNNABLE");
     assert_eq!(
-        h.service.accept_submitted(10).await.unwrap(),
+        h.service.accept_submitted(10, 0).await.unwrap(),
         0,
         "nothing left to accept"
     );
@@ -266,14 +266,14 @@ async fn accepting_moves_the_oldest_first_and_fails_jobs_whose_queue_is_gone() {
         .await
         .unwrap();
 
-    assert_eq!(h.service.accept_submitted(1).await.unwrap(), 1);
+    assert_eq!(h.service.accept_submitted(1, 0).await.unwrap(), 1);
     assert_eq!(
         describe(&h, &first).await["status"],
         "RUNNABLE",
         "oldest first"
     );
     assert_eq!(describe(&h, &second).await["status"], "SUBMITTED");
-    assert_eq!(h.service.accept_submitted(10).await.unwrap(), 2);
+    assert_eq!(h.service.accept_submitted(10, 0).await.unwrap(), 2);
     assert_eq!(describe(&h, &second).await["status"], "RUNNABLE");
     let failed = describe(&h, &orphan).await;
     assert_eq!(failed["status"], "FAILED");
@@ -797,7 +797,7 @@ async fn listing_defaults_to_running_and_honours_each_filter() {
         ids.push(submit(&h, body).await);
         h.clock.advance(1_000);
     }
-    h.service.accept_submitted(100).await.unwrap();
+    h.service.accept_submitted(100, 0).await.unwrap();
     force_status(&h, &ids[2], JobStatus::Running).await;
     force_status(&h, &ids[1], JobStatus::Scheduled).await;
 
@@ -958,7 +958,7 @@ async fn pagination_returns_every_job_once_newest_first_and_ends_without_a_token
             h.clock.advance(1);
         }
     }
-    h.service.accept_submitted(1_000).await.unwrap();
+    h.service.accept_submitted(1_000, 0).await.unwrap();
 
     // (case, maxResults, expected page sizes)
     let cases: Vec<(&str, Option<i64>, Vec<usize>)> = vec![
@@ -1209,7 +1209,7 @@ async fn a_fifo_snapshot_lists_runnable_jobs_in_submission_order_and_sums_dispat
     let snap = h.ok("getjobqueuesnapshot", json!({"jobQueue": "q"})).await;
     assert!(front(&snap).is_empty(), "{snap}");
 
-    h.service.accept_submitted(100).await.unwrap();
+    h.service.accept_submitted(100, 0).await.unwrap();
     force_status(&h, &ids[1], JobStatus::Running).await;
     force_status(&h, &ids[2], JobStatus::Scheduled).await;
     h.clock.advance(5);
@@ -1276,7 +1276,7 @@ async fn a_fair_share_snapshot_orders_by_priority_then_age_and_reports_share_usa
         ids.insert(name, submit(&h, body).await);
         h.clock.advance(10);
         // Accept one at a time so that each job has its own runnable_at.
-        h.service.accept_submitted(1).await.unwrap();
+        h.service.accept_submitted(1, 0).await.unwrap();
     }
     force_status(&h, &ids["runner"], JobStatus::Running).await;
     let snap = h
@@ -1322,7 +1322,7 @@ async fn a_quota_share_snapshot_lists_the_front_of_each_quota_share() {
         ids.push(submit(&h, body).await);
         h.clock.advance(10);
     }
-    h.service.accept_submitted(100).await.unwrap();
+    h.service.accept_submitted(100, 0).await.unwrap();
     force_status(&h, &ids[3], JobStatus::Starting).await;
     let snap = h
         .ok("getjobqueuesnapshot", json!({"jobQueue": "quota"}))
@@ -1356,7 +1356,7 @@ async fn jobs_flow_through_queues_and_policies_created_by_the_api() {
     let h = harness();
     h.fifo_queue("env", "prod", 10, 8).await;
     let id = submit(&h, submit_body("first", "prod")).await;
-    h.service.accept_submitted(10).await.unwrap();
+    h.service.accept_submitted(10, 0).await.unwrap();
     let runnable = h
         .ok(
             "listservicejobs",
