@@ -201,6 +201,9 @@ pub struct Attempt {
     /// How it ended, e.g. `Received status from SageMaker: Training job completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
+    /// The service environment whose capacity the attempt holds (released when it ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_environment: Option<String>,
 }
 
 /// `preemptionSummary` of a job that has been preempted.
@@ -262,6 +265,12 @@ pub struct ServiceJob {
     /// Set by TerminateServiceJob.
     #[serde(default)]
     pub is_terminated: bool,
+    /// The reason given to TerminateServiceJob, kept until the attempt being stopped ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_reason: Option<String>,
+    /// Not to be dispatched before this time (retry and capacity backoff, epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<i64>,
     /// Attempts so far, oldest first.
     #[serde(default)]
     pub attempts: Vec<Attempt>,
@@ -411,6 +420,8 @@ mod tests {
             status: Submitted,
             status_reason: None,
             is_terminated: false,
+            termination_reason: None,
+            not_before: None,
             attempts: vec![],
             preemption_summary: None,
             created_at: 1_000,

@@ -38,10 +38,12 @@
 //! 6. **Backoff.** A job whose `not_before_ms` is in the future is skipped and blocks nobody.
 //! 7. **"Not now" is data.** Every pending job that is not dispatched gets exactly one
 //!    [`SkipReason`].
+//! 8. **Retries.** [`retry`] decides what follows a failed, timed-out or long-waiting attempt.
 
 pub mod fair_share;
 mod plan;
 mod pool;
+pub mod retry;
 pub mod snapshot;
 
 pub use plan::{Dispatch, Plan, Skip, SkipReason, plan_cycle};
