@@ -23,5 +23,17 @@
 //!   secondary status `MaxRuntimeExceeded`.
 //! - Every status or secondary-status change emits an event whose detail is shaped like
 //!   `DescribeTrainingJob`; events may be duplicated or delayed by configuration.
+//!
+//! # Layout
+//!
+//! - [`model`]: the sans-IO model.
+//! - `http` (feature `http`): the model behind SageMaker's awsJson1_1 protocol, for
+//!   `aws-sdk-sagemaker` and boto3.
+//! - `driver` (feature `http`): a task that advances the model on the wall clock and forwards
+//!   its events to a channel.
 
+#[cfg(feature = "http")]
+pub mod driver;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod model;

@@ -174,6 +174,9 @@ impl Secondary {
     }
 }
 
+/// The longest `emulator_duration_s` accepted (ten years).
+pub const MAX_DURATION_S: f64 = 10.0 * 365.0 * 86_400.0;
+
 /// The failure reason SageMaker gives when it cannot provision instances.
 pub const CAPACITY_ERROR: &str = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type.";
 
@@ -360,7 +363,10 @@ impl Emulator {
         let training_ms = match hyper_str("emulator_duration_s") {
             None => self.config.default_training_ms,
             Some(s) => match s.parse::<f64>() {
-                Ok(secs) if secs.is_finite() && secs >= 0.0 => (secs * 1000.0) as i64,
+                // At most 10 years: keeps every phase end far from i64 overflow.
+                Ok(secs) if secs.is_finite() && (0.0..=MAX_DURATION_S).contains(&secs) => {
+                    (secs * 1000.0) as i64
+                }
                 _ => {
                     return Err(validation(format!(
                         "HyperParameters.emulator_duration_s must be a number of seconds, got {s:?}"
@@ -407,7 +413,7 @@ impl Emulator {
             end_ms: None,
             modified_ms: now_ms,
             transitions: Vec::new(),
-            next_at_ms: Some(now_ms + self.config.provisioning_ms),
+            next_at_ms: Some(now_ms.saturating_add(self.config.provisioning_ms)),
             training_ms,
             max_runtime_ms: parsed
                 .max_runtime_s
@@ -453,7 +459,7 @@ impl Emulator {
                     now_ms,
                     "Stopping the training job",
                 );
-                job.next_at_ms = Some(now_ms + grace);
+                job.next_at_ms = Some(now_ms.saturating_add(grace));
                 let job = job.clone();
                 self.emit(&job, now_ms);
                 Ok(())
@@ -630,7 +636,7 @@ fn step(job: &mut Job, at: i64, config: &Config) {
                     at,
                     "Downloading input data",
                 );
-                job.next_at_ms = Some(at + config.download_ms);
+                job.next_at_ms = Some(at.saturating_add(config.download_ms));
             }
         }
         Secondary::Downloading => {
@@ -645,7 +651,7 @@ fn step(job: &mut Job, at: i64, config: &Config) {
             let runs_for = job
                 .max_runtime_ms
                 .map_or(job.training_ms, |max| job.training_ms.min(max));
-            job.next_at_ms = Some(at + runs_for);
+            job.next_at_ms = Some(at.saturating_add(runs_for));
         }
         Secondary::Training => {
             let started = job.training_start_ms.unwrap_or(at);
@@ -677,7 +683,7 @@ fn step(job: &mut Job, at: i64, config: &Config) {
                     at,
                     "Uploading generated training model",
                 );
-                job.next_at_ms = Some(at + config.upload_ms);
+                job.next_at_ms = Some(at.saturating_add(config.upload_ms));
             }
         }
         Secondary::Uploading => {
