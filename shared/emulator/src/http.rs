@@ -359,7 +359,6 @@ pub fn call(
 ) -> Result<Value, WireError> {
     match op {
         Operation::CreateTrainingJob => {
-            check_emulated_duration(request)?;
             let arn = emulator.create_training_job(&Value::Object(request.clone()), now_ms)?;
             Ok(json!({ "TrainingJobArn": arn }))
         }
@@ -447,27 +446,6 @@ fn optional_time_ms(request: &Map<String, Value>, member: &str) -> Result<Option
                     "Expected a timestamp (epoch seconds) for member {member}"
                 ))
             }),
-    }
-}
-
-/// The longest `HyperParameters.emulator_duration_s` accepted: about 31 years, far beyond any
-/// real job, and small enough that "now" plus the duration in milliseconds cannot overflow.
-pub const MAX_EMULATED_DURATION_S: f64 = 1e9;
-
-/// Refuses an `emulator_duration_s` whose end time would overflow the model's millisecond
-/// arithmetic (the model adds it to "now" unchecked when no `MaxRuntimeInSeconds` bounds it).
-/// Anything else about the hyperparameter is left to the model to judge.
-fn check_emulated_duration(request: &Map<String, Value>) -> Result<(), WireError> {
-    let duration = request
-        .get("HyperParameters")
-        .and_then(|h| h.get("emulator_duration_s"))
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse::<f64>().ok());
-    match duration {
-        Some(s) if s.is_finite() && s > MAX_EMULATED_DURATION_S => Err(validation(format!(
-            "HyperParameters.emulator_duration_s must be at most {MAX_EMULATED_DURATION_S} seconds, got {s}"
-        ))),
-        _ => Ok(()),
     }
 }
 

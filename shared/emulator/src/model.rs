@@ -174,8 +174,9 @@ impl Secondary {
     }
 }
 
-/// The longest `emulator_duration_s` accepted (ten years).
-pub const MAX_DURATION_S: f64 = 10.0 * 365.0 * 86_400.0;
+/// The longest `emulator_duration_s` accepted: about 31 years, far beyond any real job, and
+/// small enough that "now" plus the duration in milliseconds cannot overflow.
+pub const MAX_DURATION_S: f64 = 1e9;
 
 /// The failure reason SageMaker gives when it cannot provision instances.
 pub const CAPACITY_ERROR: &str = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type.";
@@ -363,7 +364,7 @@ impl Emulator {
         let training_ms = match hyper_str("emulator_duration_s") {
             None => self.config.default_training_ms,
             Some(s) => match s.parse::<f64>() {
-                // At most 10 years: keeps every phase end far from i64 overflow.
+                // Bounded so that every phase end stays far from i64 overflow.
                 Ok(secs) if secs.is_finite() && (0.0..=MAX_DURATION_S).contains(&secs) => {
                     (secs * 1000.0) as i64
                 }
