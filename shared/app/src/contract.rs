@@ -150,6 +150,8 @@ pub fn job(job_id: &str) -> JobBuilder {
         status: JobStatus::Runnable,
         status_reason: None,
         is_terminated: false,
+        termination_reason: None,
+        not_before: None,
         attempts: Vec::new(),
         preemption_summary: None,
         created_at: 1_000,

@@ -291,7 +291,7 @@ impl Store for MemoryStore {
             match write {
                 Write::Job { job, .. } => {
                     if let Some(stored) = inner.jobs.get_mut(&job.job_id) {
-                        stored.value = job.clone();
+                        stored.value = (**job).clone();
                         stored.version += 1;
                     }
                 }
@@ -324,7 +324,7 @@ impl Store for MemoryStore {
             .filter(|v| v.value.status == JobStatus::Runnable && v.value.job_queue == queue)
             .filter(|v| share.is_none_or(|s| share_key(&v.value) == s))
             .collect();
-        jobs.sort_by(|a, b| runnable_order(order, &a.value).cmp(&runnable_order(order, &b.value)));
+        jobs.sort_by_key(|v| runnable_order(order, &v.value));
         Ok(jobs.into_iter().take(limit).cloned().collect())
     }
 

@@ -250,8 +250,8 @@ impl Document for ShareUsageRecord {
 pub enum Write {
     /// Replace a job whose stored version is `expected_version`.
     Job {
-        /// The new job.
-        job: ServiceJob,
+        /// The new job (boxed: a job is far larger than a document write).
+        job: Box<ServiceJob>,
         /// The version read.
         expected_version: u64,
     },
@@ -272,7 +272,7 @@ impl Write {
     /// Replaces `job` if it is still at `expected_version`.
     pub fn job(job: ServiceJob, expected_version: u64) -> Self {
         Self::Job {
-            job,
+            job: Box::new(job),
             expected_version,
         }
     }
@@ -409,6 +409,119 @@ pub trait Store: Send + Sync + 'static {
     fn dispatched_jobs(
         &self,
     ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send;
+}
+
+/// A SageMaker training job's primary status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TrainingStatus {
+    /// Provisioning, downloading, training or uploading.
+    InProgress,
+    /// Finished successfully.
+    Completed,
+    /// Failed; a failure reason says why.
+    Failed,
+    /// Being stopped.
+    Stopping,
+    /// Stopped (on request, or by `MaxRuntimeInSeconds`).
+    Stopped,
+}
+
+impl TrainingStatus {
+    /// Parses SageMaker's spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "InProgress" => Self::InProgress,
+            "Completed" => Self::Completed,
+            "Failed" => Self::Failed,
+            "Stopping" => Self::Stopping,
+            "Stopped" => Self::Stopped,
+            _ => return None,
+        })
+    }
+
+    /// Completed, Failed or Stopped.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Stopped)
+    }
+}
+
+/// What the backend (or a state-change event) says about one training job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainingJobState {
+    /// `TrainingJobName`.
+    pub name: String,
+    /// `TrainingJobArn`.
+    pub arn: String,
+    /// `TrainingJobStatus`.
+    pub status: TrainingStatus,
+    /// `SecondaryStatus` (`Starting`, `Downloading`, `Training`, `Uploading`, …).
+    pub secondary: String,
+    /// `FailureReason`, when failed.
+    pub failure_reason: Option<String>,
+}
+
+impl TrainingJobState {
+    /// Reads the members Trainyard needs from a `DescribeTrainingJob` response or the `detail`
+    /// of a "SageMaker Training Job State Change" event (they share a shape). `None` when a
+    /// required member is missing or unknown.
+    pub fn from_sagemaker(detail: &serde_json::Value) -> Option<Self> {
+        let text = |k: &str| detail.get(k).and_then(serde_json::Value::as_str);
+        Some(Self {
+            name: text("TrainingJobName")?.to_owned(),
+            arn: text("TrainingJobArn").unwrap_or_default().to_owned(),
+            status: TrainingStatus::parse(text("TrainingJobStatus")?)?,
+            secondary: text("SecondaryStatus").unwrap_or_default().to_owned(),
+            failure_reason: text("FailureReason").map(str::to_owned),
+        })
+    }
+}
+
+/// Why the training backend refused or failed a call, classified once by the adapter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// `ResourceInUse`: a training job with this name exists (an earlier launch got through).
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// `ResourceLimitExceeded`: no account quota for the instances now; retry later.
+    #[error("ResourceLimitExceeded: {0}")]
+    Capacity(String),
+    /// The request is invalid (`ValidationException` and the like); retrying will not help.
+    #[error("{code}: {message}")]
+    Rejected {
+        /// SageMaker's error code.
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// No such training job.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Throttled or unavailable; retry with backoff.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// SageMaker, as the use-cases need it. Production: `aws-sdk-sagemaker`; local mode and the
+/// simulator: the emulator.
+pub trait TrainingBackend: Send + Sync + 'static {
+    /// `CreateTrainingJob` with `request` (whose `TrainingJobName` is the attempt's name);
+    /// returns the training job's ARN.
+    fn create_training_job(
+        &self,
+        request: serde_json::Value,
+    ) -> impl Future<Output = Result<String, BackendError>> + Send;
+
+    /// `DescribeTrainingJob`.
+    fn describe_training_job(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<TrainingJobState, BackendError>> + Send;
+
+    /// `StopTrainingJob`. Stopping a job that is already stopping or finished is not an error.
+    fn stop_training_job(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
 
 /// Wall-clock time, as epoch milliseconds. Tests use a manual clock.

@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod policies;
 pub mod queues;
 pub mod quota_shares;
+pub mod scheduling;
 pub mod tags;
 
 use std::sync::Arc;

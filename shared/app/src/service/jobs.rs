@@ -28,6 +28,7 @@ use crate::ports::{
     quota_share_key,
 };
 use crate::service::Service;
+use trainyard_scheduler::retry::{TerminateAction, terminate_action};
 
 /// Page size for the use-cases' own scans of the job list.
 const SCAN_PAGE: usize = 500;
@@ -388,6 +389,8 @@ impl<S: Store, E: EventSink> Service<S, E> {
             status: JobStatus::Submitted,
             status_reason: None,
             is_terminated: false,
+            termination_reason: None,
+            not_before: None,
             attempts: Vec::new(),
             preemption_summary: None,
             created_at: now,
@@ -589,26 +592,42 @@ impl<S: Store, E: EventSink> Service<S, E> {
         let mut changed = false;
         let job = self
             .update_with_retry(job_id_or_arn, |job| {
-                if job.status.is_terminal() {
-                    changed = false;
-                    return Ok(false);
+                match terminate_action(job) {
+                    TerminateAction::AlreadyFinished => {
+                        changed = false;
+                        Ok(false)
+                    }
+                    TerminateAction::FailNow => {
+                        job.transition(JobStatus::Failed, Some(reason.to_owned()), now)
+                            .map_err(|e| AppError::Conflict(e.to_string()))?;
+                        job.is_terminated = true;
+                        changed = true;
+                        Ok(true)
+                    }
+                    // A dispatched job: mark it, and the scheduling loop stops its attempt. The
+                    // job becomes FAILED, with this reason, when SageMaker reports it stopped, so
+                    // its capacity is released only once the instances really are free.
+                    TerminateAction::StopAttempt { .. } => {
+                        if job.is_terminated {
+                            changed = false;
+                            return Ok(false);
+                        }
+                        job.is_terminated = true;
+                        job.termination_reason = Some(reason.to_owned());
+                        job.updated_at = now;
+                        changed = true;
+                        Ok(true)
+                    }
                 }
-                // Stopping a dispatched job's SageMaker attempt comes with the scheduling issue;
-                // until then no job gets past RUNNABLE, so there is never an attempt to stop.
-                job.transition(JobStatus::Failed, Some(reason.to_owned()), now)
-                    .map_err(|e| AppError::Conflict(e.to_string()))?;
-                job.is_terminated = true;
-                changed = true;
-                Ok(true)
             })
             .await?;
         if changed {
-            tracing::info!(job_id = %job.job_id, reason, "job terminated");
+            tracing::info!(job_id = %job.job_id, reason, status = %job.status, "job terminated");
             self.events
                 .publish(Event::JobStatusChanged {
                     job_id: job.job_id.clone(),
                     job_queue: job.job_queue.clone(),
-                    status: JobStatus::Failed,
+                    status: job.status,
                 })
                 .await;
         }
@@ -939,6 +958,8 @@ mod tests {
             status: JobStatus::Runnable,
             status_reason: None,
             is_terminated: false,
+            termination_reason: None,
+            not_before: None,
             attempts: Vec::new(),
             preemption_summary: None,
             created_at,

@@ -1,0 +1,595 @@
+//! The scheduling loop end to end over virtual time: the real use-cases and planner, the memory
+//! store, and the SageMaker emulator's model as the training backend.
+
+// Tests may panic on what they did not expect.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use trainyard_app::Service;
+use trainyard_app::memory::MemoryStore;
+use trainyard_app::ports::{
+    BackendError, Clock, EnvironmentUsage, NoEvents, Store, TrainingBackend, TrainingJobState,
+};
+use trainyard_app::service::jobs::SubmitJob;
+use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
+use trainyard_app::testing::{ManualClock, SequentialIds};
+use trainyard_domain::arn::ArnContext;
+use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
+use trainyard_domain::job::{EvaluateOnExit, JobStatus, RetryAction, RetryStrategy, TimeoutConfig};
+use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
+use trainyard_domain::{ResourceStatus, State};
+use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, TimeFormat};
+use trainyard_scheduler::retry::RetryConfig;
+
+const T0: i64 = 1_800_000_000_000;
+
+/// The emulator's model as a [`TrainingBackend`], on the test's clock.
+#[derive(Clone)]
+struct EmulatedSageMaker {
+    emulator: Arc<Mutex<Emulator>>,
+    clock: Arc<ManualClock>,
+}
+
+fn classify(e: SageMakerError) -> BackendError {
+    match e {
+        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
+        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
+        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
+        SageMakerError::ValidationException(m) => BackendError::Rejected {
+            code: "ValidationException".into(),
+            message: m,
+        },
+    }
+}
+
+impl TrainingBackend for EmulatedSageMaker {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        let now = self.clock.now_ms();
+        self.emulator
+            .lock()
+            .unwrap()
+            .create_training_job(&request, now)
+            .map_err(classify)
+    }
+
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        let mut emulator = self.emulator.lock().unwrap();
+        emulator.advance(self.clock.now_ms());
+        let detail = emulator
+            .describe_training_job(name, TimeFormat::EpochMillis)
+            .map_err(classify)?;
+        Ok(TrainingJobState::from_sagemaker(&detail).unwrap())
+    }
+
+    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+        let now = self.clock.now_ms();
+        match self.emulator.lock().unwrap().stop_training_job(name, now) {
+            // Already finished or stopping: nothing to do.
+            Err(SageMakerError::ValidationException(_)) => Ok(()),
+            other => other.map_err(classify),
+        }
+    }
+}
+
+/// A Trainyard over the memory store and an emulated SageMaker, driven step by step.
+struct World {
+    service: Service<MemoryStore, NoEvents>,
+    clock: Arc<ManualClock>,
+    sagemaker: EmulatedSageMaker,
+    config: CycleConfig,
+    /// Whether SageMaker's events reach Trainyard (off: only reconciliation finds changes).
+    deliver_events: bool,
+    /// Every dispatch order seen, for assertions on priority.
+    dispatched: Vec<String>,
+}
+
+impl World {
+    fn new(emulator: EmulatorConfig) -> Self {
+        let clock = Arc::new(ManualClock::new(T0));
+        let service = Service::new(
+            MemoryStore::new(),
+            NoEvents,
+            clock.clone(),
+            Arc::new(SequentialIds::default()),
+            ArnContext::default(),
+        );
+        let sagemaker = EmulatedSageMaker {
+            emulator: Arc::new(Mutex::new(Emulator::new(emulator))),
+            clock: clock.clone(),
+        };
+        let config = CycleConfig {
+            // Short backoffs keep the virtual runs short; the rules are the same.
+            retry: RetryConfig {
+                capacity_base_ms: 2_000,
+                capacity_cap_ms: 8_000,
+                retry_base_ms: 1_000,
+                retry_cap_ms: 4_000,
+                jitter_max_ms: 500,
+            },
+            ..CycleConfig::default()
+        };
+        Self {
+            service,
+            clock,
+            sagemaker,
+            config,
+            deliver_events: true,
+            dispatched: Vec::new(),
+        }
+    }
+
+    async fn environment(&self, name: &str, instances: u32) {
+        let env = ServiceEnvironment {
+            service_environment_name: name.into(),
+            service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+            state: State::Enabled,
+            status: ResourceStatus::Valid,
+            capacity_limits: vec![CapacityLimit {
+                max_capacity: instances,
+                capacity_unit: "NUM_INSTANCES".into(),
+            }],
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        self.service.store().create_resource(&env).await.unwrap();
+    }
+
+    async fn queue(&self, name: &str, priority: u32, env: &str) {
+        let queue = JobQueue {
+            job_queue_name: name.into(),
+            state: State::Enabled,
+            status: ResourceStatus::Valid,
+            status_reason: None,
+            priority,
+            scheduling_policy: None,
+            service_environment_order: vec![ServiceEnvironmentOrder {
+                order: 1,
+                service_environment: env.into(),
+            }],
+            job_state_time_limit_actions: vec![],
+            job_queue_type: JobQueueType::SagemakerTraining,
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        self.service.store().create_resource(&queue).await.unwrap();
+    }
+
+    /// Submits a job and returns its id. `hyper` goes into the payload's HyperParameters.
+    async fn submit(&self, name: &str, queue: &str, instances: u32, hyper: Value) -> String {
+        self.submit_with(name, queue, instances, hyper, |_| {})
+            .await
+    }
+
+    async fn submit_with(
+        &self,
+        name: &str,
+        queue: &str,
+        instances: u32,
+        hyper: Value,
+        edit: impl FnOnce(&mut SubmitJob),
+    ) -> String {
+        let payload = json!({
+            "TrainingJobName": name,
+            "RoleArn": "arn:aws:iam::000000000000:role/SageMakerRole",
+            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+            "HyperParameters": hyper,
+            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
+        });
+        let mut cmd = SubmitJob {
+            job_name: name.into(),
+            job_queue: queue.into(),
+            service_job_type: Default::default(),
+            service_request_payload: payload.to_string(),
+            share_identifier: None,
+            quota_share_name: None,
+            scheduling_priority: None,
+            retry_strategy: None,
+            timeout_config: None,
+            preemption_configuration: None,
+            tags: BTreeMap::new(),
+            client_token: None,
+        };
+        edit(&mut cmd);
+        self.service.submit(cmd).await.unwrap().job_id
+    }
+
+    /// One loop iteration at the current time: accept, deliver events, run due work, cycle.
+    async fn tick(&mut self) {
+        let now = self.clock.now_ms();
+        self.service.accept_submitted(1_000, 0).await.unwrap();
+        let events = {
+            let mut emulator = self.sagemaker.emulator.lock().unwrap();
+            emulator.advance(now);
+            emulator.take_events(now)
+        };
+        if self.deliver_events {
+            for event in events {
+                let state = TrainingJobState::from_sagemaker(&event.detail).unwrap();
+                self.service
+                    .on_training_state(&state, &self.config)
+                    .await
+                    .unwrap();
+            }
+        }
+        self.service
+            .run_due_work(&self.sagemaker, &self.config, 5_000)
+            .await
+            .unwrap();
+        let before: Vec<String> = self.dispatched_ids().await;
+        self.service
+            .run_cycle(&self.sagemaker, &self.config)
+            .await
+            .unwrap();
+        for id in self.dispatched_ids().await {
+            if !before.contains(&id) {
+                self.dispatched.push(id);
+            }
+        }
+        self.check_capacity().await;
+    }
+
+    async fn dispatched_ids(&self) -> Vec<String> {
+        let store = self.service.store();
+        store
+            .dispatched_jobs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.value.job_id)
+            .collect()
+    }
+
+    /// Invariant: the usage document equals what dispatched jobs hold, within the limit.
+    async fn check_capacity(&self) {
+        let store = self.service.store();
+        let held: u64 = store
+            .dispatched_jobs()
+            .await
+            .unwrap()
+            .iter()
+            .map(|j| j.value.training.total_instances())
+            .sum();
+        let usage: u64 = store
+            .list_documents::<EnvironmentUsage>()
+            .await
+            .unwrap()
+            .iter()
+            .map(|u| u.value.total())
+            .sum();
+        assert_eq!(held, usage, "usage documents match the dispatched jobs");
+        let limit: u64 = store
+            .list_resources::<ServiceEnvironment>()
+            .await
+            .unwrap()
+            .iter()
+            .flat_map(|e| {
+                e.value
+                    .capacity_limits
+                    .iter()
+                    .map(|l| u64::from(l.max_capacity))
+            })
+            .sum();
+        assert!(held <= limit, "capacity overrun: {held} > {limit}");
+    }
+
+    /// Ticks every `step_ms` until every job is finished or `max_ms` of virtual time passed.
+    async fn run_until_done(&mut self, step_ms: i64, max_ms: i64) {
+        let end = self.clock.now_ms() + max_ms;
+        while self.clock.now_ms() < end {
+            self.tick().await;
+            if self.unfinished().await == 0 {
+                return;
+            }
+            self.clock.advance(step_ms);
+        }
+    }
+
+    async fn unfinished(&self) -> usize {
+        let query = trainyard_app::ports::JobQuery {
+            limit: 10_000,
+            ..Default::default()
+        };
+        let page = self.service.store().list_jobs(&query).await.unwrap();
+        page.items
+            .iter()
+            .filter(|j| !j.value.status.is_terminal())
+            .count()
+    }
+
+    async fn job(&self, id: &str) -> trainyard_domain::job::ServiceJob {
+        self.service
+            .store()
+            .get_job(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+    }
+}
+
+fn quick(seconds: u32) -> Value {
+    json!({"emulator_duration_s": seconds.to_string()})
+}
+
+#[tokio::test]
+async fn jobs_run_to_success_in_queue_priority_order_as_capacity_frees() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 2).await;
+    for (queue, priority) in [("production", 900), ("research", 500), ("sweeps", 100)] {
+        w.queue(queue, priority, "local").await;
+    }
+    let mut ids = BTreeMap::new();
+    // Submitted lowest priority first, so order of submission cannot explain the result.
+    for queue in ["sweeps", "research", "production"] {
+        for i in 0..4 {
+            let id = w.submit(&format!("{queue}-{i}"), queue, 1, quick(2)).await;
+            ids.insert(id, queue);
+        }
+    }
+    w.run_until_done(250, 120_000).await;
+    for id in ids.keys() {
+        let job = w.job(id).await;
+        assert_eq!(
+            job.status,
+            JobStatus::Succeeded,
+            "{id}: {:?}",
+            job.status_reason
+        );
+        let attempt = job.latest_attempt().unwrap();
+        assert!(
+            attempt
+                .training_job_arn
+                .as_deref()
+                .unwrap()
+                .contains(":training-job/")
+        );
+        assert!(job.scheduled_at.is_some() && job.started_at.is_some() && job.stopped_at.is_some());
+    }
+    let order: Vec<&str> = w.dispatched.iter().map(|id| ids[id]).collect();
+    let mut sorted = order.clone();
+    sorted.sort_by_key(|q| match *q {
+        "production" => 0,
+        "research" => 1,
+        _ => 2,
+    });
+    assert_eq!(order, sorted, "dispatched by queue priority");
+}
+
+#[tokio::test]
+async fn a_capacity_error_requeues_without_using_an_attempt() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("q", 1, "local").await;
+    let id = w
+        .submit(
+            "scarce",
+            "q",
+            1,
+            json!({"emulator_outcome": "CapacityError"}),
+        )
+        .await;
+    // Run a few capacity failures, then check the job waits RUNNABLE with Batch's reason.
+    for _ in 0..80 {
+        w.tick().await;
+        w.clock.advance(250);
+    }
+    let job = w.job(&id).await;
+    assert!(
+        job.attempts.len() >= 2,
+        "retried on capacity errors: {}",
+        job.attempts.len()
+    );
+    assert!(
+        job.status == JobStatus::Runnable || job.status.is_dispatched(),
+        "{:?}",
+        job.status
+    );
+    for attempt in &job.attempts[..job.attempts.len() - 1] {
+        assert!(
+            attempt
+                .status_reason
+                .as_deref()
+                .unwrap()
+                .contains("CapacityError"),
+            "{attempt:?}"
+        );
+    }
+    let retry = RetryStrategy {
+        attempts: 1,
+        evaluate_on_exit: vec![],
+    };
+    assert_eq!(job.retry_strategy, None);
+    let _ = retry;
+}
+
+#[tokio::test]
+async fn account_quota_refusals_requeue_with_the_capacity_reason() {
+    let quota = EmulatorConfig {
+        account_quotas: [("ml.g5.xlarge".to_owned(), 1)].into(),
+        ..EmulatorConfig::default()
+    };
+    let mut w = World::new(quota);
+    w.environment("local", 4).await;
+    w.queue("q", 1, "local").await;
+    let a = w.submit("a", "q", 1, quick(5)).await;
+    let b = w.submit("b", "q", 1, quick(5)).await;
+    w.tick().await;
+    let waiting = w.job(&b).await;
+    assert_eq!(waiting.status, JobStatus::Runnable);
+    assert!(
+        waiting
+            .status_reason
+            .as_deref()
+            .unwrap()
+            .starts_with("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY")
+    );
+    assert!(waiting.not_before.is_some(), "backs off");
+    w.run_until_done(250, 120_000).await;
+    assert_eq!(w.job(&a).await.status, JobStatus::Succeeded);
+    assert_eq!(w.job(&b).await.status, JobStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn evaluate_on_exit_retries_or_exits() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("q", 1, "local").await;
+    let failing = json!({"emulator_duration_s": "1", "emulator_outcome": "Failed:AlgorithmError: loss is NaN"});
+    let strategy = |action| RetryStrategy {
+        attempts: 3,
+        evaluate_on_exit: vec![EvaluateOnExit {
+            action: Some(action),
+            on_status_reason: Some("Received status from SageMaker: AlgorithmError*".into()),
+        }],
+    };
+    let retried = w
+        .submit_with("retried", "q", 1, failing.clone(), |c| {
+            c.retry_strategy = Some(strategy(RetryAction::Retry))
+        })
+        .await;
+    let exited = w
+        .submit_with("exited", "q", 1, failing, |c| {
+            c.retry_strategy = Some(strategy(RetryAction::Exit))
+        })
+        .await;
+    w.run_until_done(250, 120_000).await;
+    let retried = w.job(&retried).await;
+    assert_eq!(
+        (retried.status, retried.attempts.len()),
+        (JobStatus::Failed, 3)
+    );
+    assert_eq!(
+        retried.status_reason.as_deref(),
+        Some("Received status from SageMaker: AlgorithmError: loss is NaN")
+    );
+    let exited = w.job(&exited).await;
+    assert_eq!(
+        (exited.status, exited.attempts.len()),
+        (JobStatus::Failed, 1)
+    );
+}
+
+#[tokio::test]
+async fn an_attempt_past_its_timeout_is_stopped_and_fails() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 1).await;
+    w.queue("q", 1, "local").await;
+    let id = w
+        .submit_with("slow", "q", 1, quick(60), |c| {
+            c.timeout_config = Some(TimeoutConfig {
+                attempt_duration_seconds: Some(3),
+            })
+        })
+        .await;
+    w.run_until_done(250, 30_000).await;
+    let job = w.job(&id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(
+        job.status_reason.as_deref(),
+        Some(trainyard_scheduler::retry::TIMEOUT_REASON)
+    );
+    assert!(
+        job.stopped_at.unwrap() - T0 < 10_000,
+        "stopped soon after 3 s, not after 60 s"
+    );
+}
+
+#[tokio::test]
+async fn terminate_while_running_stops_the_attempt_and_frees_capacity() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 1).await;
+    w.queue("q", 1, "local").await;
+    let running = w.submit("long", "q", 1, quick(600)).await;
+    let next = w.submit("next", "q", 1, quick(1)).await;
+    for _ in 0..8 {
+        w.tick().await;
+        w.clock.advance(250);
+    }
+    assert_eq!(w.job(&running).await.status, JobStatus::Running);
+    w.service
+        .terminate_job(&running, "wrong dataset")
+        .await
+        .unwrap();
+    let marked = w.job(&running).await;
+    assert!(
+        marked.is_terminated && marked.status == JobStatus::Running,
+        "still holds capacity until stopped"
+    );
+    w.run_until_done(250, 30_000).await;
+    let job = w.job(&running).await;
+    assert_eq!(
+        (job.status, job.status_reason.as_deref()),
+        (JobStatus::Failed, Some("wrong dataset"))
+    );
+    assert_eq!(
+        w.job(&next).await.status,
+        JobStatus::Succeeded,
+        "the freed instance ran the next job"
+    );
+}
+
+#[tokio::test]
+async fn duplicated_and_reordered_events_change_nothing() {
+    let config = EmulatorConfig {
+        duplicate_event_rate: 0.7,
+        max_event_delay_ms: 1_500,
+        seed: 7,
+        ..EmulatorConfig::default()
+    };
+    let mut w = World::new(config);
+    w.environment("local", 3).await;
+    w.queue("q", 1, "local").await;
+    let ids: Vec<String> = futures_lite_join(&w, 9).await;
+    w.run_until_done(100, 120_000).await;
+    for id in &ids {
+        let job = w.job(id).await;
+        assert_eq!(
+            (job.status, job.attempts.len()),
+            (JobStatus::Succeeded, 1),
+            "{id}"
+        );
+    }
+    // A late duplicate of an old event for a finished job is ignored.
+    let job = w.job(&ids[0]).await;
+    let state = TrainingJobState {
+        name: job.attempts[0].training_job_name.clone(),
+        arn: String::new(),
+        status: trainyard_app::ports::TrainingStatus::InProgress,
+        secondary: "Training".into(),
+        failure_reason: None,
+    };
+    assert_eq!(
+        w.service
+            .on_training_state(&state, &w.config)
+            .await
+            .unwrap(),
+        StateOutcome::Ignored
+    );
+    assert_eq!(w.job(&ids[0]).await.status, JobStatus::Succeeded);
+}
+
+async fn futures_lite_join(w: &World, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(w.submit(&format!("job-{i}"), "q", 1, quick(1)).await);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn missed_events_are_found_by_reconciliation() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.deliver_events = false;
+    w.environment("local", 2).await;
+    w.queue("q", 1, "local").await;
+    let ids = futures_lite_join(&w, 4).await;
+    w.run_until_done(500, 120_000).await;
+    for id in &ids {
+        assert_eq!(w.job(id).await.status, JobStatus::Succeeded, "{id}");
+    }
+}
