@@ -15,7 +15,7 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::error::ApiError;
 use crate::extract::to_value;
-use crate::paging::page_by_name;
+use crate::paging::{list_response, page_by_name};
 use crate::{extract, validate};
 
 /// Handles `op` if it belongs to this module.
@@ -171,11 +171,11 @@ async fn describe<S: Store, E: EventSink>(
         req.next_token.as_deref(),
     )?;
     let details: Vec<Detail<'_>> = page.iter().map(|e| detail(service.arns(), e)).collect();
-    let mut out = json!({ "serviceEnvironments": to_value(&details)? });
-    if let Some(token) = next {
-        out["nextToken"] = Value::String(token);
-    }
-    Ok(out)
+    Ok(list_response(
+        "serviceEnvironments",
+        to_value(&details)?,
+        next,
+    ))
 }
 
 async fn update<S: Store, E: EventSink>(

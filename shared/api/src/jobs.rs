@@ -668,11 +668,12 @@ async fn list<S: Store, E: EventSink>(
     let page = service.list_jobs(query).await?;
     let arns = service.arns();
     let summaries: Vec<JobSummary<'_>> = page.items.iter().map(|j| job_summary(arns, j)).collect();
-    let mut out = json!({ "jobSummaryList": to_value(&summaries)? });
-    if let Some(next) = &page.next {
-        out["nextToken"] = Value::String(paging::job_token(next));
-    }
-    Ok(out)
+    let next = page.next.as_ref().map(paging::job_token);
+    Ok(paging::list_response(
+        "jobSummaryList",
+        to_value(&summaries)?,
+        next,
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,6 +18,21 @@ pub fn page_size(max_results: Option<i64>) -> Result<usize, ApiError> {
     }
 }
 
+/// A list response: `{key: items}` plus `nextToken` only when another page follows (clients
+/// such as the SageMaker SDK loop while a token is present).
+pub fn list_response(
+    key: &str,
+    items: serde_json::Value,
+    next: Option<String>,
+) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    out.insert(key.to_owned(), items);
+    if let Some(token) = next {
+        out.insert("nextToken".to_owned(), serde_json::Value::String(token));
+    }
+    serde_json::Value::Object(out)
+}
+
 /// A token for "continue after this key" (used for name-ordered listings).
 pub fn key_token(last_key: &str) -> String {
     format!("k1.{}", hex(last_key.as_bytes()))

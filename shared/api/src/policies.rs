@@ -19,7 +19,7 @@ use trainyard_domain::policy::{
 
 use crate::error::ApiError;
 use crate::extract::to_value;
-use crate::paging::page_by_name;
+use crate::paging::{list_response, page_by_name};
 use crate::{extract, validate};
 
 /// Handles `op` if it belongs to this module.
@@ -218,11 +218,11 @@ async fn list<S: Store, E: EventSink>(
         .iter()
         .map(|p| json!({ "arn": service.arns().policy_arn(&p.name) }))
         .collect();
-    let mut out = json!({ "schedulingPolicies": listing });
-    if let Some(token) = next {
-        out["nextToken"] = Value::String(token);
-    }
-    Ok(out)
+    Ok(list_response(
+        "schedulingPolicies",
+        Value::Array(listing),
+        next,
+    ))
 }
 
 async fn update<S: Store, E: EventSink>(

@@ -17,7 +17,7 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::error::ApiError;
 use crate::extract::to_value;
-use crate::paging::page_by_name;
+use crate::paging::{list_response, page_by_name};
 use crate::{extract, validate};
 
 /// The only queue type Trainyard serves.
@@ -302,11 +302,7 @@ async fn describe<S: Store, E: EventSink>(
         req.next_token.as_deref(),
     )?;
     let details: Vec<Detail<'_>> = page.iter().map(|q| detail(service.arns(), q)).collect();
-    let mut out = json!({ "jobQueues": to_value(&details)? });
-    if let Some(token) = next {
-        out["nextToken"] = Value::String(token);
-    }
-    Ok(out)
+    Ok(list_response("jobQueues", to_value(&details)?, next))
 }
 
 async fn update<S: Store, E: EventSink>(

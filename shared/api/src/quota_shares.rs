@@ -15,7 +15,7 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::error::ApiError;
 use crate::extract::to_value;
-use crate::paging::page_by_name;
+use crate::paging::{list_response, page_by_name};
 use crate::{extract, validate};
 
 /// Handles `op` if it belongs to this module.
@@ -254,11 +254,7 @@ async fn list<S: Store, E: EventSink>(
         req.next_token.as_deref(),
     )?;
     let details: Vec<Detail<'_>> = page.iter().map(|s| detail(service.arns(), s)).collect();
-    let mut out = json!({ "quotaShares": to_value(&details)? });
-    if let Some(token) = next {
-        out["nextToken"] = Value::String(token);
-    }
-    Ok(out)
+    Ok(list_response("quotaShares", to_value(&details)?, next))
 }
 
 async fn update<S: Store, E: EventSink>(

@@ -124,9 +124,73 @@ pub enum SqliteError {
     },
 }
 
+/// How often the background checkpointer copies the WAL back into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// WAL pages after which a writer checkpoints by itself: only reached if the background
+/// checkpointer falls far behind (64 MiB of 4 KiB pages), so the WAL stays bounded regardless.
+const FALLBACK_AUTOCHECKPOINT_PAGES: i64 = 16_384;
+
 /// A [`Store`] in one SQLite file (or in memory, for tests).
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Checkpoints the WAL off the request path (file-backed stores only); stopped on drop.
+    _checkpointer: Option<Checkpointer>,
+}
+
+/// A thread with its own connection that checkpoints the WAL every [`CHECKPOINT_EVERY`].
+///
+/// Why: SQLite's automatic checkpoint runs inside whichever commit crosses the threshold, and a
+/// checkpoint syncs the database file, so one request in a thousand would wait for an `fsync`.
+/// A `PASSIVE` checkpoint from another connection copies frames while writers keep appending.
+struct Checkpointer {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Self, SqliteError> {
+        let conn = Connection::open(path).map_err(|source| SqliteError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(SqliteError::Sqlite)?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || {
+                // Runs until the store is dropped (the sender goes away).
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    let result: rusqlite::Result<(i64, i64, i64)> =
+                        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                        });
+                    if let Err(error) = result {
+                        tracing::warn!(%error, "WAL checkpoint failed; writers will checkpoint");
+                    }
+                }
+            })
+            .map_err(|source| SqliteError::CreateDir {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -154,7 +218,13 @@ impl SqliteStore {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::configure(conn, durability)
+        let mut store = Self::configure(conn, durability)?;
+        store
+            .lock()
+            .pragma_update(None, "wal_autocheckpoint", FALLBACK_AUTOCHECKPOINT_PAGES)
+            .map_err(SqliteError::Sqlite)?;
+        store._checkpointer = Some(Checkpointer::start(path)?);
+        Ok(store)
     }
 
     /// A private, empty in-memory store (nothing is kept after drop).
@@ -177,6 +247,7 @@ impl SqliteStore {
         schema::migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            _checkpointer: None,
         })
     }
 
