@@ -125,11 +125,13 @@ impl ArnContext {
             id.name
         )
     }
-    /// `arn:…:sagemaker:…:training-job/{name}`.
+    /// `arn:…:sagemaker:…:training-job/{name}`, with the name lower-cased as SageMaker writes
+    /// training-job ARNs.
     pub fn training_job_arn(&self, training_job_name: &str) -> String {
         format!(
-            "{}training-job/{training_job_name}",
-            self.prefix("sagemaker")
+            "{}training-job/{}",
+            self.prefix("sagemaker"),
+            training_job_name.to_lowercase()
         )
     }
 
