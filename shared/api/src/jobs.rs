@@ -484,7 +484,16 @@ async fn describe<S: Store, E: EventSink>(
     let req: JobIdRequest = extract::json(body)?;
     let job_id = validate::required("jobId", req.job_id)?;
     let job = service.describe_job(&job_id).await?;
-    to_value(&job_detail(service.arns(), &job))
+    let mut out = to_value(&job_detail(service.arns(), &job))?;
+    // Trainyard's additions live under one key that Batch does not use; clients ignore it.
+    if let Some(place) = service.queue_position(&job).await? {
+        let mut ext = json!({ "queuePosition": place.position });
+        if let Some(share) = place.share {
+            ext["queuePositionShare"] = Value::String(share);
+        }
+        out["trainyard"] = ext;
+    }
+    Ok(out)
 }
 
 async fn terminate<S: Store, E: EventSink>(

@@ -1389,3 +1389,45 @@ async fn jobs_flow_through_queues_and_policies_created_by_the_api() {
     body["shareIdentifier"] = json!("a");
     submit(&h, body).await;
 }
+
+#[tokio::test]
+async fn a_runnable_job_shows_its_place_in_line_and_others_do_not() {
+    let h = harness();
+    h.fifo_queue("env", "q", 10, 8).await;
+    let ids: Vec<String> = futures_in_order(&h, 3).await;
+    let place = |v: &Value| v["trainyard"]["queuePosition"].as_u64();
+    assert_eq!(
+        place(&describe(&h, &ids[0]).await),
+        None,
+        "SUBMITTED jobs are not in line yet"
+    );
+    h.service.accept_submitted(10, 0).await.unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(place(&describe(&h, id).await), Some(i as u64 + 1), "{id}");
+    }
+    h.ok(
+        "terminateservicejob",
+        json!({"jobId": ids[0], "reason": "not needed"}),
+    )
+    .await;
+    assert_eq!(
+        place(&describe(&h, &ids[0]).await),
+        None,
+        "a FAILED job has no place"
+    );
+    assert_eq!(
+        place(&describe(&h, &ids[2]).await),
+        Some(2),
+        "the line moved up"
+    );
+}
+
+async fn futures_in_order(h: &Harness, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(submit(h, submit_body(&format!("j{i}"), "q")).await);
+        // Distinct submission times make the FIFO order unambiguous.
+        h.clock.advance(10);
+    }
+    ids
+}

@@ -24,8 +24,8 @@ use trainyard_domain::{ResourceStatus, State};
 
 use crate::error::AppError;
 use crate::ports::{
-    ClientTokenRecord, Event, EventSink, InsertJob, JobQuery, Page, Store, StoreError, Versioned,
-    quota_share_key,
+    ClientTokenRecord, Event, EventSink, InsertJob, JobQuery, Page, RunnableOrder, Store,
+    StoreError, Versioned, quota_share_key, share_key,
 };
 use crate::service::Service;
 use trainyard_scheduler::retry::{TerminateAction, terminate_action};
@@ -41,6 +41,18 @@ const SCAN_CAP: usize = 100_000;
 /// Most SUBMITTED jobs [`Service::accept_submitted`] reads to find the oldest. SUBMITTED is
 /// transient (every submission wakes the loop that drains it), so this is rarely reached.
 const ACCEPT_SCAN_CAP: usize = 10_000;
+
+/// Most RUNNABLE jobs [`Service::queue_position`] reads to place a job.
+pub const POSITION_SCAN_LIMIT: usize = 10_000;
+
+/// A RUNNABLE job's place in line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// 1 means next to be dispatched from its queue (or share).
+    pub position: u64,
+    /// The share it is ordered within, for queues with a scheduling policy.
+    pub share: Option<String>,
+}
 
 /// Shares listed in `fairshareUtilization.topCapacityUtilization` (Batch's limit).
 const TOP_SHARES: usize = 20;
@@ -541,6 +553,34 @@ impl<S: Store, E: EventSink> Service<S, E> {
     /// `DescribeServiceJob`: the job by id or ARN.
     pub async fn describe_job(&self, id_or_arn: &str) -> Result<ServiceJob, AppError> {
         Ok(self.load_job(id_or_arn).await?.value)
+    }
+
+    /// Where a RUNNABLE job stands: its 1-based position among the RUNNABLE jobs it is ordered
+    /// with (the whole queue for FIFO queues, its share for queues with a policy), in dispatch
+    /// order. `None` for jobs that are not RUNNABLE or lie beyond the first
+    /// [`POSITION_SCAN_LIMIT`] (reading further would make one describe cost the backlog).
+    pub async fn queue_position(&self, job: &ServiceJob) -> Result<Option<QueuePlace>, AppError> {
+        if job.status != JobStatus::Runnable {
+            return Ok(None);
+        }
+        let Some(queue) = self.store.get_resource::<JobQueue>(&job.job_queue).await? else {
+            return Ok(None);
+        };
+        let (share, order) = match queue.value.scheduling_policy {
+            None => (None, RunnableOrder::Fifo),
+            Some(_) => (Some(share_key(job)), RunnableOrder::Priority),
+        };
+        let ahead = self
+            .store
+            .runnable_jobs(&job.job_queue, share, order, POSITION_SCAN_LIMIT)
+            .await?;
+        Ok(ahead
+            .iter()
+            .position(|v| v.value.job_id == job.job_id)
+            .map(|i| QueuePlace {
+                position: i as u64 + 1,
+                share: share.map(str::to_owned),
+            }))
     }
 
     /// `ListServiceJobs`: one page of jobs, newest first. `query.queue` may be a name or an ARN
