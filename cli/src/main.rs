@@ -6,8 +6,11 @@
 //!
 //! # Layout
 //!
-//! - [`up`]: local mode, the composition root: SQLite store, service, router, event loop,
-//!   signals, and the demo setup created on first start.
+//! - [`up`]: local mode, the composition root: SQLite store, service, router, emulated
+//!   SageMaker, scheduling loop, signals, and the demo setup created on first start.
+//! - [`emulator`]: `trainyard emulator`, the SageMaker emulator's HTTP face on its own.
+//! - [`routes`]: `/metrics` and `/trainyard/events` beside the Batch API.
+//! - [`events`]: `trainyard events`, which follows job state changes.
 //! - [`client`]: a small blocking client for the Batch API, with errors people can act on.
 //! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`.
 //! - [`payload`]: the SageMaker `CreateTrainingJob` request `submit` builds from flags.
@@ -15,7 +18,10 @@
 
 mod client;
 mod commands;
+mod emulator;
+mod events;
 mod payload;
+mod routes;
 mod table;
 mod up;
 
@@ -38,11 +44,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the whole control plane locally: the Batch API on HTTP, a SQLite store, the loop.
+    /// Run the whole control plane locally: the Batch API on HTTP, a SQLite store, the
+    /// scheduling loop and an emulated SageMaker that jobs run on.
     ///
     /// On first start it creates a demo setup (service environment `local` with 8 instances,
     /// queues `production` > `research` > `sweeps`). Stop it with Ctrl-C or SIGTERM.
-    Up(up::UpArgs),
+    Up(Box<up::UpArgs>),
+    /// Serve the SageMaker emulator alone (SageMaker's API for boto3, the AWS CLI, SDKs).
+    Emulator(emulator::EmulatorArgs),
+    /// Follow job state changes on a running `trainyard up`, one line each.
+    Events(events::EventsArgs),
     /// Submit a training job to a queue and print its job id.
     Submit(Box<commands::SubmitArgs>),
     /// List jobs: every queue and every status unless narrowed.
@@ -95,7 +106,9 @@ pub mod defaults {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Up(args) => up::run(args),
+        Command::Up(args) => up::run(*args),
+        Command::Emulator(args) => emulator::run(args),
+        Command::Events(args) => events::run(&args),
         Command::Submit(args) => commands::submit(&args),
         Command::Jobs(args) => commands::jobs(&args),
         Command::Describe(args) => commands::describe(&args),

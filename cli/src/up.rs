@@ -1,9 +1,11 @@
 //! `trainyard up`: local mode's composition root.
 //!
 //! It opens the SQLite store in the data directory, builds the service with the in-process
-//! event sink, serves the Batch API over HTTP and runs the local loop beside it, until Ctrl-C or
-//! SIGTERM. Shutdown is graceful and ordered: stop accepting connections and let in-flight
-//! requests finish, stop the loop, then drop the store (closing the SQLite file cleanly).
+//! event sink, starts an emulated SageMaker (the model, its driver), serves the Batch API over
+//! HTTP (plus `/metrics` and `/trainyard/events`) and runs the scheduling loop beside it, until
+//! Ctrl-C or SIGTERM. Shutdown is graceful and ordered: stop accepting connections and let
+//! in-flight requests finish, stop the loop and the driver, then drop the store (closing the
+//! SQLite file cleanly).
 //!
 //! The banner goes to stdout (tests and scripts read the address from it); logs go to stderr.
 
@@ -14,19 +16,30 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use tokio::sync::mpsc;
 use tokio::sync::watch;
 use trainyard_app::Service;
 use trainyard_app::ports::{Clock, RandomIds, Store, StoreError, SystemClock};
+use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{
     CapacityLimit, NUM_INSTANCES, ServiceEnvironment, ServiceEnvironmentType,
 };
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
 use trainyard_domain::{ResourceStatus, State, Tags};
+use trainyard_emulator::driver;
+use trainyard_emulator::http::SharedEmulator;
+use trainyard_emulator::model::Emulator;
 use trainyard_local::SqliteStore;
-use trainyard_local::event_loop::{self, LocalEvents, LoopConfig};
+use trainyard_local::backend::EmulatedSageMaker;
+use trainyard_local::event_loop::{self, LocalEvents, LoopConfig, Scheduler};
+use trainyard_local::metrics::{self, Metrics};
 
+use crate::emulator::{DRIVER_MAX_SLEEP, EmulatorOptions};
 use crate::{LogFormat, defaults, parse_dir, parse_listen};
+
+/// SageMaker state changes the driver may queue before it waits for the loop.
+const BACKEND_EVENT_BUFFER: usize = 1024;
 
 /// The store file inside the data directory.
 pub const DB_FILE: &str = "trainyard.db";
@@ -68,6 +81,23 @@ pub struct UpArgs {
     /// Clients such as the SageMaker SDK check for SUBMITTED right after submitting.
     #[arg(long, default_value_t = 250)]
     settle_ms: u64,
+    /// How long an attempt may go without a SageMaker event before the loop describes it, in
+    /// milliseconds (events can be lost; this is how missed ones are found).
+    #[arg(long, default_value_t = 10_000)]
+    quiet_ms: u64,
+    /// Batch's strict head-of-line FIFO: a job that does not fit blocks the jobs behind it
+    /// (the default lets smaller jobs backfill when they cannot delay it).
+    #[arg(long)]
+    strict_fifo: bool,
+    /// Accept jobs but dispatch none: they wait RUNNABLE (to inspect or build up a backlog).
+    #[arg(long)]
+    no_dispatch: bool,
+    /// Multiplies the retry and capacity-error backoffs (10 s and 30 s at first, plus up to 5 s
+    /// of jitter); below 1 makes demos and tests of retries quick.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_backoff_scale)]
+    backoff_scale: f64,
+    #[command(flatten)]
+    emulator: EmulatorOptions,
     /// Log line format (the level comes from RUST_LOG, default `info`).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -84,7 +114,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     runtime.block_on(serve(args, arns))
 }
 
-fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -177,7 +207,13 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     let address = listener.local_addr().context("reading the bound address")?;
 
     let (stop, stopping) = watch::channel(false);
-    let app = trainyard_api::router(service.clone());
+    let metrics = Arc::new(Metrics::new());
+    let app = trainyard_api::router(service.clone()).merge(crate::routes::routes(
+        service.clone(),
+        metrics.clone(),
+        events.clone(),
+        stopping.clone(),
+    ));
     let mut server = tokio::spawn({
         let stopping = stopping.clone();
         async move {
@@ -190,12 +226,57 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         settle: Duration::from_millis(args.settle_ms),
         ..LoopConfig::new(Duration::from_millis(args.interval_ms))
     };
-    let loop_task = tokio::spawn(event_loop::run_with(
-        service.clone(),
-        events,
-        loop_config,
-        stopped(stopping),
+
+    // The emulated SageMaker: its model, and the driver that turns time into state changes.
+    let shared = SharedEmulator::with_wall_clock(Emulator::new(
+        args.emulator.config(&arns.region, &arns.account),
     ));
+    let (backend_events, backend_feed) = mpsc::channel(BACKEND_EVENT_BUFFER);
+    let driver_task = tokio::spawn(driver::run(
+        shared.clone(),
+        backend_events,
+        DRIVER_MAX_SLEEP,
+        stopped(stopping.clone()),
+    ));
+    let observer = tokio::spawn(metrics::observe(
+        metrics.clone(),
+        service.clone(),
+        events.subscribe(),
+        stopped(stopping.clone()),
+    ));
+    let loop_task = if args.no_dispatch {
+        tracing::info!("--no-dispatch: jobs are accepted and wait RUNNABLE");
+        drop(backend_feed);
+        tokio::spawn(event_loop::run_with(
+            service.clone(),
+            events,
+            loop_config,
+            stopped(stopping),
+        ))
+    } else {
+        let mut cycle = CycleConfig::default();
+        cycle.planner.strict_fifo = args.strict_fifo;
+        let scale = |ms: i64| ((ms as f64) * args.backoff_scale).round() as i64;
+        cycle.retry.capacity_base_ms = scale(cycle.retry.capacity_base_ms);
+        cycle.retry.capacity_cap_ms = scale(cycle.retry.capacity_cap_ms);
+        cycle.retry.retry_base_ms = scale(cycle.retry.retry_base_ms);
+        cycle.retry.retry_cap_ms = scale(cycle.retry.retry_cap_ms);
+        cycle.retry.jitter_max_ms = scale(cycle.retry.jitter_max_ms);
+        let scheduler = Arc::new(Scheduler::new(
+            service.clone(),
+            EmulatedSageMaker::new(shared, args.emulator.emulator_time_scale),
+            cycle,
+            i64::try_from(args.quiet_ms).unwrap_or(i64::MAX),
+        ));
+        tokio::spawn(event_loop::run_scheduling(
+            scheduler,
+            events,
+            backend_feed,
+            loop_config,
+            metrics,
+            stopped(stopping),
+        ))
+    };
     tracing::info!(%address, db = %db_path.display(), "trainyard up");
     print_banner(address, &db_path, &arns, created);
 
@@ -222,6 +303,8 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     if tokio::time::timeout(GRACE, loop_task).await.is_err() {
         tracing::warn!("the loop did not stop within the grace period");
     }
+    let _ = tokio::time::timeout(GRACE, driver_task).await;
+    let _ = tokio::time::timeout(GRACE, observer).await;
     // The last reference: dropping it closes the SQLite file.
     drop(service);
     let signal = outcome?;
@@ -232,13 +315,21 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Parses `--backoff-scale`: a finite number between 0 and 100.
+fn parse_backoff_scale(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(scale) if scale.is_finite() && (0.0..=100.0).contains(&scale) => Ok(scale),
+        _ => Err(format!("{value:?} is not a scale between 0 and 100")),
+    }
+}
+
 /// Resolves once the stop flag is set (or its sender is gone).
-async fn stopped(mut stopping: watch::Receiver<bool>) {
+pub(crate) async fn stopped(mut stopping: watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stop| *stop).await;
 }
 
 /// Ctrl-C (SIGINT) and SIGTERM, registered up front.
-struct StopSignals {
+pub(crate) struct StopSignals {
     #[cfg(unix)]
     interrupt: tokio::signal::unix::Signal,
     #[cfg(unix)]
@@ -246,7 +337,7 @@ struct StopSignals {
 }
 
 impl StopSignals {
-    fn install() -> anyhow::Result<Self> {
+    pub(crate) fn install() -> anyhow::Result<Self> {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -262,7 +353,7 @@ impl StopSignals {
     }
 
     /// Waits for the next stop signal and names it.
-    async fn next(&mut self) -> &'static str {
+    pub(crate) async fn next(&mut self) -> &'static str {
         #[cfg(unix)]
         {
             tokio::select! {
@@ -285,7 +376,9 @@ fn print_banner(address: SocketAddr, db_path: &Path, arns: &ArnContext, created_
          \n\
          Listening on {url}\n\
          Store:       {db}\n\
-         ARNs in:     {partition} {region}, account {account}\n",
+         ARNs in:     {partition} {region}, account {account}\n\
+         SageMaker:   emulated in process (training jobs never leave this machine)\n\
+         Metrics:     {url}/metrics   Events: trainyard events --follow\n",
         db = db_path.display(),
         partition = arns.partition,
         region = arns.region,

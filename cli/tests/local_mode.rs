@@ -1,5 +1,8 @@
 //! End-to-end tests of local mode: the real `trainyard up` binary on a free port, driven by the
 //! real `trainyard` client commands (and, where timing matters, the HTTP API directly).
+//!
+//! These tests are about the API, the store and the intake; they run with `--no-dispatch` where
+//! jobs must stay RUNNABLE. The scheduling loop's tests are in `scheduling.rs`.
 
 mod support;
 
@@ -76,7 +79,16 @@ fn a_submitted_job_is_submitted_when_submit_returns_then_becomes_runnable() {
     let (_tmp, dir) = data_dir();
     // No ticks: only the submit event may move the job, after its settle pause (made long here
     // so that a busy test machine cannot stretch the gap between the two calls past it).
-    let server = Server::start(&dir, &["--interval-ms", "600000", "--settle-ms", "2000"]);
+    let server = Server::start(
+        &dir,
+        &[
+            "--no-dispatch",
+            "--interval-ms",
+            "600000",
+            "--settle-ms",
+            "2000",
+        ],
+    );
     let submitted = server.api("submitservicejob", &submit_request("research", "first"));
     let job_id = submitted["jobId"].as_str().expect("jobId").to_owned();
     assert_eq!(server.status(&job_id), "SUBMITTED");
@@ -86,7 +98,7 @@ fn a_submitted_job_is_submitted_when_submit_returns_then_becomes_runnable() {
 #[test]
 fn the_cli_submits_lists_filters_describes_and_terminates() {
     let (_tmp, dir) = data_dir();
-    let server = Server::start(&dir, &[]);
+    let server = Server::start(&dir, &["--no-dispatch"]);
 
     let submit = |queue: &str, name: &str| {
         let run = server.cli(&[
@@ -217,7 +229,7 @@ fn api_errors_and_unreachable_servers_exit_non_zero_with_a_useful_message() {
 #[test]
 fn sigterm_stops_cleanly_and_a_restart_keeps_jobs_without_recreating_the_demo_setup() {
     let (_tmp, dir) = data_dir();
-    let mut server = Server::start(&dir, &[]);
+    let mut server = Server::start(&dir, &["--no-dispatch"]);
     let job = server.api("submitservicejob", &submit_request("production", "keep-me"));
     let job_id = job["jobId"].as_str().expect("jobId").to_owned();
     server.wait_for_status(&job_id, "RUNNABLE");
@@ -240,7 +252,7 @@ fn sigterm_stops_cleanly_and_a_restart_keeps_jobs_without_recreating_the_demo_se
     );
     assert!(dir.join("trainyard.db").exists());
 
-    let restarted = Server::start(&dir, &[]);
+    let restarted = Server::start(&dir, &["--no-dispatch"]);
     assert!(
         !restarted.stdout.iter().any(|l| l.contains("Demo setup")),
         "the demo setup is created only once: {:#?}",
@@ -257,7 +269,7 @@ fn sigterm_stops_cleanly_and_a_restart_keeps_jobs_without_recreating_the_demo_se
 #[test]
 fn jobs_still_submitted_at_shutdown_are_accepted_when_the_server_starts_again() {
     let (_tmp, dir) = data_dir();
-    let mut server = Server::start(&dir, &[]);
+    let mut server = Server::start(&dir, &["--no-dispatch"]);
     let job = server.api("submitservicejob", &submit_request("research", "survivor"));
     let job_id = job["jobId"].as_str().expect("jobId").to_owned();
     server.wait_for_status(&job_id, "RUNNABLE");
@@ -284,6 +296,6 @@ fn jobs_still_submitted_at_shutdown_are_accepted_when_the_server_starts_again() 
     });
 
     // No ticks and no submit event: only the pass at start can accept it.
-    let restarted = Server::start(&dir, &["--interval-ms", "600000"]);
+    let restarted = Server::start(&dir, &["--no-dispatch", "--interval-ms", "600000"]);
     restarted.wait_for_status(&job_id, "RUNNABLE");
 }

@@ -1,24 +1,32 @@
-//! Local mode's event sink and the loop that reacts to it.
+//! Local mode's event sink and the loops that react to it.
 //!
 //! In AWS, events travel over EventBridge and wake Lambda functions; locally they stay in the
 //! process. [`LocalEvents`] is the sink the service publishes to: it wakes the loop through a
 //! [`Notify`] (which remembers one wake-up if the loop is busy, so a burst of events costs one
 //! extra pass, not one pass per event) and fans events out on a [`broadcast`] channel for
-//! observers such as a future `trainyard events --follow`.
+//! observers such as metrics and `trainyard events`.
 //!
-//! [`run`] is the loop: on every wake-up, and every `interval` in case an event was missed, it
-//! asks the service to accept SUBMITTED jobs into their queues until a pass comes back short.
-//! Errors are logged and the loop keeps going; it returns only when its shutdown future resolves.
-//! Jobs left SUBMITTED by a previous run are taken by [`accept_backlog`], which a host calls
-//! before it takes requests, so that the backlog pass cannot catch a job submitted a moment ago.
+//! [`run_scheduling`] is the scheduling loop `trainyard up` runs: accept SUBMITTED jobs, apply
+//! SageMaker's state changes, run the due work and a cycle, on every wake-up (an event, a state
+//! change, a submit that has settled) and every interval. [`run`] is the intake-only loop
+//! (accept SUBMITTED jobs, nothing else) for hosts without a training backend.
+//! Errors are logged and the loops keep going; they return only when their shutdown future
+//! resolves. Jobs left SUBMITTED by a previous run are taken by [`accept_backlog`], which a host
+//! calls before it takes requests, so that the backlog pass cannot catch a job submitted a
+//! moment ago.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, broadcast};
-use trainyard_app::ports::{Event, EventSink, Store};
+use serde_json::Value;
+use tokio::sync::{Notify, broadcast, mpsc};
+use trainyard_app::ports::{Event, EventSink, Store, TrainingBackend, TrainingJobState};
+use trainyard_app::service::scheduling::{CycleConfig, CycleReport, DueReport, StateOutcome};
 use trainyard_app::{AppError, Service};
+use trainyard_emulator::model::StateChange;
+
+use crate::metrics::Metrics;
 
 /// How many events a slow observer may fall behind before it starts missing some. Observers are
 /// informational (the loop itself is woken by [`Notify`]), so lagging costs nothing but output.
@@ -208,6 +216,214 @@ async fn drain<I: Intake>(intake: &I, batch: usize, min_age_ms: i64) -> usize {
                 tracing::warn!(%error, "accepting submitted jobs failed; retrying at the next wake-up");
                 return total;
             }
+        }
+    }
+}
+
+/// What the scheduling loop drives, beyond accepting SUBMITTED jobs: SageMaker's state
+/// changes, the periodic due work and the cycle. A trait so that the loop can be measured or
+/// tested with a wrapper around the real [`Scheduler`].
+pub trait Scheduling: Intake {
+    /// Applies one "SageMaker Training Job State Change" (its `detail`).
+    fn on_training_state(
+        &self,
+        detail: &Value,
+    ) -> impl Future<Output = Result<StateOutcome, AppError>> + Send;
+
+    /// Timeouts, time limits, terminations, launches to retry, missed events.
+    fn run_due_work(&self) -> impl Future<Output = Result<DueReport, AppError>> + Send;
+
+    /// One scheduling cycle: snapshot, plan, commit, launch.
+    fn run_cycle(&self) -> impl Future<Output = Result<CycleReport, AppError>> + Send;
+}
+
+/// The real scheduling work: the service, a training backend and the loop's settings.
+pub struct Scheduler<S: Store, E: EventSink, B: TrainingBackend> {
+    service: Arc<Service<S, E>>,
+    backend: B,
+    cycle: CycleConfig,
+    quiet_ms: i64,
+}
+
+impl<S: Store, E: EventSink, B: TrainingBackend> Scheduler<S, E, B> {
+    /// Schedules `service`'s jobs on `backend`. `quiet_ms`: how long an attempt may go without
+    /// an event before the due-work pass describes it (see `Service::run_due_work`).
+    pub fn new(service: Arc<Service<S, E>>, backend: B, cycle: CycleConfig, quiet_ms: i64) -> Self {
+        Self {
+            service,
+            backend,
+            cycle,
+            quiet_ms,
+        }
+    }
+}
+
+impl<S: Store, E: EventSink, B: TrainingBackend> Intake for Scheduler<S, E, B> {
+    fn accept_submitted(
+        &self,
+        limit: usize,
+        min_age_ms: i64,
+    ) -> impl Future<Output = Result<usize, AppError>> + Send {
+        self.service.accept_submitted(limit, min_age_ms)
+    }
+}
+
+impl<S: Store, E: EventSink, B: TrainingBackend> Scheduling for Scheduler<S, E, B> {
+    async fn on_training_state(&self, detail: &Value) -> Result<StateOutcome, AppError> {
+        match TrainingJobState::from_sagemaker(detail) {
+            Some(state) => self.service.on_training_state(&state, &self.cycle).await,
+            // Not shaped like a training job: nothing of ours.
+            None => Ok(StateOutcome::Unknown),
+        }
+    }
+
+    async fn run_due_work(&self) -> Result<DueReport, AppError> {
+        self.service
+            .run_due_work(&self.backend, &self.cycle, self.quiet_ms)
+            .await
+    }
+
+    async fn run_cycle(&self) -> Result<CycleReport, AppError> {
+        self.service.run_cycle(&self.backend, &self.cycle).await
+    }
+}
+
+/// Why the scheduling loop woke up.
+#[derive(Debug)]
+enum SchedulingWake {
+    /// Something was published (a submit, a status change).
+    Event,
+    /// SageMaker's state changes arrived.
+    Backend(Vec<StateChange>),
+    /// Jobs submitted during the settle pause are old enough to accept.
+    Settled,
+    /// The interval passed without anything else.
+    Tick,
+}
+
+/// Runs the scheduling loop until `shutdown` resolves.
+///
+/// It wakes on a published event, on SageMaker state changes from `backend_events`, when jobs
+/// submitted a moment ago have settled, and every `config.interval`. Each pass, in order:
+/// accepts SUBMITTED jobs at least `config.settle` old; applies the state changes it was woken
+/// with (so capacity they free is seen by this same pass); runs the due work; runs one cycle.
+///
+/// Wake-ups coalesce: events published while a pass runs leave one stored wake-up, so a pass
+/// that dispatches costs exactly one more pass, which finds nothing to do; the loop then sleeps.
+/// A submit does not delay the pass it triggers (other jobs may be waiting for it); instead it
+/// arms one extra wake-up `settle` later, when the new job is old enough to accept.
+pub async fn run_scheduling<T: Scheduling>(
+    scheduler: Arc<T>,
+    events: LocalEvents,
+    mut backend_events: mpsc::Receiver<StateChange>,
+    config: LoopConfig,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let interval = config.interval.max(Duration::from_millis(1));
+    let batch = config.batch.max(1);
+    let settle_ms = i64::try_from(config.settle.as_millis()).unwrap_or(i64::MAX);
+    let mut feed = events.subscribe();
+    let mut settle_at: Option<tokio::time::Instant> = None;
+    let mut backend_open = true;
+    tracing::info!(
+        interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+        settle_ms,
+        "scheduling loop started"
+    );
+    loop {
+        let settled = async {
+            match settle_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let wake = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            change = backend_events.recv(), if backend_open => match change {
+                Some(first) => {
+                    let mut changes = vec![first];
+                    while let Ok(more) = backend_events.try_recv() {
+                        changes.push(more);
+                    }
+                    SchedulingWake::Backend(changes)
+                }
+                None => {
+                    backend_open = false;
+                    tracing::warn!("the training backend's event feed closed; polling only");
+                    continue;
+                }
+            },
+            () = events.woken() => SchedulingWake::Event,
+            () = settled => SchedulingWake::Settled,
+            () = tokio::time::sleep(interval) => SchedulingWake::Tick,
+        };
+        if matches!(wake, SchedulingWake::Settled) {
+            settle_at = None;
+        }
+        if submitted_since_last_look(&mut feed) && settle_at.is_none() {
+            settle_at = Some(tokio::time::Instant::now() + config.settle);
+        }
+        let changes = match wake {
+            SchedulingWake::Backend(changes) => changes,
+            _ => Vec::new(),
+        };
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = pass(scheduler.as_ref(), batch, settle_ms, &changes) => {}
+        }
+        metrics.record_pass();
+    }
+    tracing::info!("scheduling loop stopped");
+}
+
+/// Drains the feed; whether a job was submitted since the last look (or events were missed, in
+/// which case one may have been).
+fn submitted_since_last_look(feed: &mut broadcast::Receiver<Event>) -> bool {
+    let mut submitted = false;
+    loop {
+        match feed.try_recv() {
+            Ok(Event::JobSubmitted { .. }) | Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                submitted = true;
+            }
+            Ok(_) => {}
+            Err(_) => return submitted,
+        }
+    }
+}
+
+/// One pass of the scheduling loop. Each step's error is logged; the next steps still run and
+/// the next wake-up retries.
+async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, changes: &[StateChange]) {
+    drain(scheduler, batch, settle_ms).await;
+    for change in changes {
+        match scheduler.on_training_state(&change.detail).await {
+            Ok(StateOutcome::Applied(status)) => {
+                tracing::debug!(%status, event = %change.id, "training state applied");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                // Reconciliation (due work) finds the state again later.
+                tracing::warn!(%error, event = %change.id, "applying a training state failed");
+            }
+        }
+    }
+    match scheduler.run_due_work().await {
+        Ok(report) if report != DueReport::default() => tracing::info!(?report, "due work"),
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "due work failed; retrying at the next wake-up"),
+    }
+    match scheduler.run_cycle().await {
+        Ok(report)
+            if report.dispatched > 0 || report.capacity_errors > 0 || report.rejected > 0 =>
+        {
+            tracing::info!(?report, "scheduling cycle");
+        }
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(%error, "scheduling cycle failed; retrying at the next wake-up")
         }
     }
 }

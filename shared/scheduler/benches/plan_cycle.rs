@@ -41,6 +41,8 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
             job_id: format!("run-{i:07}"),
             queue: "research".into(),
             share: Some(format!("team-{:04}", i % shares)),
+            priority: 0,
+            started_at_ms: NOW - 60_000,
             instances: one(1),
             expected_end_ms: NOW + 1000 * (60 + (i as i64 * 7919) % 86_400),
         })

@@ -2,7 +2,7 @@
 //! decisions of one scheduling cycle.
 //!
 //! ```text
-//! plan_cycle(&Snapshot, now_ms, &Config) -> Plan { dispatches, skips }
+//! plan_cycle(&Snapshot, now_ms, &Config) -> Plan { dispatches, skips, preemptions }
 //! ```
 //!
 //! The same input gives the same output, byte for byte: every collection is ordered and every
@@ -22,8 +22,9 @@
 //! 3. **Order within a queue.** FIFO queues: `runnable_at` ascending, then job id. Fair-share
 //!    queues: shares are interleaved by [`fair_share`] score (lowest first, ties by share id);
 //!    within a share, `schedulingPriority` descending, then `runnable_at`, then job id.
-//!    Quota-share queues are ordered like fair-share queues without usage (priority, age, id);
-//!    reservation, lending, borrowing and preemption are not planned yet.
+//!    Quota-managed queues: [`quota`] documents reservation, lending, borrowing (FIFO),
+//!    `borrowLimit`, and cross-share and in-share preemption, with the proof that preemption
+//!    never loops. They are the only queues that preempt.
 //! 4. **Head of line.** When a job does not fit, it becomes the environment's *head*: the first
 //!    blocked job in evaluation order. With `Config::strict_fifo` (Batch's behaviour) nothing after
 //!    it in the environment is dispatched. Otherwise (the default) later jobs may *backfill*
@@ -39,14 +40,22 @@
 //! 7. **"Not now" is data.** Every pending job that is not dispatched gets exactly one
 //!    [`SkipReason`].
 //! 8. **Retries.** [`retry`] decides what follows a failed, timed-out or long-waiting attempt.
+//! 9. **Preemption.** A [`Preemption`] names a running attempt to stop and the waiting job it
+//!    makes room for; that job waits (`WaitingForPreemptedCapacity`) and starts in a later cycle,
+//!    once the victims' capacity is released. Only attempts that have run
+//!    `Config::min_runtime_before_preemption_s` are ever victims.
 
 pub mod fair_share;
 mod plan;
 mod pool;
+pub mod quota;
 pub mod retry;
 pub mod snapshot;
 
-pub use plan::{Dispatch, Plan, Skip, SkipReason, plan_cycle};
+pub use plan::{
+    Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, plan_cycle,
+};
 pub use snapshot::{
-    Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob, ShareKey, Snapshot,
+    Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, QuotaShareState, RunningJob,
+    ShareKey, Snapshot,
 };

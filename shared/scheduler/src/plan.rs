@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::fair_share::{ShareUsage, reserved_instances, score};
 use crate::pool::{Fit, Pool};
+use crate::quota::plan_quota_queue;
 use crate::snapshot::{Config, Instances, PendingJob, QueuePolicy, QueueState, ShareKey, Snapshot};
 
 /// Launch an attempt for a job.
@@ -20,6 +21,74 @@ pub struct Dispatch {
     pub environment: String,
     /// Instances taken.
     pub instances: Instances,
+}
+
+/// Stop a running attempt to make room for a waiting job (quota-managed queues only). The host
+/// stops the attempt with `retry::PREEMPTED_REASON`; the job goes back to RUNNABLE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Preemption {
+    /// The job whose attempt is stopped.
+    pub victim_job_id: String,
+    /// The waiting job the capacity is for.
+    pub for_job_id: String,
+    /// Why this victim.
+    pub reason: PreemptionReason,
+}
+
+/// Why a job is preempted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PreemptionReason {
+    /// Cross-share: the victim runs on capacity its share borrowed, and the lender reclaims it.
+    ReclaimBorrowed {
+        /// The reclaiming (lending) share.
+        quota_share: String,
+        /// The borrowing share.
+        victim_quota_share: String,
+    },
+    /// In-share: a job of strictly higher `schedulingPriority` in the same share.
+    InSharePriority {
+        /// The share.
+        quota_share: String,
+        /// The preemptor's priority.
+        priority: u32,
+        /// The victim's (strictly lower) priority.
+        victim_priority: u32,
+    },
+}
+
+impl std::fmt::Display for PreemptionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ReclaimBorrowed {
+                quota_share,
+                victim_quota_share,
+            } => write!(
+                f,
+                "quota share {quota_share} reclaims capacity borrowed by quota share {victim_quota_share}"
+            ),
+            Self::InSharePriority {
+                quota_share,
+                priority,
+                victim_priority,
+            } => write!(
+                f,
+                "a job of priority {priority} in quota share {quota_share} preempts priority {victim_priority}"
+            ),
+        }
+    }
+}
+
+/// Why `QUOTA_MANAGEMENT_LIMIT_EXCEEDED`: which bound the job can never fit (Batch's three texts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum QuotaLimitCause {
+    /// The share may not borrow and its own limit is too small.
+    ShareLimits,
+    /// The share's limit plus its `borrowLimit` is too small.
+    BorrowLimits,
+    /// Even borrowing everything other shares could ever lend is not enough.
+    BorrowableCapacity,
 }
 
 /// Why a runnable job was not dispatched in this cycle.
@@ -81,6 +150,70 @@ pub enum SkipReason {
     NoEnvironment,
     /// The job's queue is not in the snapshot.
     UnknownQueue,
+    /// The job names no quota share of its quota-managed queue.
+    UnknownQuotaShare {
+        /// The name it gave (empty when none).
+        quota_share: String,
+    },
+    /// The job can never fit its quota share's limits plus what it may borrow.
+    QuotaLimitExceeded {
+        /// Quota share.
+        quota_share: String,
+        /// Instance type.
+        unit: String,
+        /// Instances it needs.
+        needed: u64,
+        /// The share's own limit.
+        limit: u64,
+        /// The most it could ever borrow on top.
+        borrowable: u64,
+        /// Which bound binds.
+        cause: QuotaLimitCause,
+    },
+    /// The share's own limit is in use and it may not borrow (RESERVE or LEND).
+    QuotaExhausted {
+        /// Quota share.
+        quota_share: String,
+        /// Instance type.
+        unit: String,
+        /// Instances the job needs.
+        needed: u64,
+        /// The share's limit.
+        limit: u64,
+        /// Instances the share uses (including this cycle's decisions).
+        in_use: u64,
+    },
+    /// Starting the job would borrow more than the share's `borrowLimit` allows.
+    BorrowLimitReached {
+        /// Quota share.
+        quota_share: String,
+        /// Instance type.
+        unit: String,
+        /// Instances the job needs.
+        needed: u64,
+        /// The share's limit.
+        limit: u64,
+        /// Instances the share uses.
+        in_use: u64,
+        /// The most it may borrow on top of its limit.
+        borrow_limit: u64,
+    },
+    /// Free capacity exists, but it is the idle capacity of RESERVE shares, which is not lent.
+    ReservedByQuotaShares {
+        /// Instance type.
+        unit: String,
+        /// Instances the job needs.
+        needed: u64,
+        /// Instances free in the environment.
+        free: u64,
+        /// Of those, instances reserved by RESERVE shares.
+        reserved: u64,
+    },
+    /// Running jobs are being preempted for this one; it starts once their capacity is released.
+    WaitingForPreemptedCapacity {
+        /// The jobs being preempted.
+        victims: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for SkipReason {
@@ -139,6 +272,69 @@ impl std::fmt::Display for SkipReason {
                 f,
                 "MISCONFIGURATION:UNKNOWN_QUEUE - the job queue does not exist"
             ),
+            Self::UnknownQuotaShare { quota_share } => write!(
+                f,
+                "MISCONFIGURATION:UNKNOWN_QUOTA_SHARE - the job queue has no quota share named '{quota_share}'"
+            ),
+            Self::QuotaLimitExceeded {
+                quota_share,
+                unit,
+                needed,
+                limit,
+                borrowable,
+                cause,
+            } => {
+                let text = match cause {
+                    QuotaLimitCause::ShareLimits => {
+                        "Job requirements exceed quota share capacity limits."
+                    }
+                    QuotaLimitCause::BorrowLimits => {
+                        "Job requirements exceed quota share capacity limits and borrow limits."
+                    }
+                    QuotaLimitCause::BorrowableCapacity => {
+                        "Job requires borrowing that exceeds all configured borrowable capacity."
+                    }
+                };
+                write!(
+                    f,
+                    "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED - {text} Quota share {quota_share}: needs {needed} {unit}, limit {limit}, borrowable {borrowable}"
+                )
+            }
+            Self::QuotaExhausted {
+                quota_share,
+                unit,
+                needed,
+                limit,
+                in_use,
+            } => write!(
+                f,
+                "QUOTA:QUOTA_SHARE_EXHAUSTED - needs {needed} {unit}; quota share {quota_share} uses {in_use} of its limit of {limit} and does not borrow"
+            ),
+            Self::BorrowLimitReached {
+                quota_share,
+                unit,
+                needed,
+                limit,
+                in_use,
+                borrow_limit,
+            } => write!(
+                f,
+                "QUOTA:BORROW_LIMIT_REACHED - needs {needed} {unit}; quota share {quota_share} uses {in_use} against a limit of {limit} and may borrow at most {borrow_limit} more"
+            ),
+            Self::ReservedByQuotaShares {
+                unit,
+                needed,
+                free,
+                reserved,
+            } => write!(
+                f,
+                "QUOTA:CAPACITY_RESERVED - needs {needed} {unit} borrowed; {free} free, of which {reserved} are reserved by RESERVE quota shares"
+            ),
+            Self::WaitingForPreemptedCapacity { victims } => write!(
+                f,
+                "PREEMPTION:WAITING_FOR_PREEMPTED_CAPACITY - preempting {}; the job starts when their capacity is released",
+                victims.join(", ")
+            ),
         }
     }
 }
@@ -159,10 +355,12 @@ pub struct Plan {
     pub dispatches: Vec<Dispatch>,
     /// Every other pending job, with its reason, in evaluation order.
     pub skips: Vec<Skip>,
+    /// Running attempts to stop, in decision order (quota-managed queues only).
+    pub preemptions: Vec<Preemption>,
 }
 
 /// The blocked head of an environment and the reservation it holds (EASY backfill).
-struct Head {
+pub(crate) struct Head {
     job_id: String,
     queue: String,
     /// When enough capacity will have freed for the head.
@@ -172,10 +370,10 @@ struct Head {
 }
 
 /// Per-environment planning state.
-struct EnvPlan {
-    name: String,
+pub(crate) struct EnvPlan {
+    pub(crate) name: String,
     enabled: bool,
-    pool: Pool,
+    pub(crate) pool: Pool,
     /// (expected end, instances) of every attempt holding capacity, incl. this cycle's.
     releases: Vec<(i64, Instances)>,
     head: Option<Head>,
@@ -304,7 +502,7 @@ fn skip_all(plan: &mut Plan, mut jobs: Vec<&PendingJob>, reason: &SkipReason) {
 }
 
 /// Rule 3: within a share (or a FIFO queue), priority desc, then age, then id.
-fn within_share(a: &&PendingJob, b: &&PendingJob) -> Ordering {
+pub(crate) fn within_share(a: &&PendingJob, b: &&PendingJob) -> Ordering {
     (Reverse(a.priority), a.runnable_at_ms, &a.job_id).cmp(&(
         Reverse(b.priority),
         b.runnable_at_ms,
@@ -313,7 +511,7 @@ fn within_share(a: &&PendingJob, b: &&PendingJob) -> Ordering {
 }
 
 /// Rule 3: FIFO order.
-fn fifo(a: &&PendingJob, b: &&PendingJob) -> Ordering {
+pub(crate) fn fifo(a: &&PendingJob, b: &&PendingJob) -> Ordering {
     (a.runnable_at_ms, &a.job_id).cmp(&(b.runnable_at_ms, &b.job_id))
 }
 
@@ -367,11 +565,8 @@ fn plan_queue(
                 }
             }
         }
-        QueuePolicy::QuotaShare => {
-            jobs.sort_by(within_share);
-            for job in jobs {
-                consider(plan, queue, job, env, 0, now_ms, config);
-            }
+        QueuePolicy::QuotaShare(shares) => {
+            plan_quota_queue(plan, queue, shares, jobs, env, snapshot, now_ms, config);
         }
         QueuePolicy::FairShare(policy) => {
             let half_life = policy.share_decay_s();
@@ -510,9 +705,6 @@ fn consider(
             Outcome::Waiting
         }
         Fit::Fits => {
-            let runtime_ms =
-                (job.max_runtime_s.unwrap_or(config.default_runtime_s) as i64).saturating_mul(1000);
-            let end_ms = now_ms.saturating_add(runtime_ms);
             // Rule 5: computeReservation.
             if reserve > 0 {
                 let free_after = env
@@ -525,29 +717,53 @@ fn consider(
                     return Outcome::Passed;
                 }
             }
-            // Rule 4: backfill only what does not delay the head.
-            if let Some(head) = &mut env.head
-                && end_ms > head.shadow_ms
-            {
-                if head.extra.check(&job.instances) != Fit::Fits {
-                    skip(SkipReason::ReservedForHead {
-                        head_job_id: head.job_id.clone(),
-                        head_queue: head.queue.clone(),
-                        head_start_ms: head.shadow_ms.max(now_ms),
+            match dispatch(plan, queue, job, env, now_ms, config) {
+                Ok(()) => Outcome::Dispatched,
+                Err(reason) => {
+                    plan.skips.push(Skip {
+                        job_id: job.job_id.clone(),
+                        reason,
                     });
-                    return Outcome::Passed;
+                    Outcome::Passed
                 }
-                head.extra.take(&job.instances);
             }
-            env.pool.take(&job.instances);
-            env.releases.push((end_ms, job.instances.clone()));
-            plan.dispatches.push(Dispatch {
-                job_id: job.job_id.clone(),
-                queue: queue.name.clone(),
-                environment: env.name.clone(),
-                instances: job.instances.clone(),
-            });
-            Outcome::Dispatched
         }
     }
+}
+
+/// Dispatches a job that fits the pool, unless that would delay the environment's waiting head
+/// (rule 4); then the reason.
+pub(crate) fn dispatch(
+    plan: &mut Plan,
+    queue: &QueueState,
+    job: &PendingJob,
+    env: &mut EnvPlan,
+    now_ms: i64,
+    config: &Config,
+) -> Result<(), SkipReason> {
+    let runtime_ms =
+        (job.max_runtime_s.unwrap_or(config.default_runtime_s) as i64).saturating_mul(1000);
+    let end_ms = now_ms.saturating_add(runtime_ms);
+    // Rule 4: backfill only what does not delay the head.
+    if let Some(head) = &mut env.head
+        && end_ms > head.shadow_ms
+    {
+        if head.extra.check(&job.instances) != Fit::Fits {
+            return Err(SkipReason::ReservedForHead {
+                head_job_id: head.job_id.clone(),
+                head_queue: head.queue.clone(),
+                head_start_ms: head.shadow_ms.max(now_ms),
+            });
+        }
+        head.extra.take(&job.instances);
+    }
+    env.pool.take(&job.instances);
+    env.releases.push((end_ms, job.instances.clone()));
+    plan.dispatches.push(Dispatch {
+        job_id: job.job_id.clone(),
+        queue: queue.name.clone(),
+        environment: env.name.clone(),
+        instances: job.instances.clone(),
+    });
+    Ok(())
 }

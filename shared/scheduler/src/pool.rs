@@ -65,6 +65,26 @@ impl Pool {
         self.total_max
     }
 
+    /// The environment's limit for an instance type: its per-type limit, else the total limit,
+    /// else 0 (not offered).
+    pub(crate) fn type_limit(&self, ty: &str) -> u64 {
+        if self.type_max.is_empty() {
+            return self.total_max.unwrap_or(0);
+        }
+        let max = self.type_max.get(ty).copied().unwrap_or(0);
+        self.total_max.map_or(max, |total| total.min(max))
+    }
+
+    /// Instances of a type that are free now (bounded by the total limit, if any).
+    pub(crate) fn type_free(&self, ty: &str) -> u64 {
+        let by_type = match self.type_max.get(ty) {
+            Some(max) => max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0)),
+            None if self.type_max.is_empty() => u64::MAX,
+            None => 0,
+        };
+        by_type.min(self.total_free().unwrap_or(u64::MAX))
+    }
+
     pub(crate) fn check(&self, demand: &Instances) -> Fit {
         let needed: u64 = demand.values().map(|n| u64::from(*n)).sum();
         if let Some(max) = self.total_max

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::policy::FairsharePolicy;
+use trainyard_domain::quota_share::SharingStrategy;
 
 use crate::fair_share::ShareUsage;
 
@@ -29,8 +30,50 @@ pub enum QueuePolicy {
     Fifo,
     /// Batch fair share.
     FairShare(FairsharePolicy),
-    /// Quota shares (ordered by priority and age for now).
-    QuotaShare,
+    /// Quota management: the queue's quota shares (see [`crate::quota`]).
+    QuotaShare(Vec<QuotaShareState>),
+}
+
+/// A quota share of a quota-managed queue, as the planner sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaShareState {
+    /// Name, unique within its queue (jobs name it in `quotaShareName`).
+    pub name: String,
+    /// Instances per instance type the share may use without borrowing; a type not listed is a
+    /// limit of 0.
+    pub limits: Instances,
+    /// RESERVE, LEND or LEND_AND_BORROW.
+    pub strategy: SharingStrategy,
+    /// Percent of its own limit, per instance type, it may borrow on top (LEND_AND_BORROW only);
+    /// negative (Batch's -1) is unlimited.
+    pub borrow_limit_percent: i32,
+    /// Whether a higher-priority job may preempt lower-priority jobs of the same share.
+    pub in_share_preemption: bool,
+    /// ENABLED. A disabled share accepts no submissions (the API enforces that); the jobs it
+    /// already has are still planned, as Batch lets a disabled queue drain.
+    pub enabled: bool,
+}
+
+impl QuotaShareState {
+    /// The share's own limit for an instance type.
+    pub fn limit(&self, instance_type: &str) -> u64 {
+        self.limits.get(instance_type).copied().map_or(0, u64::from)
+    }
+
+    /// Whether its idle capacity may be borrowed by other shares.
+    pub fn lends(&self) -> bool {
+        self.strategy != SharingStrategy::Reserve
+    }
+
+    /// The most it may borrow of an instance type on top of its limit (`None`: unlimited):
+    /// `floor(limit × borrowLimit / 100)` for LEND_AND_BORROW, 0 otherwise.
+    pub fn borrow_cap(&self, instance_type: &str) -> Option<u64> {
+        if self.strategy != SharingStrategy::LendAndBorrow {
+            return Some(0);
+        }
+        let percent = u64::try_from(self.borrow_limit_percent).ok()?;
+        Some(self.limit(instance_type).saturating_mul(percent) / 100)
+    }
 }
 
 /// A job queue.
@@ -53,8 +96,13 @@ pub struct RunningJob {
     pub job_id: String,
     /// Queue name.
     pub queue: String,
-    /// Fair-share share, if any.
+    /// Fair-share share or quota share, if any.
     pub share: Option<String>,
+    /// `schedulingPriority` (0 when unset): in-share preemption only takes lower ones.
+    pub priority: u32,
+    /// When the attempt started (dispatch time): the minimum runtime before preemption counts
+    /// from here, and borrowed capacity is attributed to the most recently started jobs.
+    pub started_at_ms: i64,
     /// Instances held.
     pub instances: Instances,
     /// When the attempt will have ended at the latest (dispatch + max runtime).
@@ -114,6 +162,11 @@ pub struct Config {
     /// Runtime assumed for attempts whose payload sets no `MaxRuntimeInSeconds` (SageMaker's
     /// default is one day).
     pub default_runtime_s: u64,
+    /// A running attempt younger than this is never preempted, so that every attempt gets to
+    /// make some progress (and to write a checkpoint) before it can be stopped. Default 600 s:
+    /// long enough for SageMaker to provision and start training, short enough that a reclaiming
+    /// share waits minutes, not hours.
+    pub min_runtime_before_preemption_s: u64,
 }
 
 impl Default for Config {
@@ -121,6 +174,7 @@ impl Default for Config {
         Self {
             strict_fifo: false,
             default_runtime_s: 86_400,
+            min_runtime_before_preemption_s: 600,
         }
     }
 }

@@ -72,6 +72,8 @@ fn generate(seed: u64) -> Snapshot {
             job_id: format!("r{i}"),
             queue: format!("q{q}"),
             share: Some(format!("s{}", rng.below(3))),
+            priority: 0,
+            started_at_ms: NOW - 60_000,
             instances: instances(n),
             expected_end_ms: NOW + 1000 * (1 + rng.below(10_000)) as i64,
         });
@@ -331,6 +333,8 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
                 job_id: format!("run{next_id}"),
                 queue: "q".into(),
                 share: Some(share.into()),
+                priority: 0,
+                started_at_ms: now,
                 instances: d.instances,
                 expected_end_ms: now + job_ms,
             });

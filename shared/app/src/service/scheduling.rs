@@ -38,12 +38,13 @@ use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::job::{Attempt, JobStatus, ServiceJob};
 use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::JobQueue;
+use trainyard_domain::quota_share::{InSharePreemption, QuotaShare};
 use trainyard_domain::{ResourceStatus, State};
 use trainyard_scheduler::fair_share::ShareUsage;
 use trainyard_scheduler::retry::{self, AfterFailure, AttemptFailure, RetryConfig, StopCause};
 use trainyard_scheduler::{
-    Config as PlannerConfig, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob,
-    ShareKey, Snapshot, plan_cycle,
+    Config as PlannerConfig, EnvironmentState, PendingJob, QueuePolicy, QueueState,
+    QuotaShareState, RunningJob, ShareKey, Snapshot, plan_cycle,
 };
 
 use crate::error::AppError;
@@ -232,6 +233,8 @@ fn running(job: &ServiceJob, planner: &PlannerConfig) -> RunningJob {
         job_id: job.job_id.clone(),
         queue: job.job_queue.clone(),
         share: (!share.is_empty()).then(|| share.to_owned()),
+        priority: job.priority(),
+        started_at_ms: started,
         instances: job.training.instances.clone(),
         expected_end_ms: started.saturating_add((runtime_s as i64).saturating_mul(1000)),
     }
@@ -383,6 +386,31 @@ impl<S: Store, E: EventSink> Service<S, E> {
             .into_iter()
             .map(|p| (p.value.name.clone(), p.value))
             .collect();
+        // Quota shares by queue, in name order (the planner reads them per queue).
+        let mut quota_shares: BTreeMap<String, Vec<QuotaShareState>> = BTreeMap::new();
+        for share in self.store.list_resources::<QuotaShare>().await? {
+            let share = share.value;
+            let sharing = &share.resource_sharing_configuration;
+            quota_shares
+                .entry(share.job_queue.clone())
+                .or_default()
+                .push(QuotaShareState {
+                    limits: share
+                        .capacity_limits
+                        .iter()
+                        .map(|l| (l.capacity_unit.clone(), l.max_capacity))
+                        .collect(),
+                    strategy: sharing.strategy,
+                    borrow_limit_percent: sharing.borrow_limit.unwrap_or(-1),
+                    in_share_preemption: share.preemption_configuration.in_share_preemption
+                        == InSharePreemption::Enabled,
+                    enabled: share.state == State::Enabled,
+                    name: share.quota_share_name,
+                });
+        }
+        for shares in quota_shares.values_mut() {
+            shares.sort_by(|a, b| a.name.cmp(&b.name));
+        }
         let usage: BTreeMap<String, Versioned<EnvironmentUsage>> = self
             .store
             .list_documents::<EnvironmentUsage>()
@@ -435,7 +463,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 Some(SchedulingPolicy {
                     quota_share_policy: Some(_),
                     ..
-                }) => QueuePolicy::QuotaShare,
+                }) => QueuePolicy::QuotaShare(quota_shares.remove(&name).unwrap_or_default()),
                 _ => QueuePolicy::Fifo,
             };
             // The heads: enough to fill the free capacity, plus candidates for backfill.
@@ -454,7 +482,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                         .runnable_jobs(&name, None, RunnableOrder::Fifo, limit)
                         .await?
                 }
-                QueuePolicy::FairShare(_) | QueuePolicy::QuotaShare => {
+                QueuePolicy::FairShare(_) | QueuePolicy::QuotaShare(_) => {
                     let mut heads = Vec::new();
                     for share in self.store.runnable_shares(&name).await? {
                         let share_heads = self

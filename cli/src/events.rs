@@ -1,0 +1,119 @@
+//! `trainyard events`: follows job state changes as they happen, one line each.
+//!
+//! It reads `GET /trainyard/events` (newline-delimited JSON) from a running `trainyard up` and
+//! prints `time  job id  queue  status` per change, or the raw JSON lines with `--output json`.
+//! There is no history: it shows what happens from the moment it connects.
+
+use std::io::{BufRead, BufReader, Write};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::Value;
+
+use crate::table::timestamp;
+use crate::{ClientArgs, Output};
+
+/// How long connecting may take; the stream itself has no time limit.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Arguments of `trainyard events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Keep following (the default and only mode: there is no history to print). Accepted so
+    /// that `trainyard events --follow` reads like `tail -f`.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Stop after this many changes (for scripts).
+    #[arg(long)]
+    pub limit: Option<u64>,
+}
+
+/// One printable line for an event object, or `None` for a non-event line.
+pub fn format_line(event: &Value) -> Option<String> {
+    if let Some(missed) = event.get("missed").and_then(Value::as_u64) {
+        return Some(format!(
+            "({missed} changes missed: the follower fell behind)"
+        ));
+    }
+    let text = |k: &str| event.get(k).and_then(Value::as_str);
+    Some(format!(
+        "{}  {}  {:<12} {}",
+        timestamp(event.get("time").and_then(Value::as_i64)),
+        text("jobId")?,
+        text("jobQueue")?,
+        text("status")?,
+    ))
+}
+
+/// Follows the stream until it ends, the limit is reached, or the user interrupts.
+pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
+    let endpoint = args.client.endpoint.trim_end_matches('/');
+    let url = format!("{endpoint}{}", crate::routes::EVENTS_PATH);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let response = agent.get(&url).call().map_err(|error| {
+        anyhow::anyhow!(
+            "cannot reach {endpoint} ({error}); start a server with `trainyard up` or set \
+             TRAINYARD_ENDPOINT"
+        )
+    })?;
+    if response.status() != 200 {
+        bail!(
+            "{url} answered HTTP {} (events are served by `trainyard up`, not by AWS Batch)",
+            response.status().as_u16()
+        );
+    }
+    eprintln!("Following job state changes from {endpoint} (Ctrl-C to stop).");
+    let reader = BufReader::new(response.into_body().into_reader());
+    let mut stdout = std::io::stdout().lock();
+    let mut printed = 0u64;
+    for line in reader.lines() {
+        if args.limit.is_some_and(|limit| printed >= limit) {
+            break;
+        }
+        let line = line.context("reading the event stream")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let out = match args.client.output {
+            Output::Json => Some(line),
+            Output::Table => serde_json::from_str::<Value>(&line)
+                .ok()
+                .as_ref()
+                .and_then(format_line),
+        };
+        if let Some(out) = out {
+            writeln!(stdout, "{out}").context("writing to stdout")?;
+            // Each change should show up as it happens, even when piped.
+            stdout.flush().context("writing to stdout")?;
+            printed += 1;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_event_prints_as_time_id_queue_status_and_junk_prints_nothing() {
+        let line = format_line(&json!({
+            "time": 0, "jobId": "j-1", "jobQueue": "research", "status": "RUNNING"
+        }));
+        assert_eq!(
+            line.as_deref(),
+            Some("1970-01-01 00:00:00  j-1  research     RUNNING")
+        );
+        assert_eq!(format_line(&json!({"jobId": "j-1"})), None);
+        assert!(format_line(&json!({"missed": 3})).is_some_and(|l| l.contains("3 changes missed")));
+    }
+}

@@ -1,0 +1,188 @@
+//! Local mode's routes beside the Batch API: `GET /metrics` (Prometheus text) and
+//! `GET /trainyard/events` (job state changes as they happen, one JSON object per line).
+//!
+//! Both live outside Batch's `/v1/` namespace, so no Batch client can mistake them for an
+//! operation. The event stream ends when the server stops, so a follower never holds up a
+//! graceful shutdown.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc, watch};
+use trainyard_app::Service;
+use trainyard_app::ports::{Clock, Event, EventSink, Store, SystemClock};
+use trainyard_domain::job::JobStatus;
+use trainyard_local::event_loop::LocalEvents;
+use trainyard_local::metrics::{self, Metrics};
+
+/// The path of the event stream.
+pub const EVENTS_PATH: &str = "/trainyard/events";
+
+/// Lines a slow follower may have queued before the stream waits for it.
+const FOLLOWER_BUFFER: usize = 256;
+
+/// What the handlers need.
+struct Shared<S: Store, E: EventSink> {
+    service: Arc<Service<S, E>>,
+    metrics: Arc<Metrics>,
+    events: LocalEvents,
+    stopping: watch::Receiver<bool>,
+}
+
+/// The routes, to merge into the API router. `stopping` ends open event streams.
+pub fn routes<S: Store, E: EventSink>(
+    service: Arc<Service<S, E>>,
+    metrics: Arc<Metrics>,
+    events: LocalEvents,
+    stopping: watch::Receiver<bool>,
+) -> Router {
+    let shared = Arc::new(Shared {
+        service,
+        metrics,
+        events,
+        stopping,
+    });
+    Router::new()
+        .route("/metrics", get(metrics_text::<S, E>))
+        .route(EVENTS_PATH, get(follow::<S, E>))
+        .with_state(shared)
+}
+
+async fn metrics_text<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S, E>>>) -> Response {
+    match metrics::render(&shared.metrics, shared.service.store()).await {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "rendering metrics failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the store failed: {error}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// One line of the event stream.
+pub fn event_line(event: &Event, time_ms: i64) -> String {
+    let (job_id, job_queue, status) = match event {
+        Event::JobSubmitted { job_id, job_queue } => (job_id, job_queue, JobStatus::Submitted),
+        Event::JobStatusChanged {
+            job_id,
+            job_queue,
+            status,
+        } => (job_id, job_queue, *status),
+    };
+    let mut line = json!({
+        "time": time_ms,
+        "jobId": job_id,
+        "jobQueue": job_queue,
+        "status": status.as_str(),
+    })
+    .to_string();
+    line.push('\n');
+    line
+}
+
+async fn follow<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S, E>>>) -> Response {
+    let mut feed = shared.events.subscribe();
+    let mut stopping = shared.stopping.clone();
+    let (lines, rx) = mpsc::channel::<Bytes>(FOLLOWER_BUFFER);
+    tokio::spawn(async move {
+        loop {
+            let event = tokio::select! {
+                _ = stopping.wait_for(|stop| *stop) => return,
+                () = lines.closed() => return,
+                event = feed.recv() => event,
+            };
+            let line = match event {
+                Ok(event) => event_line(&event, SystemClock.now_ms()),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    format!("{}\n", json!({ "missed": missed }))
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            if lines.send(Bytes::from(line)).await.is_err() {
+                return;
+            }
+        }
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::new(Lines { rx }),
+    )
+        .into_response()
+}
+
+/// A response body that yields each line as it is sent and ends when the sender goes.
+struct Lines {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+impl http_body::Body for Lines {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.get_mut()
+            .rx
+            .poll_recv(cx)
+            .map(|line| line.map(|bytes| Ok(http_body::Frame::data(bytes))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_line_is_one_json_object_with_time_job_queue_and_status() {
+        let cases = [
+            (
+                Event::JobSubmitted {
+                    job_id: "j-1".into(),
+                    job_queue: "research".into(),
+                },
+                "SUBMITTED",
+            ),
+            (
+                Event::JobStatusChanged {
+                    job_id: "j-1".into(),
+                    job_queue: "research".into(),
+                    status: JobStatus::Succeeded,
+                },
+                "SUCCEEDED",
+            ),
+        ];
+        for (event, status) in cases {
+            let line = event_line(&event, 42);
+            assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
+            let value: serde_json::Value = serde_json::from_str(&line).expect("json");
+            assert_eq!(
+                value,
+                json!({"time": 42, "jobId": "j-1", "jobQueue": "research", "status": status})
+            );
+        }
+    }
+}

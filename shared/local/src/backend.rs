@@ -1,0 +1,243 @@
+//! The SageMaker emulator as a [`TrainingBackend`]: local mode dispatches to the same in-process
+//! model whose HTTP face `trainyard emulator` serves, so a job goes all the way to SUCCEEDED
+//! without an AWS account.
+//!
+//! Every call goes through [`SharedEmulator::with`], which advances the model to the wall clock
+//! first, and pokes the driver after a create or stop (either may move the model's next
+//! deadline earlier, and the driver must not oversleep it).
+//!
+//! `--emulator-time-scale` is applied in two places: [`scaled_config`] scales the model's phase
+//! timings, and [`EmulatedSageMaker`] scales each request's `emulator_duration_s` before the model
+//! sees it, so that "every emulator duration" really means every one.
+
+use serde_json::Value;
+use trainyard_app::ports::{BackendError, TrainingBackend, TrainingJobState};
+use trainyard_emulator::http::SharedEmulator;
+use trainyard_emulator::model::{Config, SageMakerError, TimeFormat};
+
+/// The emulator's view of SageMaker, shared with its HTTP face and driver.
+#[derive(Debug, Clone)]
+pub struct EmulatedSageMaker {
+    shared: SharedEmulator,
+    time_scale: f64,
+}
+
+impl EmulatedSageMaker {
+    /// A backend over `shared`; `time_scale` multiplies each job's `emulator_duration_s` (the
+    /// model's own timings are scaled by [`scaled_config`]). Non-finite or negative scales are
+    /// treated as 1.
+    pub fn new(shared: SharedEmulator, time_scale: f64) -> Self {
+        Self {
+            shared,
+            time_scale: sane_scale(time_scale),
+        }
+    }
+
+    /// The shared emulator (for the HTTP face and the driver).
+    pub fn shared(&self) -> &SharedEmulator {
+        &self.shared
+    }
+}
+
+fn sane_scale(scale: f64) -> f64 {
+    if scale.is_finite() && scale >= 0.0 {
+        scale
+    } else {
+        1.0
+    }
+}
+
+/// `config` with every duration multiplied by `scale` (rounded to whole milliseconds).
+pub fn scaled_config(config: Config, scale: f64) -> Config {
+    let scale = sane_scale(scale);
+    let times = |ms: i64| ((ms as f64) * scale).round() as i64;
+    Config {
+        provisioning_ms: times(config.provisioning_ms),
+        download_ms: times(config.download_ms),
+        default_training_ms: times(config.default_training_ms),
+        upload_ms: times(config.upload_ms),
+        stop_grace_ms: times(config.stop_grace_ms),
+        max_event_delay_ms: times(config.max_event_delay_ms),
+        ..config
+    }
+}
+
+/// The request with `HyperParameters.emulator_duration_s` multiplied by `scale`. A value that is
+/// not a number is left alone for the model to reject with its own message.
+fn scale_duration(mut request: Value, scale: f64) -> Value {
+    #[allow(clippy::float_cmp)] // exactly 1 is the common case and means "leave it".
+    if scale == 1.0 {
+        return request;
+    }
+    let duration = request
+        .get_mut("HyperParameters")
+        .and_then(|h| h.get_mut("emulator_duration_s"));
+    if let Some(value) = duration
+        && let Some(secs) = value.as_str().and_then(|s| s.parse::<f64>().ok())
+    {
+        *value = Value::String(format!("{}", secs * scale));
+    }
+    request
+}
+
+/// Maps the model's errors to the backend's, as the cloud adapter maps SageMaker's codes.
+pub fn classify(error: SageMakerError) -> BackendError {
+    match error {
+        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
+        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
+        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
+        SageMakerError::ValidationException(m) => BackendError::Rejected {
+            code: "ValidationException".into(),
+            message: m,
+        },
+    }
+}
+
+impl TrainingBackend for EmulatedSageMaker {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        let request = scale_duration(request, self.time_scale);
+        let created = self
+            .shared
+            .with(|emulator, now| emulator.create_training_job(&request, now));
+        self.shared.notify_changed();
+        created.map_err(classify)
+    }
+
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        let detail = self
+            .shared
+            .with(|emulator, _| emulator.describe_training_job(name, TimeFormat::EpochMillis))
+            .map_err(classify)?;
+        TrainingJobState::from_sagemaker(&detail).ok_or_else(|| BackendError::Rejected {
+            code: "InternalFailure".into(),
+            message: format!("the emulator described {name} in an unexpected shape"),
+        })
+    }
+
+    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+        let stopped = self
+            .shared
+            .with(|emulator, now| emulator.stop_training_job(name, now));
+        self.shared.notify_changed();
+        match stopped {
+            // The model refuses to stop a finished job with a validation error; the port
+            // promises that stopping a finished job is not an error.
+            Err(SageMakerError::ValidationException(_)) => Ok(()),
+            other => other.map_err(classify),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+    use trainyard_app::ports::TrainingStatus;
+    use trainyard_emulator::model::Emulator;
+
+    use super::*;
+
+    fn request(name: &str, hyper: Value) -> Value {
+        json!({
+            "TrainingJobName": name,
+            "RoleArn": "arn:aws:iam::000000000000:role/R",
+            "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+            "HyperParameters": hyper,
+            "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+            "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
+        })
+    }
+
+    fn backend(config: Config) -> EmulatedSageMaker {
+        EmulatedSageMaker::new(SharedEmulator::with_wall_clock(Emulator::new(config)), 1.0)
+    }
+
+    #[test]
+    fn scaling_multiplies_every_phase_and_leaves_the_rest() {
+        let scaled = scaled_config(Config::default(), 2.0);
+        let base = Config::default();
+        assert_eq!(scaled.provisioning_ms, base.provisioning_ms * 2);
+        assert_eq!(scaled.download_ms, base.download_ms * 2);
+        assert_eq!(scaled.default_training_ms, base.default_training_ms * 2);
+        assert_eq!(scaled.upload_ms, base.upload_ms * 2);
+        assert_eq!(scaled.stop_grace_ms, base.stop_grace_ms * 2);
+        assert_eq!(scaled.seed, base.seed);
+        assert_eq!(scaled_config(Config::default(), f64::NAN), base, "NaN is 1");
+    }
+
+    #[test]
+    fn a_job_duration_hyperparameter_is_scaled_and_junk_is_left_for_the_model() {
+        let cases = [
+            (json!({"emulator_duration_s": "10"}), 0.5, json!("5")),
+            (json!({"emulator_duration_s": "3"}), 1.0, json!("3")),
+            (json!({"emulator_duration_s": "abc"}), 2.0, json!("abc")),
+        ];
+        for (hyper, scale, expected) in cases {
+            let scaled = scale_duration(request("j", hyper), scale);
+            assert_eq!(
+                scaled["HyperParameters"]["emulator_duration_s"], expected,
+                "{scale}"
+            );
+        }
+        let untouched = scale_duration(request("j", json!({})), 3.0);
+        assert_eq!(untouched["HyperParameters"], json!({}));
+    }
+
+    #[tokio::test]
+    async fn errors_map_to_the_backend_vocabulary_and_stopping_a_finished_job_is_ok() {
+        let sagemaker = backend(Config::default());
+        let arn = sagemaker
+            .create_training_job(request("a-1", json!({"emulator_duration_s": "0"})))
+            .await
+            .unwrap();
+        assert!(arn.ends_with("training-job/a-1"), "{arn}");
+        assert!(matches!(
+            sagemaker
+                .create_training_job(request("a-1", json!({})))
+                .await,
+            Err(BackendError::AlreadyExists(_))
+        ));
+        assert!(matches!(
+            sagemaker.describe_training_job("nope").await,
+            Err(BackendError::NotFound(_))
+        ));
+        assert!(matches!(
+            sagemaker
+                .create_training_job(request("bad", json!({"emulator_outcome": "Maybe"})))
+                .await,
+            Err(BackendError::Rejected { .. })
+        ));
+        // Force the job to its end by stopping it, wait out the grace, then stop again.
+        sagemaker.stop_training_job("a-1").await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let state = sagemaker.describe_training_job("a-1").await.unwrap();
+            if state.status == TrainingStatus::Stopped || state.status == TrainingStatus::Completed
+            {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{state:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        sagemaker.stop_training_job("a-1").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_account_quota_is_a_capacity_error() {
+        let mut config = Config::default();
+        config.account_quotas.insert("ml.m5.large".into(), 1);
+        let sagemaker = backend(config);
+        sagemaker
+            .create_training_job(request("q-1", json!({})))
+            .await
+            .unwrap();
+        assert!(matches!(
+            sagemaker
+                .create_training_job(request("q-2", json!({})))
+                .await,
+            Err(BackendError::Capacity(_))
+        ));
+    }
+}

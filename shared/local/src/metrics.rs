@@ -1,0 +1,394 @@
+//! Local mode's metrics, in Prometheus' text exposition format.
+//!
+//! Two sources feed them. Counters and histograms come from the event feed ([`observe`]): every
+//! `JobStatusChanged` is looked up in the store once, which tells a dispatch (→ SCHEDULED) from a
+//! retry or a capacity error (→ RUNNABLE again). Gauges are read from the store when scraped
+//! ([`render`]): jobs by queue, share and status, and instances in use against each
+//! environment's limit. So a restart resets the counters (as any Prometheus counter may) but
+//! never the gauges.
+//!
+//! Names start with `trainyard_`; units are suffixes (`_seconds`, `_total` for counters).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::broadcast;
+use trainyard_app::Service;
+use trainyard_app::ports::{
+    Clock, EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError, SystemClock, share_key,
+};
+use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
+use trainyard_domain::job::JobStatus;
+
+/// Upper bounds of the latency histograms' buckets, in seconds: from the loop's own reaction
+/// time (milliseconds) to a busy queue's wait (an hour).
+pub const BUCKETS_S: [f64; 16] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+/// Page size when counting jobs for a scrape.
+const SCRAPE_PAGE: usize = 1_000;
+
+/// The `statusReason` prefix of a job put back to RUNNABLE for lack of capacity.
+const CAPACITY_REASON: &str = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY";
+
+/// What SageMaker's `FailureReason` says when it could not provision instances.
+const CAPACITY_FAILURE: &str = "CapacityError";
+
+/// The status-reason prefix of an attempt stopped to free capacity for another job.
+const PREEMPTED_REASON: &str = "PREEMPTED";
+
+/// A cumulative histogram over [`BUCKETS_S`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last slot is `+Inf`.
+    counts: [u64; BUCKETS_S.len() + 1],
+    sum_s: f64,
+    count: u64,
+}
+
+impl Histogram {
+    /// Records one observation of `seconds` (negative values, from clock steps, count as 0).
+    pub fn observe(&mut self, seconds: f64) {
+        let seconds = seconds.max(0.0);
+        let slot = BUCKETS_S
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(BUCKETS_S.len());
+        self.counts[slot] += 1;
+        self.sum_s += seconds;
+        self.count += 1;
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, count) in BUCKETS_S.iter().zip(self.counts) {
+            cumulative += count;
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", self.sum_s);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
+/// What the event feed and the loop have counted since start.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counts {
+    /// Jobs committed to SCHEDULED (each attempt counts).
+    pub dispatches: u64,
+    /// Jobs put back to RUNNABLE to retry after a failed attempt.
+    pub retries: u64,
+    /// Jobs put back to RUNNABLE because SageMaker had no capacity (no attempt used).
+    pub capacity_errors: u64,
+    /// Attempts preempted (stopped to free capacity for another job).
+    pub preemptions: u64,
+    /// Passes of the scheduling loop.
+    pub loop_passes: u64,
+    /// RUNNABLE → SCHEDULED, per dispatch.
+    pub dispatch_latency: Histogram,
+    /// Submitted → first SCHEDULED, per job.
+    pub wait_time: Histogram,
+}
+
+/// The metrics registry. Cheap to share behind an [`Arc`].
+#[derive(Debug, Default)]
+pub struct Metrics {
+    counts: Mutex<Counts>,
+}
+
+impl Metrics {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of the counters.
+    pub fn counts(&self) -> Counts {
+        self.lock().clone()
+    }
+
+    /// Counts one pass of the scheduling loop.
+    pub fn record_pass(&self) {
+        self.lock().loop_passes += 1;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        // Counters stay meaningful even if a holder panicked mid-update.
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Accounts one status change of a job, given the job as stored and `now_ms`.
+    fn record_change(
+        &self,
+        job: &trainyard_domain::job::ServiceJob,
+        status: JobStatus,
+        now_ms: i64,
+    ) {
+        let mut counts = self.lock();
+        match status {
+            JobStatus::Scheduled => {
+                counts.dispatches += 1;
+                let runnable_since = job.runnable_at.unwrap_or(job.created_at);
+                counts
+                    .dispatch_latency
+                    .observe(seconds_between(runnable_since, now_ms));
+                if job.attempts.len() <= 1 {
+                    counts
+                        .wait_time
+                        .observe(seconds_between(job.created_at, now_ms));
+                }
+            }
+            JobStatus::Runnable => {
+                // The job's reason may already be a newer skip reason (BACKOFF …) when this
+                // runs, so the attempt's own reason is read too.
+                let last_attempt = job
+                    .attempts
+                    .last()
+                    .and_then(|a| a.status_reason.as_deref())
+                    .unwrap_or_default();
+                let capacity = job
+                    .status_reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with(CAPACITY_REASON))
+                    || last_attempt.contains(CAPACITY_FAILURE)
+                    || last_attempt.starts_with(CAPACITY_REASON);
+                let preempted = last_attempt.starts_with(PREEMPTED_REASON);
+                if capacity {
+                    counts.capacity_errors += 1;
+                } else if preempted {
+                    counts.preemptions += 1;
+                } else if !job.attempts.is_empty() {
+                    counts.retries += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn seconds_between(from_ms: i64, to_ms: i64) -> f64 {
+    (to_ms.saturating_sub(from_ms)) as f64 / 1000.0
+}
+
+/// Follows the event feed and counts dispatches, retries and capacity errors until `shutdown`
+/// resolves. A lagging feed loses counts, never correctness: it is logged and followed on.
+pub async fn observe<S: Store, E: EventSink>(
+    metrics: Arc<Metrics>,
+    service: Arc<Service<S, E>>,
+    mut feed: broadcast::Receiver<Event>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let event = tokio::select! {
+            () = &mut shutdown => return,
+            event = feed.recv() => event,
+        };
+        match event {
+            Ok(Event::JobStatusChanged { job_id, status, .. })
+                if matches!(status, JobStatus::Scheduled | JobStatus::Runnable) =>
+            {
+                let now_ms = SystemClock.now_ms();
+                match service.store().get_job(&job_id).await {
+                    Ok(Some(job)) => metrics.record_change(&job.value, status, now_ms),
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(%error, job_id, "metrics: reading the job failed"),
+                }
+            }
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "metrics fell behind the event feed; counts are short"
+                );
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The whole exposition: counters from `metrics`, gauges read from `store` now.
+pub async fn render<S: Store>(metrics: &Metrics, store: &S) -> Result<String, StoreError> {
+    let mut jobs: BTreeMap<(String, String, JobStatus), u64> = BTreeMap::new();
+    let mut query = JobQuery {
+        limit: SCRAPE_PAGE,
+        ..JobQuery::default()
+    };
+    loop {
+        let page = store.list_jobs(&query).await?;
+        for job in &page.items {
+            let job = &job.value;
+            let key = (job.job_queue.clone(), share_key(job).to_owned(), job.status);
+            *jobs.entry(key).or_insert(0) += 1;
+        }
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => break,
+        }
+    }
+    let environments: Vec<_> = store.list_resources::<ServiceEnvironment>().await?;
+    let usage: BTreeMap<String, u64> = store
+        .list_documents::<EnvironmentUsage>()
+        .await?
+        .into_iter()
+        .map(|u| (u.value.environment.clone(), u.value.total()))
+        .collect();
+
+    let counts = metrics.counts();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP trainyard_jobs Jobs by queue, share and status (terminal jobs until they expire)."
+    );
+    let _ = writeln!(out, "# TYPE trainyard_jobs gauge");
+    for ((queue, share, status), n) in &jobs {
+        let _ = writeln!(
+            out,
+            "trainyard_jobs{{queue=\"{}\",share=\"{}\",status=\"{}\"}} {n}",
+            escape(queue),
+            escape(share),
+            status.as_str()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP trainyard_environment_instances_in_use Instances held by dispatched jobs."
+    );
+    let _ = writeln!(out, "# TYPE trainyard_environment_instances_in_use gauge");
+    for env in &environments {
+        let name = &env.value.service_environment_name;
+        let used = usage.get(name).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "trainyard_environment_instances_in_use{{environment=\"{}\"}} {used}",
+            escape(name)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP trainyard_environment_instances_limit The environment's NUM_INSTANCES capacity limit."
+    );
+    let _ = writeln!(out, "# TYPE trainyard_environment_instances_limit gauge");
+    for env in &environments {
+        let limit: u64 = env
+            .value
+            .capacity_limits
+            .iter()
+            .filter(|l| l.capacity_unit == NUM_INSTANCES)
+            .map(|l| u64::from(l.max_capacity))
+            .sum();
+        let _ = writeln!(
+            out,
+            "trainyard_environment_instances_limit{{environment=\"{}\"}} {limit}",
+            escape(&env.value.service_environment_name)
+        );
+    }
+    let counters = [
+        (
+            "trainyard_dispatches_total",
+            "Attempts committed to SCHEDULED.",
+            counts.dispatches,
+        ),
+        (
+            "trainyard_retries_total",
+            "Failed attempts retried (job back to RUNNABLE).",
+            counts.retries,
+        ),
+        (
+            "trainyard_capacity_errors_total",
+            "Launches or attempts that found no SageMaker capacity (job back to RUNNABLE, no attempt used).",
+            counts.capacity_errors,
+        ),
+        (
+            "trainyard_preemptions_total",
+            "Attempts stopped to free capacity for another job.",
+            counts.preemptions,
+        ),
+        (
+            "trainyard_loop_passes_total",
+            "Passes of the scheduling loop.",
+            counts.loop_passes,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    counts.dispatch_latency.render(
+        &mut out,
+        "trainyard_dispatch_latency_seconds",
+        "Time from RUNNABLE to SCHEDULED, per dispatch.",
+    );
+    counts.wait_time.render(
+        &mut out,
+        "trainyard_wait_time_seconds",
+        "Time from submission to the first SCHEDULED, per job.",
+    );
+    Ok(out)
+}
+
+/// Escapes a label value (backslash, double quote, newline), as the text format requires.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn observations_land_in_the_first_bucket_that_holds_them() {
+        let cases = [
+            (0.0, 0),
+            (0.005, 0),
+            (0.006, 1),
+            (-3.0, 0),
+            (3600.0, BUCKETS_S.len() - 1),
+            (1e6, BUCKETS_S.len()),
+        ];
+        for (seconds, slot) in cases {
+            let mut h = Histogram::default();
+            h.observe(seconds);
+            assert_eq!(h.counts[slot], 1, "{seconds}");
+            assert_eq!(h.count(), 1);
+        }
+    }
+
+    #[test]
+    fn a_histogram_renders_cumulative_buckets_ending_at_the_count() {
+        let mut h = Histogram::default();
+        for s in [0.001, 0.02, 0.02, 7.0] {
+            h.observe(s);
+        }
+        let mut out = String::new();
+        h.render(&mut out, "x_seconds", "help");
+        assert!(out.contains("x_seconds_bucket{le=\"0.005\"} 1\n"), "{out}");
+        assert!(out.contains("x_seconds_bucket{le=\"0.025\"} 3\n"), "{out}");
+        assert!(out.contains("x_seconds_bucket{le=\"5\"} 3\n"), "{out}");
+        assert!(out.contains("x_seconds_bucket{le=\"10\"} 4\n"), "{out}");
+        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 4\n"), "{out}");
+        assert!(out.contains("x_seconds_count 4\n"), "{out}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("a\nb"), "a\\nb");
+    }
+}

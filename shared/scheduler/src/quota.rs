@@ -1,0 +1,525 @@
+//! Quota management: capacity reserved per instance type for each quota share of a queue,
+//! lent when idle, borrowed within `borrowLimit`, and reclaimed by preemption.
+//!
+//! # Vocabulary
+//!
+//! For a share `S` and an instance type `t`:
+//!
+//! ```text
+//! L(S,t)   own limit (capacityLimits; 0 when t is not listed)
+//! U(S,t)   instances in use: running attempts (including those being preempted, which hold
+//!          their instances until they stop) + this cycle's dispatches + instances claimed by
+//!          its jobs waiting for preempted capacity
+//! cap(S,t) borrow cap: floor(L(S,t) × borrowLimit / 100) for LEND_AND_BORROW (unlimited when
+//!          borrowLimit < 0), 0 for RESERVE and LEND
+//! E(t)     the environment's limit for t
+//! ```
+//!
+//! **Borrowed jobs.** A share with `U > L` for a type is borrowing `U − L` of it. The borrowing
+//! is attributed to its *most recently started* running jobs holding that type (ties: lower
+//! priority first, then the greater job id), marking jobs until the marked instances cover
+//! `U − L`: the jobs that started last are the ones that could only start by borrowing, and the
+//! share's older jobs keep their entitlement. See [`borrowed_jobs`].
+//!
+//! # Admission (per instance type, every type of the job must pass)
+//!
+//! 1. **Never fits** → `QUOTA_MANAGEMENT_LIMIT_EXCEEDED` (blocks nobody), when
+//!    `n > L(S,t) + min(cap(S,t), lendable(S,t))` with
+//!    `lendable(S,t) = Σ L(X,t) over lending shares X ≠ S + max(0, E(t) − Σ L(·,t))`
+//!    (capacity no share claims is lendable too). The cause names the bound that binds.
+//! 2. **Pass 1, entitled jobs** — every share's jobs, by `schedulingPriority` desc, then
+//!    `runnable_at`, then job id. A job with `U(S,t) + n ≤ L(S,t)` for all its types is
+//!    *entitled*: dispatched if the environment has the instances free, otherwise it tries to
+//!    make room by preemption (below), otherwise it waits with `InsufficientCapacity`. Jobs that
+//!    are not entitled go to pass 2, so that a lender's own jobs always get its idle capacity
+//!    before borrowers do.
+//! 3. **Pass 2, borrowers** — the rest, FIFO (`runnable_at`, then job id: Batch's only
+//!    `idleResourceAssignmentStrategy`). The job may borrow if `S` is LEND_AND_BORROW and
+//!    `U(S,t) + n − L(S,t) ≤ cap(S,t)`; it then takes free instances except the idle capacity of
+//!    RESERVE shares, `Σ max(0, L(X,t) − U(X,t))` over RESERVE shares X ≠ S. Otherwise, with
+//!    in-share preemption on, it may preempt lower-priority jobs of its share; otherwise it
+//!    waits with `QuotaExhausted`, `BorrowLimitReached`, `ReservedByQuotaShares` or
+//!    `InsufficientCapacity`. A borrower never preempts anyone to borrow.
+//!
+//! The environment's capacity stays the hard limit throughout (the pool is checked for every
+//! dispatch), and a quota-managed queue holds no backfill reservation of its own.
+//!
+//! # Preemption
+//!
+//! Candidates for a waiting job `J` of share `S`, among running attempts of the queue that have
+//! run at least `Config::min_runtime_before_preemption_s` and are not already victims:
+//! - *cross-share*: borrowed jobs of other shares (always on in Batch);
+//! - *in-share* (if `S` enables it): jobs of `S` with priority strictly below `J`'s.
+//!
+//! They are ordered borrowed first, then lowest priority, then most recently started, then job
+//! id, and taken greedily until `J` would fit **within its share's own limit** and the
+//! environment's capacity; then victims that turn out unnecessary are dropped, walking back from
+//! the last. If the candidates cannot make room, nobody is preempted. `J` does not start in the
+//! same cycle: it claims the victims' instances (and the free ones it needs), waits with
+//! `WaitingForPreemptedCapacity`, and starts once the victims' capacity is released.
+//!
+//! # Preemption never loops
+//!
+//! Suppose `J` preempts `V`. Either
+//! - *in-share*: `priority(J) > priority(V)`, so `V` can never in-share preempt `J` (that would
+//!   need `priority(V) > priority(J)`), and they share a share, so no cross-share preemption
+//!   between them exists; or
+//! - *cross-share*: `V` was borrowed (its share over its limit) and `J` is admitted within its
+//!   own share's limit. For `V` to preempt `J` back, `J` would have to be borrowed; but `J` fits
+//!   within `L(S)`, and borrowing is attributed to the most recently started jobs of a share, so
+//!   `J` only becomes borrowed if its own share later borrows more than the jobs started after
+//!   `J` hold — which needs a configuration change (a lowered limit, as in Batch) or equal start
+//!   times.
+//!
+//! Longer cycles (`A` preempts `B` preempts … preempts `A`) would need some job to go from
+//! entitled to borrowed, or a priority to go up, between two of its preemptions; both take a
+//! change from outside the planner (a limit lowered, `UpdateServiceJob`) or the tie-breaks of
+//! equal start times. This argument is not a formal proof for every interleaving with jobs
+//! ending: `tests/quota_properties.rs` simulates 40 cycles per seed (with and without jobs
+//! ending, victims re-queued each time) and checks that no job preempts a job that preempted it
+//! and that the preempted-by graph has no cycle.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::plan::{
+    EnvPlan, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, dispatch, fifo,
+    within_share,
+};
+use crate::pool::Fit;
+use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob, Snapshot};
+use trainyard_domain::quota_share::SharingStrategy;
+
+/// The jobs treated as borrowed: for each share and instance type in use above its own limit,
+/// its most recently started jobs holding that type (ties: lower priority, then greater job id)
+/// until they cover the excess. Jobs of unknown shares are never borrowed.
+pub fn borrowed_jobs<'a>(
+    shares: &[QuotaShareState],
+    running: impl IntoIterator<Item = &'a RunningJob>,
+) -> BTreeSet<String> {
+    let known: BTreeMap<&str, &QuotaShareState> =
+        shares.iter().map(|s| (s.name.as_str(), s)).collect();
+    let mut by_share: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
+    for job in running {
+        if let Some(share) = job.share.as_deref().filter(|s| known.contains_key(s)) {
+            by_share.entry(share).or_default().push(job);
+        }
+    }
+    let mut borrowed = BTreeSet::new();
+    for (name, mut jobs) in by_share {
+        jobs.sort_by(|a, b| {
+            (Reverse(a.started_at_ms), a.priority, Reverse(&a.job_id)).cmp(&(
+                Reverse(b.started_at_ms),
+                b.priority,
+                Reverse(&b.job_id),
+            ))
+        });
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        for job in &jobs {
+            for (ty, n) in &job.instances {
+                *used.entry(ty.as_str()).or_insert(0) += u64::from(*n);
+            }
+        }
+        let share = known[name];
+        for (ty, in_use) in used {
+            let over = in_use.saturating_sub(share.limit(ty));
+            let mut marked = 0;
+            for job in &jobs {
+                if marked >= over {
+                    break;
+                }
+                if let Some(n) = job.instances.get(ty).filter(|n| **n > 0) {
+                    marked += u64::from(*n);
+                    borrowed.insert(job.job_id.clone());
+                }
+            }
+        }
+    }
+    borrowed
+}
+
+/// Planning state of one quota-managed queue.
+struct Quota<'a> {
+    all: &'a [QuotaShareState],
+    shares: BTreeMap<&'a str, &'a QuotaShareState>,
+    /// `U(S,t)` (see the module docs).
+    used: BTreeMap<(&'a str, String), u64>,
+    /// Running attempts of the queue.
+    running: Vec<&'a RunningJob>,
+    /// Jobs being preempted in this cycle.
+    victims: BTreeSet<&'a str>,
+    /// Borrowed running jobs, recomputed after each preemption.
+    borrowed: BTreeSet<String>,
+}
+
+impl<'a> Quota<'a> {
+    fn used(&self, share: &str, ty: &str) -> u64 {
+        self.used.get(&(share, ty.to_owned())).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, share: &'a str, job: &crate::snapshot::Instances) {
+        for (ty, n) in job {
+            *self.used.entry((share, ty.clone())).or_insert(0) += u64::from(*n);
+        }
+    }
+
+    /// Whether the job fits within its share's own limit.
+    fn entitled(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
+        job.instances
+            .iter()
+            .all(|(ty, n)| self.used(&share.name, ty) + u64::from(*n) <= share.limit(ty))
+    }
+
+    /// Rule 1: why the job can never fit its share, if so.
+    fn never_fits(
+        &self,
+        share: &QuotaShareState,
+        job: &PendingJob,
+        env: &EnvPlan,
+    ) -> Option<SkipReason> {
+        for (ty, n) in &job.instances {
+            let needed = u64::from(*n);
+            let limit = share.limit(ty);
+            let claimed: u64 = self.shares.values().map(|s| s.limit(ty)).sum();
+            let unassigned = env.pool.type_limit(ty).saturating_sub(claimed);
+            let lendable: u64 = self
+                .shares
+                .values()
+                .filter(|s| s.name != share.name && s.lends())
+                .map(|s| s.limit(ty))
+                .sum::<u64>()
+                + unassigned;
+            let (borrowable, cause) = match share.borrow_cap(ty) {
+                _ if share.strategy != SharingStrategy::LendAndBorrow => {
+                    (0, QuotaLimitCause::ShareLimits)
+                }
+                Some(cap) if cap < lendable => (cap, QuotaLimitCause::BorrowLimits),
+                _ => (lendable, QuotaLimitCause::BorrowableCapacity),
+            };
+            if needed > limit.saturating_add(borrowable) {
+                return Some(SkipReason::QuotaLimitExceeded {
+                    quota_share: share.name.clone(),
+                    unit: ty.clone(),
+                    needed,
+                    limit,
+                    borrowable,
+                    cause,
+                });
+            }
+        }
+        None
+    }
+
+    /// Pass 2: whether the share may borrow what the job needs beyond its limit.
+    fn may_borrow(&self, share: &QuotaShareState, job: &PendingJob) -> Result<(), SkipReason> {
+        for (ty, n) in &job.instances {
+            let needed = u64::from(*n);
+            let in_use = self.used(&share.name, ty);
+            let limit = share.limit(ty);
+            let over = (in_use + needed).saturating_sub(limit);
+            if over == 0 {
+                continue;
+            }
+            if share.strategy != SharingStrategy::LendAndBorrow {
+                return Err(SkipReason::QuotaExhausted {
+                    quota_share: share.name.clone(),
+                    unit: ty.clone(),
+                    needed,
+                    limit,
+                    in_use,
+                });
+            }
+            if let Some(cap) = share.borrow_cap(ty)
+                && over > cap
+            {
+                return Err(SkipReason::BorrowLimitReached {
+                    quota_share: share.name.clone(),
+                    unit: ty.clone(),
+                    needed,
+                    limit,
+                    in_use,
+                    borrow_limit: cap,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Idle capacity of RESERVE shares other than `share`, which is never lent.
+    fn reserved_idle(&self, share: &str, ty: &str) -> u64 {
+        self.shares
+            .values()
+            .filter(|s| s.name != share && s.strategy == SharingStrategy::Reserve)
+            .map(|s| s.limit(ty).saturating_sub(self.used(&s.name, ty)))
+            .sum()
+    }
+
+    /// Preemption: the fewest victims (in victim order) that let the job fit within its share's
+    /// own limit and the environment, or `None` when the candidates cannot make room.
+    fn make_room(
+        &self,
+        share: &QuotaShareState,
+        job: &PendingJob,
+        env: &EnvPlan,
+        now_ms: i64,
+        config: &Config,
+    ) -> Option<Vec<&'a RunningJob>> {
+        let min_age_ms = i64::try_from(config.min_runtime_before_preemption_s.saturating_mul(1000))
+            .unwrap_or(i64::MAX);
+        let mut candidates: Vec<(&RunningJob, bool)> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|r| !self.victims.contains(r.job_id.as_str()))
+            .filter(|r| now_ms.saturating_sub(r.started_at_ms) >= min_age_ms)
+            .filter(|r| r.instances.keys().any(|ty| job.instances.contains_key(ty)))
+            .filter_map(|r| {
+                let borrowed = self.borrowed.contains(&r.job_id);
+                let theirs = r.share.as_deref()?;
+                if theirs == share.name {
+                    (share.in_share_preemption && r.priority < job.priority)
+                        .then_some((r, borrowed))
+                } else {
+                    borrowed.then_some((r, true))
+                }
+            })
+            .collect();
+        candidates.sort_by(|(a, ab), (b, bb)| {
+            (!ab, a.priority, Reverse(a.started_at_ms), &a.job_id).cmp(&(
+                !bb,
+                b.priority,
+                Reverse(b.started_at_ms),
+                &b.job_id,
+            ))
+        });
+        let fits = |chosen: &[&RunningJob]| {
+            let mut pool = env.pool.clone();
+            for victim in chosen {
+                pool.give(&victim.instances);
+            }
+            if pool.check(&job.instances) != Fit::Fits {
+                return false;
+            }
+            job.instances.iter().all(|(ty, n)| {
+                let leaving: u64 = chosen
+                    .iter()
+                    .filter(|v| v.share.as_deref() == Some(share.name.as_str()))
+                    .filter_map(|v| v.instances.get(ty))
+                    .map(|n| u64::from(*n))
+                    .sum();
+                (self.used(&share.name, ty) + u64::from(*n)).saturating_sub(leaving)
+                    <= share.limit(ty)
+            })
+        };
+        let mut chosen: Vec<&RunningJob> = Vec::new();
+        for (candidate, _) in candidates {
+            if fits(&chosen) {
+                break;
+            }
+            chosen.push(candidate);
+        }
+        if chosen.is_empty() || !fits(&chosen) {
+            return None;
+        }
+        // Take only as many victims as needed.
+        for i in (0..chosen.len()).rev() {
+            let mut without = chosen.clone();
+            without.remove(i);
+            if fits(&without) {
+                chosen = without;
+            }
+        }
+        Some(chosen)
+    }
+}
+
+/// What happened to one job.
+enum Decision {
+    Done,
+    /// Pass 1 only: not entitled, try borrowing in pass 2.
+    Defer,
+}
+
+/// Plans one quota-managed queue (see the module docs).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_quota_queue<'a>(
+    plan: &mut Plan,
+    queue: &QueueState,
+    shares: &'a [QuotaShareState],
+    mut jobs: Vec<&'a PendingJob>,
+    env: &mut EnvPlan,
+    snapshot: &'a Snapshot,
+    now_ms: i64,
+    config: &Config,
+) {
+    let running: Vec<&RunningJob> = snapshot
+        .running
+        .iter()
+        .filter(|r| r.queue == queue.name)
+        .collect();
+    let mut quota = Quota {
+        all: shares,
+        shares: shares.iter().map(|s| (s.name.as_str(), s)).collect(),
+        used: BTreeMap::new(),
+        borrowed: borrowed_jobs(shares, running.iter().copied()),
+        running,
+        victims: BTreeSet::new(),
+    };
+    for job in quota.running.clone() {
+        if let Some(name) = job.share.as_deref() {
+            quota.add(name, &job.instances);
+        }
+    }
+
+    // Pass 1: entitled jobs, priority first.
+    jobs.sort_by(within_share);
+    let mut deferred = Vec::new();
+    for job in jobs {
+        if let Decision::Defer = decide(plan, queue, &mut quota, job, env, now_ms, config, true) {
+            deferred.push(job);
+        }
+    }
+    // Pass 2: borrowers, FIFO.
+    deferred.sort_by(fifo);
+    for job in deferred {
+        decide(plan, queue, &mut quota, job, env, now_ms, config, false);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decide<'a>(
+    plan: &mut Plan,
+    queue: &QueueState,
+    quota: &mut Quota<'a>,
+    job: &'a PendingJob,
+    env: &mut EnvPlan,
+    now_ms: i64,
+    config: &Config,
+    first_pass: bool,
+) -> Decision {
+    let skip = |plan: &mut Plan, reason: SkipReason| {
+        plan.skips.push(Skip {
+            job_id: job.job_id.clone(),
+            reason,
+        });
+        Decision::Done
+    };
+    let found = job
+        .share
+        .as_deref()
+        .and_then(|s| quota.shares.get(s).copied());
+    let Some(share) = found else {
+        let reason = SkipReason::UnknownQuotaShare {
+            quota_share: job.share.clone().unwrap_or_default(),
+        };
+        return skip(plan, reason);
+    };
+    if first_pass {
+        if let Some(until_ms) = job.not_before_ms.filter(|t| *t > now_ms) {
+            return skip(plan, SkipReason::Backoff { until_ms });
+        }
+        if let Fit::Never { unit, needed, max } = env.pool.check(&job.instances) {
+            let reason = SkipReason::ExceedsEnvironment {
+                environment: env.name.clone(),
+                unit,
+                needed,
+                max,
+            };
+            return skip(plan, reason);
+        }
+        if let Some(reason) = quota.never_fits(share, job, env) {
+            return skip(plan, reason);
+        }
+    }
+
+    let entitled = quota.entitled(share, job);
+    let waiting = match env.pool.check(&job.instances) {
+        Fit::Fits if entitled => None,
+        Fit::NotNow { unit, needed, free } if entitled => Some(SkipReason::InsufficientCapacity {
+            environment: env.name.clone(),
+            unit,
+            needed,
+            free,
+        }),
+        _ if first_pass && !entitled => return Decision::Defer,
+        fit => match quota.may_borrow(share, job) {
+            Err(reason) => Some(reason),
+            Ok(()) => match fit {
+                Fit::NotNow { unit, needed, free }
+                | Fit::Never {
+                    unit,
+                    needed,
+                    max: free,
+                } => Some(SkipReason::InsufficientCapacity {
+                    environment: env.name.clone(),
+                    unit,
+                    needed,
+                    free,
+                }),
+                Fit::Fits => job.instances.iter().find_map(|(ty, n)| {
+                    let free = env.pool.type_free(ty);
+                    let reserved = quota.reserved_idle(&share.name, ty);
+                    (u64::from(*n) > free.saturating_sub(reserved)).then(|| {
+                        SkipReason::ReservedByQuotaShares {
+                            unit: ty.clone(),
+                            needed: u64::from(*n),
+                            free,
+                            reserved,
+                        }
+                    })
+                }),
+            },
+        },
+    };
+    let Some(reason) = waiting else {
+        return match dispatch(plan, queue, job, env, now_ms, config) {
+            Ok(()) => {
+                quota.add(&share.name, &job.instances);
+                Decision::Done
+            }
+            Err(reason) => skip(plan, reason),
+        };
+    };
+    let Some(victims) = quota.make_room(share, job, env, now_ms, config) else {
+        return skip(plan, reason);
+    };
+
+    // Preempt: the job claims the victims' instances and the free ones it still needs.
+    let mut claim = job.instances.clone();
+    for victim in &victims {
+        for (ty, n) in &victim.instances {
+            if let Some(c) = claim.get_mut(ty) {
+                *c = c.saturating_sub(*n);
+            }
+        }
+        quota.victims.insert(victim.job_id.as_str());
+        let theirs = victim.share.clone().unwrap_or_default();
+        let reason = if theirs == share.name {
+            PreemptionReason::InSharePriority {
+                quota_share: share.name.clone(),
+                priority: job.priority,
+                victim_priority: victim.priority,
+            }
+        } else {
+            PreemptionReason::ReclaimBorrowed {
+                quota_share: share.name.clone(),
+                victim_quota_share: theirs,
+            }
+        };
+        plan.preemptions.push(Preemption {
+            victim_job_id: victim.job_id.clone(),
+            for_job_id: job.job_id.clone(),
+            reason,
+        });
+    }
+    env.pool.take(&claim);
+    quota.add(&share.name, &job.instances);
+    let left = quota
+        .running
+        .iter()
+        .copied()
+        .filter(|r| !quota.victims.contains(r.job_id.as_str()));
+    quota.borrowed = borrowed_jobs(quota.all, left);
+    let victims = victims.iter().map(|v| v.job_id.clone()).collect();
+    skip(plan, SkipReason::WaitingForPreemptedCapacity { victims })
+}

@@ -1,0 +1,552 @@
+//! Quota shares: reservation, lending, borrowing and preemption, one narrative case per rule of
+//! `trainyard_scheduler::quota`.
+
+use std::collections::BTreeMap;
+
+use trainyard_domain::environment::CapacityLimit;
+use trainyard_domain::quota_share::SharingStrategy::{self, Lend, LendAndBorrow, Reserve};
+use trainyard_scheduler::{
+    Config, EnvironmentState, PendingJob, Plan, PreemptionReason, QueuePolicy, QueueState,
+    QuotaLimitCause, QuotaShareState, RunningJob, SkipReason, Snapshot, plan_cycle,
+};
+
+const NOW: i64 = 1_000_000_000;
+const GPU: &str = "ml.p4d.24xlarge";
+const HOUR_MS: i64 = 3_600_000;
+
+fn share(name: &str, limit: u32, strategy: SharingStrategy) -> QuotaShareState {
+    QuotaShareState {
+        name: name.into(),
+        limits: BTreeMap::from([(GPU.to_owned(), limit)]),
+        strategy,
+        borrow_limit_percent: -1,
+        in_share_preemption: false,
+        enabled: true,
+    }
+}
+
+trait ShareExt {
+    fn borrow(self, percent: i32) -> Self;
+    fn in_share(self) -> Self;
+}
+
+impl ShareExt for QuotaShareState {
+    fn borrow(mut self, percent: i32) -> Self {
+        self.borrow_limit_percent = percent;
+        self
+    }
+    fn in_share(mut self) -> Self {
+        self.in_share_preemption = true;
+        self
+    }
+}
+
+/// `job("a1", "a", 2)`: a pending job of quota share `a` needing 2 GPU instances.
+fn job(id: &str, share: &str, n: u32) -> PendingJob {
+    PendingJob {
+        job_id: id.into(),
+        queue: "q".into(),
+        share: Some(share.into()),
+        priority: 0,
+        runnable_at_ms: NOW - 1000,
+        instances: BTreeMap::from([(GPU.to_owned(), n)]),
+        max_runtime_s: Some(3600),
+        not_before_ms: None,
+    }
+}
+
+/// `run("b1", "b", 1, 2)`: a running job of share `b`, 1 instance, started 2 hours ago.
+fn run(id: &str, share: &str, n: u32, started_hours_ago: i64) -> RunningJob {
+    RunningJob {
+        job_id: id.into(),
+        queue: "q".into(),
+        share: Some(share.into()),
+        priority: 0,
+        started_at_ms: NOW - started_hours_ago * HOUR_MS,
+        instances: BTreeMap::from([(GPU.to_owned(), n)]),
+        expected_end_ms: NOW + 10 * HOUR_MS,
+    }
+}
+
+fn prio<T: Prioritised>(mut x: T, p: u32) -> T {
+    x.set_priority(p);
+    x
+}
+
+trait Prioritised {
+    fn set_priority(&mut self, p: u32);
+}
+impl Prioritised for PendingJob {
+    fn set_priority(&mut self, p: u32) {
+        self.priority = p;
+    }
+}
+impl Prioritised for RunningJob {
+    fn set_priority(&mut self, p: u32) {
+        self.priority = p;
+    }
+}
+
+fn snapshot(
+    capacity: u32,
+    shares: Vec<QuotaShareState>,
+    running: Vec<RunningJob>,
+    pending: Vec<PendingJob>,
+) -> Snapshot {
+    Snapshot {
+        environments: vec![EnvironmentState {
+            name: "qm".into(),
+            enabled: true,
+            limits: vec![CapacityLimit {
+                max_capacity: capacity,
+                capacity_unit: GPU.into(),
+            }],
+        }],
+        queues: vec![QueueState {
+            name: "q".into(),
+            priority: 1,
+            environment: Some("qm".into()),
+            policy: QueuePolicy::QuotaShare(shares),
+        }],
+        running,
+        pending,
+        usage: BTreeMap::new(),
+    }
+}
+
+fn many(prefix: &str, share: &str, count: usize) -> Vec<PendingJob> {
+    (0..count)
+        .map(|i| {
+            let mut j = job(&format!("{prefix}{i}"), share, 1);
+            j.runnable_at_ms = NOW - 1000 + i as i64;
+            j
+        })
+        .collect()
+}
+
+fn dispatched(plan: &Plan) -> Vec<&str> {
+    plan.dispatches.iter().map(|d| d.job_id.as_str()).collect()
+}
+
+fn preempted(plan: &Plan) -> Vec<(&str, &str)> {
+    plan.preemptions
+        .iter()
+        .map(|p| (p.victim_job_id.as_str(), p.for_job_id.as_str()))
+        .collect()
+}
+
+fn reason<'a>(plan: &'a Plan, id: &str) -> &'a SkipReason {
+    &plan
+        .skips
+        .iter()
+        .find(|s| s.job_id == id)
+        .unwrap_or_else(|| panic!("{id} not skipped: {plan:?}"))
+        .reason
+}
+
+/// A check of a skip reason.
+type Check = fn(&SkipReason) -> bool;
+
+/// One case: a snapshot, and what the plan must be.
+struct Case {
+    name: &'static str,
+    snapshot: Snapshot,
+    min_runtime_s: u64,
+    dispatched: &'static [&'static str],
+    /// (victim, for whom)
+    preempted: &'static [(&'static str, &'static str)],
+    /// (job, a check of its skip reason)
+    skipped: Vec<(&'static str, Check)>,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "reserve keeps its idle capacity from borrowers",
+            snapshot: snapshot(
+                8,
+                vec![share("a", 4, Reserve), share("b", 4, LendAndBorrow)],
+                vec![],
+                many("b", "b", 6),
+            ),
+            min_runtime_s: 600,
+            dispatched: &["b0", "b1", "b2", "b3"],
+            preempted: &[],
+            skipped: vec![("b4", |r| {
+                matches!(
+                    r,
+                    SkipReason::ReservedByQuotaShares {
+                        needed: 1,
+                        free: 4,
+                        reserved: 4,
+                        ..
+                    }
+                )
+            })],
+        },
+        Case {
+            name: "lend lets others borrow its idle capacity",
+            snapshot: snapshot(
+                8,
+                vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
+                vec![],
+                many("b", "b", 6),
+            ),
+            min_runtime_s: 600,
+            dispatched: &["b0", "b1", "b2", "b3", "b4", "b5"],
+            preempted: &[],
+            skipped: vec![],
+        },
+        Case {
+            name: "a lend-only share cannot borrow beyond its limit",
+            snapshot: snapshot(
+                8,
+                vec![share("a", 4, Lend), share("b", 4, Lend)],
+                vec![],
+                many("b", "b", 5),
+            ),
+            min_runtime_s: 600,
+            dispatched: &["b0", "b1", "b2", "b3"],
+            preempted: &[],
+            skipped: vec![("b4", |r| {
+                matches!(
+                    r,
+                    SkipReason::QuotaExhausted {
+                        needed: 1,
+                        limit: 4,
+                        in_use: 4,
+                        ..
+                    }
+                )
+            })],
+        },
+        Case {
+            name: "the borrow limit caps borrowing at a percentage of the share's own limit",
+            snapshot: snapshot(
+                12,
+                vec![share("a", 8, Lend), share("b", 4, LendAndBorrow).borrow(50)],
+                vec![],
+                many("b", "b", 8),
+            ),
+            min_runtime_s: 600,
+            dispatched: &["b0", "b1", "b2", "b3", "b4", "b5"],
+            preempted: &[],
+            skipped: vec![("b6", |r| {
+                matches!(
+                    r,
+                    SkipReason::BorrowLimitReached {
+                        in_use: 6,
+                        limit: 4,
+                        borrow_limit: 2,
+                        ..
+                    }
+                )
+            })],
+        },
+        Case {
+            name: "a lender's own jobs get its idle capacity before borrowers, whatever their age",
+            snapshot: snapshot(
+                4,
+                vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
+                vec![],
+                vec![
+                    job("b0", "b", 1),
+                    job("b1", "b", 1),
+                    job("b2", "b", 1),
+                    PendingJob {
+                        runnable_at_ms: NOW,
+                        ..job("a0", "a", 2)
+                    },
+                ],
+            ),
+            min_runtime_s: 600,
+            dispatched: &["b0", "b1", "a0"],
+            preempted: &[],
+            skipped: vec![("b2", |r| {
+                matches!(r, SkipReason::InsufficientCapacity { free: 0, .. })
+            })],
+        },
+        Case {
+            name: "a lender reclaims by preempting the most recently started borrowed jobs",
+            snapshot: snapshot(
+                8,
+                vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
+                (1..=8)
+                    .map(|i| run(&format!("r{i}"), "b", 1, 20 - i64::from(i)))
+                    .collect(),
+                vec![job("a1", "a", 2), job("b9", "b", 1)],
+            ),
+            min_runtime_s: 600,
+            dispatched: &[],
+            preempted: &[("r8", "a1"), ("r7", "a1")],
+            skipped: vec![
+                (
+                    "a1",
+                    |r| matches!(r, SkipReason::WaitingForPreemptedCapacity { victims } if victims == &["r8", "r7"]),
+                ),
+                // The freed capacity is claimed by a1: b9 does not get it.
+                ("b9", |r| {
+                    matches!(r, SkipReason::InsufficientCapacity { .. })
+                }),
+            ],
+        },
+        Case {
+            name: "no preemption when free capacity suffices",
+            snapshot: snapshot(
+                8,
+                vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
+                (1..=6).map(|i| run(&format!("r{i}"), "b", 1, 5)).collect(),
+                vec![job("a1", "a", 2)],
+            ),
+            min_runtime_s: 600,
+            dispatched: &["a1"],
+            preempted: &[],
+            skipped: vec![],
+        },
+        Case {
+            name: "the minimum runtime protects young borrowed jobs",
+            snapshot: snapshot(
+                8,
+                vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
+                (1..=8).map(|i| run(&format!("r{i}"), "b", 1, 0)).collect(),
+                vec![job("a1", "a", 2)],
+            ),
+            min_runtime_s: 600,
+            dispatched: &[],
+            preempted: &[],
+            skipped: vec![("a1", |r| {
+                matches!(r, SkipReason::InsufficientCapacity { free: 0, .. })
+            })],
+        },
+        Case {
+            name: "in-share preemption stops the lowest-priority, most recent jobs of the share",
+            snapshot: snapshot(
+                4,
+                vec![share("a", 4, Lend).in_share()],
+                vec![
+                    prio(run("old-low", "a", 1, 9), 1),
+                    prio(run("new-low", "a", 1, 2), 1),
+                    prio(run("mid", "a", 1, 1), 5),
+                    prio(run("equal", "a", 1, 1), 9),
+                ],
+                vec![prio(job("urgent", "a", 2), 9)],
+            ),
+            min_runtime_s: 600,
+            dispatched: &[],
+            preempted: &[("new-low", "urgent"), ("old-low", "urgent")],
+            skipped: vec![("urgent", |r| {
+                matches!(r, SkipReason::WaitingForPreemptedCapacity { .. })
+            })],
+        },
+        Case {
+            name: "without in-share preemption a higher-priority job waits",
+            snapshot: snapshot(
+                4,
+                vec![share("a", 4, Lend)],
+                vec![prio(run("l1", "a", 2, 9), 1), prio(run("l2", "a", 2, 9), 1)],
+                vec![prio(job("urgent", "a", 2), 9)],
+            ),
+            min_runtime_s: 600,
+            dispatched: &[],
+            preempted: &[],
+            skipped: vec![("urgent", |r| matches!(r, SkipReason::QuotaExhausted { .. }))],
+        },
+        Case {
+            name: "victims: borrowed first, then lowest priority, and only as many as needed",
+            snapshot: snapshot(
+                3,
+                vec![share("a", 2, LendAndBorrow).in_share(), share("b", 1, Lend)],
+                vec![
+                    prio(run("x", "a", 1, 9), 3),
+                    prio(run("y", "a", 1, 5), 1),
+                    prio(run("z", "a", 1, 2), 2),
+                ],
+                vec![prio(job("h", "a", 1), 9)],
+            ),
+            min_runtime_s: 600,
+            dispatched: &[],
+            preempted: &[("z", "h"), ("y", "h")],
+            skipped: vec![],
+        },
+        Case {
+            name: "equal priority is never preempted in-share",
+            snapshot: snapshot(
+                2,
+                vec![share("a", 2, Lend).in_share()],
+                vec![prio(run("r", "a", 2, 9), 5)],
+                vec![prio(job("p", "a", 2), 5)],
+            ),
+            min_runtime_s: 0,
+            dispatched: &[],
+            preempted: &[],
+            skipped: vec![("p", |r| matches!(r, SkipReason::QuotaExhausted { .. }))],
+        },
+        Case {
+            name: "jobs that can never fit their share are misconfigured and block nobody",
+            snapshot: snapshot(
+                16,
+                vec![
+                    share("r", 2, Reserve),
+                    share("c", 2, LendAndBorrow).borrow(50),
+                    share("u", 2, LendAndBorrow),
+                    share("l", 4, Lend),
+                ],
+                vec![],
+                vec![
+                    job("r3", "r", 3),
+                    job("c4", "c", 4),
+                    job("u9", "u", 15),
+                    job("ok", "u", 3),
+                    job("lost", "nope", 1),
+                ],
+            ),
+            min_runtime_s: 600,
+            dispatched: &["ok"],
+            preempted: &[],
+            skipped: vec![
+                ("r3", |r| {
+                    matches!(
+                        r,
+                        SkipReason::QuotaLimitExceeded {
+                            cause: QuotaLimitCause::ShareLimits,
+                            limit: 2,
+                            borrowable: 0,
+                            ..
+                        }
+                    )
+                }),
+                ("c4", |r| {
+                    matches!(
+                        r,
+                        SkipReason::QuotaLimitExceeded {
+                            cause: QuotaLimitCause::BorrowLimits,
+                            borrowable: 1,
+                            ..
+                        }
+                    )
+                }),
+                // Lendable to u: c's 2 + l's 4 + 6 unassigned = 12, so at most 14.
+                ("u9", |r| {
+                    matches!(
+                        r,
+                        SkipReason::QuotaLimitExceeded {
+                            cause: QuotaLimitCause::BorrowableCapacity,
+                            borrowable: 12,
+                            ..
+                        }
+                    )
+                }),
+                ("lost", |r| {
+                    matches!(r, SkipReason::UnknownQuotaShare { .. })
+                }),
+            ],
+        },
+    ]
+}
+
+#[test]
+fn quota_share_cases() {
+    for case in cases() {
+        let config = Config {
+            min_runtime_before_preemption_s: case.min_runtime_s,
+            ..Config::default()
+        };
+        let plan = plan_cycle(&case.snapshot, NOW, &config);
+        assert_eq!(
+            dispatched(&plan),
+            case.dispatched,
+            "{}: {plan:#?}",
+            case.name
+        );
+        assert_eq!(preempted(&plan), case.preempted, "{}: {plan:#?}", case.name);
+        for (id, check) in &case.skipped {
+            let r = reason(&plan, id);
+            assert!(check(r), "{}: {id}: {r:?}", case.name);
+        }
+        let decided = plan.dispatches.len() + plan.skips.len();
+        assert_eq!(decided, case.snapshot.pending.len(), "{}", case.name);
+    }
+}
+
+#[test]
+fn the_misconfiguration_texts_are_batchs() {
+    let s = snapshot(
+        8,
+        vec![share("r", 2, Reserve)],
+        vec![],
+        vec![job("r3", "r", 3)],
+    );
+    let text = reason(&plan_cycle(&s, NOW, &Config::default()), "r3").to_string();
+    assert!(
+        text.starts_with(
+            "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED - Job requirements exceed quota share capacity limits."
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn preemption_reasons_say_which_rule_applied() {
+    let s = snapshot(
+        4,
+        vec![share("a", 2, Lend).in_share(), share("b", 2, LendAndBorrow)],
+        vec![
+            prio(run("a-low", "a", 2, 5), 0),
+            run("b-borrowed", "b", 2, 5),
+        ],
+        vec![prio(job("a-high", "a", 2), 7), job("a-more", "a", 2)],
+    );
+    let plan = plan_cycle(&s, NOW, &Config::default());
+    assert_eq!(
+        plan.preemptions
+            .iter()
+            .map(|p| p.reason.clone())
+            .collect::<Vec<_>>(),
+        [PreemptionReason::InSharePriority {
+            quota_share: "a".into(),
+            priority: 7,
+            victim_priority: 0
+        }],
+        "{plan:#?}"
+    );
+    // a-high claimed a's whole limit, so a-more cannot reclaim b's borrowed capacity as well.
+    assert!(matches!(
+        reason(&plan, "a-more"),
+        SkipReason::QuotaExhausted { .. }
+    ));
+}
+
+/// Two cycles: the lender reclaims, the victims are re-queued, the preemptor starts, and the
+/// victims cannot preempt it back (it runs within its share's limit).
+#[test]
+fn a_reclaimed_job_starts_next_cycle_and_its_victims_cannot_preempt_it_back() {
+    let shares = vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)];
+    let running: Vec<RunningJob> = (1..=8)
+        .map(|i| run(&format!("r{i}"), "b", 1, 20 - i64::from(i)))
+        .collect();
+    let s = snapshot(8, shares.clone(), running.clone(), vec![job("a1", "a", 2)]);
+    let plan = plan_cycle(&s, NOW, &Config::default());
+    assert_eq!(preempted(&plan), [("r8", "a1"), ("r7", "a1")]);
+
+    // The host stops the victims; they come back RUNNABLE.
+    let later = NOW + HOUR_MS;
+    let kept: Vec<RunningJob> = running
+        .into_iter()
+        .filter(|r| r.job_id != "r7" && r.job_id != "r8")
+        .collect();
+    let requeued = vec![
+        PendingJob {
+            runnable_at_ms: later,
+            ..job("r7", "b", 1)
+        },
+        PendingJob {
+            runnable_at_ms: later,
+            ..job("r8", "b", 1)
+        },
+        job("a1", "a", 2),
+    ];
+    let s = snapshot(8, shares, kept, requeued);
+    let plan = plan_cycle(&s, later, &Config::default());
+    assert_eq!(dispatched(&plan), ["a1"]);
+    assert!(plan.preemptions.is_empty(), "{plan:#?}");
+}

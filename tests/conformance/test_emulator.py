@@ -1,0 +1,100 @@
+"""boto3's unmodified `sagemaker` client against `trainyard emulator`, started here on a free
+loopback port (the same calls as scripts/check-emulator-boto3.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+import support
+
+_BIN = os.environ.get("TRAINYARD_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "target", "debug", "trainyard"
+)
+
+
+@pytest.fixture(scope="module")
+def sagemaker():
+    if not os.path.exists(_BIN):
+        pytest.fail(f"no trainyard binary at {_BIN} (build it, or set TRAINYARD_BIN)")
+    proc = subprocess.Popen(
+        [_BIN, "emulator", "--listen", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        url = None
+        deadline = time.monotonic() + 30
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            found = re.search(r"listening on (http://\S+)", line)
+            if found:
+                url = found.group(1)
+        assert url, "trainyard emulator printed no address"
+        yield boto3.client(
+            "sagemaker",
+            endpoint_url=url,
+            region_name=support.REGION,
+            config=Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=10),
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=15) == 0, "the emulator did not stop cleanly on SIGTERM"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def _request(name: str, **hyper: str) -> dict:
+    return {
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::000000000000:role/SageMakerRole",
+        "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+        "HyperParameters": hyper,
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+    }
+
+
+def test_a_training_job_runs_to_completed_and_is_listed(sagemaker):
+    name = f"emu-{uuid.uuid4().hex[:12]}"
+    arn = sagemaker.create_training_job(**_request(name, emulator_duration_s="0.2"))["TrainingJobArn"]
+    assert arn.endswith(f":training-job/{name}")
+    described = support.wait_until(
+        lambda: (d := sagemaker.describe_training_job(TrainingJobName=name))["TrainingJobStatus"] == "Completed"
+        and d,
+        "the training job to complete",
+        timeout_s=15.0,
+    )
+    assert described["SecondaryStatus"] == "Completed"
+    names = [j["TrainingJobName"] for j in sagemaker.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]]
+    assert name in names
+
+
+def test_stop_and_error_codes_decode_as_botocore_expects(sagemaker):
+    name = f"emu-{uuid.uuid4().hex[:12]}"
+    sagemaker.create_training_job(**_request(name, emulator_duration_s="300"))
+    sagemaker.stop_training_job(TrainingJobName=name)
+    status = sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    assert status in ("Stopping", "Stopped")
+    with pytest.raises(ClientError) as duplicate:
+        sagemaker.create_training_job(**_request(name))
+    assert duplicate.value.response["Error"]["Code"] == "ResourceInUse"
+    with pytest.raises(ClientError) as missing:
+        sagemaker.describe_training_job(TrainingJobName=f"missing-{uuid.uuid4().hex[:8]}")
+    assert missing.value.response["Error"]["Code"] in ("ResourceNotFound", "ValidationException")
