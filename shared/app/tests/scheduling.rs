@@ -593,3 +593,144 @@ async fn missed_events_are_found_by_reconciliation() {
         assert_eq!(w.job(id).await.status, JobStatus::Succeeded, "{id}");
     }
 }
+
+#[tokio::test]
+async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finish_later() {
+    use trainyard_domain::policy::{QuotaSharePolicy, SchedulingPolicy};
+    use trainyard_domain::quota_share::{
+        QuotaShare, QuotaShareCapacityLimit, QuotaSharePreemptionConfiguration,
+        ResourceSharingConfiguration, SharingStrategy,
+    };
+
+    let mut w = World::new(EmulatorConfig::default());
+    w.config.planner.min_runtime_before_preemption_s = 2;
+    let store = w.service.store();
+    let env = ServiceEnvironment {
+        service_environment_name: "qm".into(),
+        service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+        state: State::Enabled,
+        status: ResourceStatus::Valid,
+        capacity_limits: vec![CapacityLimit {
+            max_capacity: 4,
+            capacity_unit: "ml.g5.xlarge".into(),
+        }],
+        tags: BTreeMap::new(),
+        created_at: T0,
+    };
+    store.create_resource(&env).await.unwrap();
+    let policy = SchedulingPolicy {
+        name: "quota".into(),
+        fairshare_policy: None,
+        quota_share_policy: Some(QuotaSharePolicy::default()),
+        tags: BTreeMap::new(),
+        created_at: T0,
+    };
+    store.create_resource(&policy).await.unwrap();
+    let mut queue_def = JobQueue {
+        job_queue_name: "teams".into(),
+        state: State::Enabled,
+        status: ResourceStatus::Valid,
+        status_reason: None,
+        priority: 1,
+        scheduling_policy: Some("quota".into()),
+        service_environment_order: vec![ServiceEnvironmentOrder {
+            order: 1,
+            service_environment: "qm".into(),
+        }],
+        job_state_time_limit_actions: vec![],
+        job_queue_type: JobQueueType::SagemakerTraining,
+        tags: BTreeMap::new(),
+        created_at: T0,
+    };
+    store.create_resource(&queue_def).await.unwrap();
+    queue_def.job_queue_name.clear();
+    for (name, strategy) in [
+        ("owner", SharingStrategy::Lend),
+        ("borrower", SharingStrategy::LendAndBorrow),
+    ] {
+        let share = QuotaShare {
+            quota_share_name: name.into(),
+            job_queue: "teams".into(),
+            capacity_limits: vec![QuotaShareCapacityLimit {
+                max_capacity: 2,
+                capacity_unit: "ml.g5.xlarge".into(),
+            }],
+            resource_sharing_configuration: ResourceSharingConfiguration {
+                strategy,
+                borrow_limit: None,
+            },
+            preemption_configuration: QuotaSharePreemptionConfiguration::default(),
+            state: State::Enabled,
+            status: ResourceStatus::Valid,
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        store.create_resource(&share).await.unwrap();
+    }
+    let quota =
+        |share: &'static str| move |c: &mut SubmitJob| c.quota_share_name = Some(share.into());
+
+    // The borrower fills the whole pool: two on its own quota, two borrowed from the owner.
+    let mut borrowed = Vec::new();
+    for i in 0..4 {
+        borrowed.push(
+            w.submit_with(&format!("b{i}"), "teams", 1, quick(20), quota("borrower"))
+                .await,
+        );
+    }
+    for _ in 0..20 {
+        w.tick().await;
+        w.clock.advance(250);
+    }
+    let running = w.dispatched_ids().await;
+    assert_eq!(running.len(), 4, "idle capacity was lent");
+
+    // The owner wants its two instances back.
+    let mut owned = Vec::new();
+    for i in 0..2 {
+        owned.push(
+            w.submit_with(&format!("o{i}"), "teams", 1, quick(1), quota("owner"))
+                .await,
+        );
+    }
+    w.run_until_done(250, 300_000).await;
+    for id in borrowed.iter().chain(&owned) {
+        assert_eq!(w.job(id).await.status, JobStatus::Succeeded, "{id}");
+    }
+    let mut preempted = 0;
+    for id in &borrowed {
+        let job = w.job(id).await;
+        if let Some(summary) = &job.preemption_summary {
+            preempted += summary.preempted_attempt_count;
+            assert_eq!(job.attempts.len(), 2, "preempted once, then ran again");
+        }
+    }
+    assert_eq!(
+        preempted, 2,
+        "exactly the two borrowed instances were reclaimed"
+    );
+    let owners_started: Vec<i64> = futures_started(&w, &owned).await;
+    let borrowers_done: Vec<i64> = futures_stopped(&w, &borrowed).await;
+    assert!(
+        owners_started
+            .iter()
+            .all(|s| borrowers_done.iter().filter(|d| *d > s).count() >= 2),
+        "the owner started before the borrower's preempted jobs finished"
+    );
+}
+
+async fn futures_started(w: &World, ids: &[String]) -> Vec<i64> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(w.job(id).await.scheduled_at.unwrap());
+    }
+    out
+}
+
+async fn futures_stopped(w: &World, ids: &[String]) -> Vec<i64> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(w.job(id).await.stopped_at.unwrap());
+    }
+    out
+}

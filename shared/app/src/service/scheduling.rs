@@ -97,6 +97,8 @@ pub struct CycleReport {
     pub rejected: usize,
     /// Waiting jobs whose skip reason changed.
     pub reasons_updated: usize,
+    /// Running attempts asked to stop to give their capacity back (quota shares).
+    pub preemptions: usize,
 }
 
 /// The SageMaker training-job name of attempt `n` (1-based) of `job`: a readable prefix from
@@ -254,6 +256,24 @@ fn launch_request(job: &ServiceJob, name: &str) -> Result<Value, AppError> {
     Ok(request)
 }
 
+/// How many preempted attempts a job's `preemptionSummary` lists (a sliding window).
+const RECENT_PREEMPTIONS: usize = 5;
+
+/// Counts a preemption of the job's latest attempt in its `preemptionSummary`.
+fn record_preemption(job: &mut ServiceJob) {
+    let Some(attempt) = job.latest_attempt().cloned() else {
+        return;
+    };
+    let summary = job.preemption_summary.get_or_insert_with(Default::default);
+    summary.preempted_attempt_count += 1;
+    summary.recent_preempted_attempts.push(attempt);
+    let excess = summary
+        .recent_preempted_attempts
+        .len()
+        .saturating_sub(RECENT_PREEMPTIONS);
+    summary.recent_preempted_attempts.drain(..excess);
+}
+
 /// Most times a use-case re-reads and retries after losing a race on the same job.
 const RACE_RETRIES: usize = 5;
 
@@ -340,13 +360,36 @@ impl<S: Store, E: EventSink> Service<S, E> {
             self.launch(backend, &job, config, &mut report).await?;
         }
 
+        // 4b. Preempt: mark each victim's attempt, then stop it. Its Stopped state change
+        // requeues it (or fails it once preemptionRetriesBeforeTermination is spent) and releases
+        // the capacity the preemptor waits for.
+        for preemption in &plan.preemptions {
+            if self
+                .preempt(backend, &preemption.victim_job_id, config)
+                .await?
+            {
+                report.preemptions += 1;
+                tracing::info!(victim = %preemption.victim_job_id, for_job = %preemption.for_job_id,
+                    reason = ?preemption.reason, "preempting");
+            }
+        }
+
         // 5. Record why the others wait, and apply the queues' time limits to them.
         for skip in &plan.skips {
             let Some(stored) = loaded.jobs.get(&skip.job_id) else {
                 continue;
             };
             let mut job = stored.value.clone();
-            job.status_reason = Some(skip.reason.to_string());
+            // During a capacity backoff Batch's CAPACITY reason says more than "backing off".
+            let capacity_wait =
+                matches!(skip.reason, trainyard_scheduler::SkipReason::Backoff { .. })
+                    && job
+                        .status_reason
+                        .as_deref()
+                        .is_some_and(retry::is_capacity_reason);
+            if !capacity_wait {
+                job.status_reason = Some(skip.reason.to_string());
+            }
             let limit = loaded
                 .queues
                 .get(&job.job_queue)
@@ -705,7 +748,11 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 }
                 Ending::Failed(failure) => {
                     attempt.status_reason = Some(retry::attempt_status_reason(failure));
-                    match retry::decide_after_failure(&job, failure, now, &config.retry) {
+                    let decision = retry::decide_after_failure(&job, failure, now, &config.retry);
+                    if *failure == AttemptFailure::Stopped(StopCause::Preempted) {
+                        record_preemption(&mut job);
+                    }
+                    match decision {
                         AfterFailure::Requeue {
                             not_before_ms,
                             status_reason,
@@ -746,6 +793,51 @@ impl<S: Store, E: EventSink> Service<S, E> {
             }
         }
         Err(AppError::Internal(StoreError::Conflict))
+    }
+
+    /// Asks the backend to stop a running job so that its capacity goes to a preemptor. The
+    /// attempt is marked first, so that its Stopped state change is read as a preemption. Returns
+    /// whether a stop was requested (false if the victim had already ended or moved on).
+    async fn preempt<B: TrainingBackend>(
+        &self,
+        backend: &B,
+        victim: &str,
+        config: &CycleConfig,
+    ) -> Result<bool, AppError> {
+        let Some(stored) = self.store.get_job(victim).await? else {
+            return Ok(false);
+        };
+        let mut job = stored.value;
+        let n = job.attempts.len();
+        if !job.status.is_dispatched() || job.is_terminated {
+            return Ok(false);
+        }
+        let Some(attempt) = job.attempts.last_mut() else {
+            return Ok(false);
+        };
+        let name = attempt.training_job_name.clone();
+        if attempt.status_reason.is_none() {
+            attempt.status_reason = Some(retry::PREEMPTED_REASON.to_owned());
+            match self.store.update_job(&job, stored.version).await {
+                Ok(_) => {}
+                // The victim changed (ended, terminated): the next cycle plans again.
+                Err(StoreError::Conflict) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match backend.stop_training_job(&name).await {
+            Ok(()) => Ok(true),
+            // Never launched: nothing runs, so the attempt ends here.
+            Err(BackendError::NotFound(_)) => {
+                let ending = Ending::Failed(AttemptFailure::Stopped(StopCause::Preempted));
+                self.finish_attempt(victim, n, ending, config).await?;
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %victim, error = %e, "preemption stop deferred");
+                Ok(false)
+            }
+        }
     }
 
     /// Applies a SageMaker state change (from an event, or from describing an attempt).
