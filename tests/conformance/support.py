@@ -165,11 +165,14 @@ class Resources:
 
     # --- service environments -----------------------------------------------------------------
     def environment(self, capacity_limits: list[dict] | None = None, **extra: Any) -> dict:
+        """A service environment. By default it has no capacity (`maxCapacity` 0), so jobs in
+        its queues stay RUNNABLE: `trainyard up` dispatches whatever fits, and the API tests
+        observe jobs waiting. Tests that want jobs to run pass capacity."""
         name = unique("se")
         resp = self.batch.create_service_environment(
             serviceEnvironmentName=name,
             serviceEnvironmentType="SAGEMAKER_TRAINING",
-            capacityLimits=capacity_limits or [{"maxCapacity": 8, "capacityUnit": "NUM_INSTANCES"}],
+            capacityLimits=capacity_limits or [{"maxCapacity": 0, "capacityUnit": "NUM_INSTANCES"}],
             **extra,
         )
         self._cleanups.append(lambda: self._delete_environment(resp["serviceEnvironmentArn"]))

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+import support
 from support import submit_args, unique, wait_for_status
 
 
@@ -107,8 +108,13 @@ def test_share_identifier_filter_with_status(batch, resources):
 def test_quota_share_name_filter_with_status(batch, resources):
     queue = resources.quota_queue()
     other = resources.quota_share(queue["jobQueueArn"])
-    a = submit(batch, queue["jobQueueName"], unique("a"), quotaShareName=queue["quotaShareName"])
-    b = submit(batch, queue["jobQueueName"], unique("b"), quotaShareName=other["quotaShareName"])
+    # An instance type the environment does not offer keeps both jobs RUNNABLE: the scheduler
+    # would otherwise dispatch them before the listing.
+    waiting = support.training_payload(instance_type="ml.p5.48xlarge")
+    a = submit(batch, queue["jobQueueName"], unique("a"), quotaShareName=queue["quotaShareName"],
+               serviceRequestPayload=waiting)
+    b = submit(batch, queue["jobQueueName"], unique("b"), quotaShareName=other["quotaShareName"],
+               serviceRequestPayload=waiting)
     for j in (a, b):
         wait_for_status(batch, j["jobId"], "RUNNABLE")
     resp = batch.list_service_jobs(

@@ -9,12 +9,14 @@ import json
 import support
 
 
-def test_a_submitted_job_runs_on_the_emulated_sagemaker_and_succeeds(batch, shared_queue):
+def test_a_submitted_job_runs_on_the_emulated_sagemaker_and_succeeds(batch, resources):
+    env = resources.environment([{"maxCapacity": 2, "capacityUnit": "NUM_INSTANCES"}])
+    queue = resources.queue(env["serviceEnvironmentArn"])
     payload = json.loads(support.training_payload(name="sched"))
     payload["HyperParameters"] = {"emulator_duration_s": "0.2"}
     job = batch.submit_service_job(
         **support.submit_args(
-            shared_queue["jobQueueArn"],
+            queue["jobQueueArn"],
             support.unique("sched"),
             serviceRequestPayload=json.dumps(payload),
         )
