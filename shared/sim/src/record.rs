@@ -1,0 +1,94 @@
+//! What one simulated run records: every job's life and the pool's use over time. The driver
+//! fills it; the measures and reports only read it, so they can be tested on hand-made records.
+//! Times are seconds of virtual time from the start of the trace.
+
+use serde::{Deserialize, Serialize};
+
+/// One job's life in a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The trace's id for the job.
+    pub trace_id: String,
+    /// Queue it was submitted to (its priority tier).
+    pub queue: String,
+    /// Share (team) it belongs to, if the scenario uses shares.
+    pub share: Option<String>,
+    /// Instances it needs.
+    pub instances: u32,
+    /// Submission time.
+    pub submit_s: f64,
+    /// First dispatch (SCHEDULED), if it ever started.
+    pub first_start_s: Option<f64>,
+    /// When it reached SUCCEEDED or FAILED, if it did before the run ended.
+    pub end_s: Option<f64>,
+    /// Its run time in the trace (what it needs on the instances when undisturbed).
+    pub duration_s: f64,
+    /// Final status (`SUCCEEDED`, `FAILED`, or the last status if unfinished).
+    pub status: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Times it was preempted.
+    pub preemptions: u32,
+    /// Instance-seconds lost to preemptions (work done by attempts that were preempted).
+    pub preempted_instance_s: f64,
+}
+
+impl JobRecord {
+    /// Time from submission to first dispatch, if it started.
+    pub fn wait_s(&self) -> Option<f64> {
+        self.first_start_s.map(|s| (s - self.submit_s).max(0.0))
+    }
+
+    /// Job completion time (submission to end), if it ended.
+    pub fn jct_s(&self) -> Option<f64> {
+        self.end_s.map(|e| (e - self.submit_s).max(0.0))
+    }
+}
+
+/// The pool's state over an interval `[start_s, end_s)` during which it did not change.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct UsageInterval {
+    /// Start of the interval.
+    pub start_s: f64,
+    /// End of the interval.
+    pub end_s: f64,
+    /// Instances held by dispatched jobs.
+    pub busy_instances: u64,
+    /// Total capacity of the pool.
+    pub capacity_instances: u64,
+    /// Whether some job was waiting (RUNNABLE) during the interval.
+    pub backlogged: bool,
+}
+
+/// Per-share allocation over an interval, for fairness measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShareInterval {
+    /// Start of the interval.
+    pub start_s: f64,
+    /// End of the interval.
+    pub end_s: f64,
+    /// Share.
+    pub share: String,
+    /// Instances the share held.
+    pub held_instances: u64,
+    /// Whether the share had jobs waiting during the interval.
+    pub backlogged: bool,
+    /// What the share is entitled to (its weight or quota, normalised by the driver so that the
+    /// entitlements of all shares sum to 1).
+    pub entitlement: f64,
+}
+
+/// Everything one run of one policy recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunRecord {
+    /// Policy name (`fifo`, `batch-fair-share`, `trainyard`, `quota-shares`, `static-partition`).
+    pub policy: String,
+    /// Every job of the trace.
+    pub jobs: Vec<JobRecord>,
+    /// The pool's use over time, in order, without gaps.
+    pub usage: Vec<UsageInterval>,
+    /// Per-share allocation over time.
+    pub shares: Vec<ShareInterval>,
+    /// Virtual time covered by the run.
+    pub end_s: f64,
+}
