@@ -48,3 +48,142 @@ impl Ids for SequentialIds {
         format!("00000000-0000-4000-8000-{n:012x}")
     }
 }
+
+/// A store that lets other futures run before each of its calls, so that use-cases joined
+/// together (`futures::join!`, `tokio::join!`) interleave at every store access — the way two
+/// Lambda invocations or two loop tasks would — deterministically.
+#[derive(Debug, Default)]
+pub struct Interleaving<S> {
+    inner: S,
+}
+
+impl<S> Interleaving<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S) -> Self {
+        Self { inner }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// Returns `Pending` once (waking itself), so the executor polls other ready futures first.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            std::task::Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    }
+}
+
+mod interleaving_store {
+    use trainyard_domain::job::ServiceJob;
+
+    use super::{Interleaving, YieldOnce};
+    use crate::ports::{
+        ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource, RunnableOrder, Store,
+        StoreError, Versioned, Write,
+    };
+
+    impl<S: Store> Store for Interleaving<S> {
+        async fn insert_job(
+            &self,
+            job: &ServiceJob,
+            token: Option<&ClientTokenRecord>,
+        ) -> Result<InsertJob, StoreError> {
+            YieldOnce(false).await;
+            self.inner.insert_job(job, token).await
+        }
+        async fn get_job(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.get_job(job_id).await
+        }
+        async fn update_job(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
+            YieldOnce(false).await;
+            self.inner.update_job(job, expected).await
+        }
+        async fn list_jobs(
+            &self,
+            query: &JobQuery,
+        ) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.list_jobs(query).await
+        }
+        async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
+            YieldOnce(false).await;
+            self.inner.create_resource(resource).await
+        }
+        async fn get_resource<R: Resource>(
+            &self,
+            key: &str,
+        ) -> Result<Option<Versioned<R>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.get_resource(key).await
+        }
+        async fn list_resources<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.list_resources().await
+        }
+        async fn update_resource<R: Resource>(
+            &self,
+            resource: &R,
+            expected_version: u64,
+        ) -> Result<u64, StoreError> {
+            YieldOnce(false).await;
+            self.inner.update_resource(resource, expected_version).await
+        }
+        async fn delete_resource<R: Resource>(
+            &self,
+            key: &str,
+            expected_version: u64,
+        ) -> Result<(), StoreError> {
+            YieldOnce(false).await;
+            self.inner.delete_resource::<R>(key, expected_version).await
+        }
+        async fn get_document<D: Document>(
+            &self,
+            key: &str,
+        ) -> Result<Option<Versioned<D>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.get_document(key).await
+        }
+        async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.list_documents().await
+        }
+        async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
+            YieldOnce(false).await;
+            self.inner.commit(writes).await
+        }
+        async fn runnable_jobs(
+            &self,
+            queue: &str,
+            share: Option<&str>,
+            order: RunnableOrder,
+            limit: usize,
+        ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.runnable_jobs(queue, share, order, limit).await
+        }
+        async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.runnable_shares(queue).await
+        }
+        async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+            YieldOnce(false).await;
+            self.inner.dispatched_jobs().await
+        }
+    }
+}

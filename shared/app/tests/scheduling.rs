@@ -734,3 +734,145 @@ async fn futures_stopped(w: &World, ids: &[String]) -> Vec<i64> {
     }
     out
 }
+
+/// A backend that counts CreateTrainingJob calls per name and refuses a second one the way
+/// SageMaker does.
+#[derive(Default)]
+struct CountingSageMaker {
+    created: Mutex<BTreeMap<String, usize>>,
+}
+
+impl TrainingBackend for CountingSageMaker {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        let name = request["TrainingJobName"].as_str().unwrap().to_owned();
+        let mut created = self.created.lock().unwrap();
+        let count = created.entry(name.clone()).or_insert(0);
+        *count += 1;
+        if *count > 1 {
+            return Err(BackendError::AlreadyExists(name));
+        }
+        Ok(format!(
+            "arn:aws:sagemaker:us-east-1:000000000000:training-job/{name}"
+        ))
+    }
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        Ok(TrainingJobState {
+            name: name.into(),
+            arn: format!("arn:aws:sagemaker:us-east-1:000000000000:training-job/{name}"),
+            status: trainyard_app::ports::TrainingStatus::InProgress,
+            secondary: "Starting".into(),
+            failure_reason: None,
+        })
+    }
+    async fn stop_training_job(&self, _name: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn two_cycles_at_once_never_overrun_capacity_or_launch_twice() {
+    use trainyard_app::testing::Interleaving;
+
+    // The second cycle starts `lag` store calls after the first, so that across the lags its
+    // snapshot straddles the first cycle's commits in every possible way.
+    let mut raced = 0;
+    for (capacity, lag) in [1u32, 3]
+        .into_iter()
+        .flat_map(|c| (0..24).map(move |l| (c, l)))
+    {
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = Arc::new(Interleaving::new(MemoryStore::new()));
+        let ids = Arc::new(SequentialIds::default());
+        let service = |store: Arc<Interleaving<MemoryStore>>| {
+            Service::new(
+                store,
+                NoEvents,
+                clock.clone(),
+                ids.clone(),
+                ArnContext::default(),
+            )
+        };
+        let (a, b) = (service(store.clone()), service(store.clone()));
+        // The environment and queue, and ten one-instance jobs waiting.
+        let world = World::new(EmulatorConfig::default());
+        let env = ServiceEnvironment {
+            service_environment_name: "local".into(),
+            service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+            state: State::Enabled,
+            status: ResourceStatus::Valid,
+            capacity_limits: vec![CapacityLimit {
+                max_capacity: capacity,
+                capacity_unit: "NUM_INSTANCES".into(),
+            }],
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        store.create_resource(&env).await.unwrap();
+        world.queue("q", 1, "local").await;
+        let queue = world
+            .service
+            .store()
+            .get_resource::<JobQueue>("q")
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        store.create_resource(&queue).await.unwrap();
+        for i in 0..10 {
+            let cmd = SubmitJob {
+                job_name: format!("j{i}"),
+                job_queue: "q".into(),
+                service_job_type: Default::default(),
+                service_request_payload: json!({
+                    "TrainingJobName": format!("j{i}"),
+                    "RoleArn": "arn:aws:iam::000000000000:role/R",
+                    "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+                    "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
+                })
+                .to_string(),
+                share_identifier: None,
+                quota_share_name: None,
+                scheduling_priority: None,
+                retry_strategy: None,
+                timeout_config: None,
+                preemption_configuration: None,
+                tags: BTreeMap::new(),
+                client_token: None,
+            };
+            a.submit(cmd).await.unwrap();
+        }
+        a.accept_submitted(100, 0).await.unwrap();
+
+        let backend = CountingSageMaker::default();
+        let config = CycleConfig::default();
+        let (ra, rb) = tokio::join!(
+            a.run_cycle(&backend, &config),
+            b.run_cycle(&backend, &config)
+        );
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+
+        let dispatched = store.dispatched_jobs().await.unwrap();
+        assert_eq!(
+            dispatched.len(),
+            capacity as usize,
+            "filled exactly, never beyond"
+        );
+        let usage = store
+            .get_document::<EnvironmentUsage>("local")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(usage.value.total(), u64::from(capacity));
+        assert_eq!(ra.dispatched + rb.dispatched, capacity as usize);
+        assert!(
+            ra.conflicts + rb.conflicts > 0,
+            "the two cycles really raced"
+        );
+        let created = backend.created.lock().unwrap();
+        assert_eq!(created.len(), capacity as usize);
+        assert!(
+            created.values().all(|n| *n == 1),
+            "no attempt launched twice: {created:?}"
+        );
+    }
+}
