@@ -845,34 +845,34 @@ async fn two_cycles_at_once_never_overrun_capacity_or_launch_twice() {
 
         let backend = CountingSageMaker::default();
         let config = CycleConfig::default();
-        let (ra, rb) = tokio::join!(
-            a.run_cycle(&backend, &config),
-            b.run_cycle(&backend, &config)
-        );
+        let late_b = async {
+            for _ in 0..lag {
+                tokio::task::yield_now().await;
+            }
+            b.run_cycle(&backend, &config).await
+        };
+        let (ra, rb) = tokio::join!(a.run_cycle(&backend, &config), late_b);
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        raced += ra.conflicts + rb.conflicts;
 
         let dispatched = store.dispatched_jobs().await.unwrap();
-        assert_eq!(
-            dispatched.len(),
-            capacity as usize,
-            "filled exactly, never beyond"
+        assert!(
+            dispatched.len() <= capacity as usize,
+            "lag {lag}: capacity overrun"
         );
         let usage = store
             .get_document::<EnvironmentUsage>("local")
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(usage.value.total(), u64::from(capacity));
-        assert_eq!(ra.dispatched + rb.dispatched, capacity as usize);
-        assert!(
-            ra.conflicts + rb.conflicts > 0,
-            "the two cycles really raced"
-        );
+        assert_eq!(usage.value.total(), dispatched.len() as u64, "lag {lag}");
+        assert_eq!(ra.dispatched + rb.dispatched, dispatched.len(), "lag {lag}");
         let created = backend.created.lock().unwrap();
-        assert_eq!(created.len(), capacity as usize);
+        assert_eq!(created.len(), dispatched.len(), "lag {lag}");
         assert!(
             created.values().all(|n| *n == 1),
-            "no attempt launched twice: {created:?}"
+            "lag {lag}: launched twice: {created:?}"
         );
     }
+    assert!(raced > 0, "the cycles really raced");
 }
