@@ -22,6 +22,7 @@ mod emulator;
 mod events;
 mod payload;
 mod routes;
+mod simulate;
 mod table;
 mod up;
 
@@ -64,6 +65,9 @@ enum Command {
     Terminate(commands::TerminateArgs),
     /// List job queues, highest priority first, with their waiting and running jobs.
     Queues(ClientArgs),
+    /// Replay a GPU-cluster trace through the real scheduler over virtual time and compare
+    /// policies (fifo, batch-fair-share, trainyard, quota-shares, static-partition).
+    Simulate(Box<simulate::SimulateArgs>),
 }
 
 /// How a command reaches the API and prints its results.
@@ -114,6 +118,7 @@ fn main() -> ExitCode {
         Command::Describe(args) => commands::describe(&args),
         Command::Terminate(args) => commands::terminate(&args),
         Command::Queues(args) => commands::queues(&args),
+        Command::Simulate(args) => simulate::run_simulate(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

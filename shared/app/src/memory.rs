@@ -1,8 +1,17 @@
 //! The in-memory store: the reference implementation of [`Store`], for unit tests and the
 //! simulator. One mutex over ordered maps; every method is one atomic step.
+//!
+//! Besides the jobs themselves it keeps indexes, updated in the same step as every job write, so
+//! that the scheduler's reads grow with what they return rather than with every job ever
+//! submitted (the simulator replays traces of 100,000 jobs): jobs by status (for listings), the
+//! RUNNABLE jobs of each queue and share in both dispatch orders, the dispatched jobs, and the
+//! RUNNABLE jobs in backoff. Configuration and documents are kept as JSON, as a real store keeps
+//! them, with their decoded value cached beside them so that a cycle does not decode them again.
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::any::Any;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
@@ -13,14 +22,196 @@ use crate::ports::{
 };
 use trainyard_domain::job::JobStatus;
 
+/// A decoded copy of a stored JSON value, of whatever type it was last read or written as.
+type Decoded = Option<Arc<dyn Any + Send + Sync>>;
+
+/// A stored JSON value, its version, and its decoded copy.
+struct Stored {
+    version: u64,
+    doc: serde_json::Value,
+    decoded: Decoded,
+}
+
+impl Stored {
+    /// The value as `T`: the cached copy if it has that type, else decoded (and cached).
+    fn get<T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static>(
+        &mut self,
+        key: &str,
+    ) -> Result<T, StoreError> {
+        if let Some(value) = self.decoded.as_ref().and_then(|d| d.downcast_ref::<T>()) {
+            return Ok(value.clone());
+        }
+        let value = T::deserialize(&self.doc).map_err(|e| corrupt(key.to_owned(), e))?;
+        self.decoded = Some(Arc::new(value.clone()));
+        Ok(value)
+    }
+}
+
+/// RUNNABLE job ids in both orders of [`RunnableOrder`].
+#[derive(Default)]
+struct Ordered {
+    /// (runnable at, id).
+    fifo: BTreeSet<(i64, String)>,
+    /// (priority descending, runnable at, id).
+    priority: BTreeSet<(Reverse<u32>, i64, String)>,
+}
+
+impl Ordered {
+    fn insert(&mut self, job: &ServiceJob) {
+        let at = job.runnable_at.unwrap_or(job.created_at);
+        self.fifo.insert((at, job.job_id.clone()));
+        self.priority
+            .insert((Reverse(job.priority()), at, job.job_id.clone()));
+    }
+
+    fn remove(&mut self, job: &ServiceJob) {
+        let at = job.runnable_at.unwrap_or(job.created_at);
+        self.fifo.remove(&(at, job.job_id.clone()));
+        self.priority
+            .remove(&(Reverse(job.priority()), at, job.job_id.clone()));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.fifo.is_empty()
+    }
+}
+
+/// The RUNNABLE jobs of one queue: all of them, and per share.
+#[derive(Default)]
+struct QueueRunnable {
+    all: Ordered,
+    shares: BTreeMap<String, Ordered>,
+}
+
+/// How a host groups jobs for [`MemoryStore::group_stats`] (the simulator groups by team).
+pub type GroupFn = fn(&ServiceJob) -> String;
+
+/// What a group of jobs holds and waits for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// RUNNABLE jobs.
+    pub runnable: usize,
+    /// Instances held by dispatched jobs.
+    pub held_instances: u64,
+}
+
+/// Indexes over the jobs, kept in step with them.
+#[derive(Default)]
+struct Indexes {
+    /// (created at, id) per status, for listings by status.
+    by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
+    /// RUNNABLE jobs per queue.
+    runnable: BTreeMap<String, QueueRunnable>,
+    /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING).
+    dispatched: BTreeSet<String>,
+    /// RUNNABLE jobs with a `not_before`: (not before, id).
+    backoff: BTreeSet<(i64, String)>,
+    /// Per group (see [`GroupFn`]).
+    groups: BTreeMap<String, GroupStats>,
+    /// Instances held by all dispatched jobs.
+    held_instances: u64,
+}
+
+impl Indexes {
+    fn add(&mut self, job: &ServiceJob, group: Option<GroupFn>) {
+        self.by_status
+            .entry(job.status)
+            .or_default()
+            .insert((job.created_at, job.job_id.clone()));
+        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
+        let mut stats = GroupStats::default();
+        if job.status == JobStatus::Runnable {
+            let queue = self.runnable.entry(job.job_queue.clone()).or_default();
+            queue.all.insert(job);
+            queue
+                .shares
+                .entry(share_key(job).to_owned())
+                .or_default()
+                .insert(job);
+            if let Some(at) = job.not_before {
+                self.backoff.insert((at, job.job_id.clone()));
+            }
+            stats.runnable = 1;
+        }
+        if job.status.is_dispatched() {
+            self.dispatched.insert(job.job_id.clone());
+            let held = job.training.total_instances();
+            self.held_instances += held;
+            stats.held_instances = held;
+        }
+        if let (true, Some(group)) = (counted, group) {
+            let entry = self.groups.entry(group(job)).or_default();
+            entry.runnable += stats.runnable;
+            entry.held_instances += stats.held_instances;
+        }
+    }
+
+    fn remove(&mut self, job: &ServiceJob, group: Option<GroupFn>) {
+        if let Some(set) = self.by_status.get_mut(&job.status) {
+            set.remove(&(job.created_at, job.job_id.clone()));
+        }
+        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
+        let mut stats = GroupStats::default();
+        if job.status == JobStatus::Runnable {
+            if let Some(queue) = self.runnable.get_mut(&job.job_queue) {
+                queue.all.remove(job);
+                let share = share_key(job);
+                if let Some(ordered) = queue.shares.get_mut(share) {
+                    ordered.remove(job);
+                    if ordered.is_empty() {
+                        queue.shares.remove(share);
+                    }
+                }
+                if queue.all.is_empty() {
+                    self.runnable.remove(&job.job_queue);
+                }
+            }
+            if let Some(at) = job.not_before {
+                self.backoff.remove(&(at, job.job_id.clone()));
+            }
+            stats.runnable = 1;
+        }
+        if job.status.is_dispatched() && self.dispatched.remove(&job.job_id) {
+            let held = job.training.total_instances();
+            self.held_instances = self.held_instances.saturating_sub(held);
+            stats.held_instances = held;
+        }
+        if let (true, Some(group)) = (counted, group) {
+            let key = group(job);
+            if let Some(entry) = self.groups.get_mut(&key) {
+                entry.runnable = entry.runnable.saturating_sub(stats.runnable);
+                entry.held_instances = entry.held_instances.saturating_sub(stats.held_instances);
+                if *entry == GroupStats::default() {
+                    self.groups.remove(&key);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     jobs: BTreeMap<String, Versioned<ServiceJob>>,
     tokens: BTreeMap<String, ClientTokenRecord>,
-    /// (kind, key) → (version, JSON document), as a real store keeps it.
-    resources: BTreeMap<(ResourceKind, String), (u64, serde_json::Value)>,
-    /// (kind, key) → (version, JSON document): scheduler state.
-    documents: BTreeMap<(&'static str, String), (u64, serde_json::Value)>,
+    /// (kind, key) → the JSON document, as a real store keeps it.
+    resources: BTreeMap<(ResourceKind, String), Stored>,
+    /// (kind, key) → the JSON document: scheduler state.
+    documents: BTreeMap<(&'static str, String), Stored>,
+    index: Indexes,
+    group: Option<GroupFn>,
+}
+
+impl Inner {
+    /// Replaces a stored job's value, keeping the indexes in step.
+    fn replace_job(&mut self, job: &ServiceJob) -> Option<u64> {
+        let group = self.group;
+        let stored = self.jobs.get_mut(&job.job_id)?;
+        self.index.remove(&stored.value, group);
+        stored.value = job.clone();
+        stored.version += 1;
+        self.index.add(job, group);
+        Some(stored.version)
+    }
 }
 
 /// A [`Store`] in process memory.
@@ -35,12 +226,48 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// An empty store that also counts RUNNABLE jobs and held instances per group, as `group`
+    /// assigns jobs to groups (see [`MemoryStore::group_stats`]).
+    pub fn with_groups(group: GroupFn) -> Self {
+        let store = Self::default();
+        store.lock().group = Some(group);
+        store
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A poisoned lock means a panic mid-update in a test; the maps are still consistent
         // because every method validates before it mutates.
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// RUNNABLE jobs, in all queues.
+    pub fn runnable_count(&self) -> usize {
+        self.lock()
+            .index
+            .by_status
+            .get(&JobStatus::Runnable)
+            .map_or(0, BTreeSet::len)
+    }
+
+    /// Instances held by dispatched jobs, in all environments.
+    pub fn held_instances(&self) -> u64 {
+        self.lock().index.held_instances
+    }
+
+    /// The earliest `not_before` later than `after_ms` of a RUNNABLE job in backoff: when a
+    /// waiting job next becomes eligible.
+    pub fn next_not_before_after(&self, after_ms: i64) -> Option<i64> {
+        let inner = self.lock();
+        let start = (after_ms.saturating_add(1), String::new());
+        inner.index.backoff.range(start..).next().map(|(at, _)| *at)
+    }
+
+    /// RUNNABLE jobs and held instances per group, for groups with either (empty unless the
+    /// store was built [`MemoryStore::with_groups`]).
+    pub fn group_stats(&self) -> BTreeMap<String, GroupStats> {
+        self.lock().index.groups.clone()
     }
 }
 
@@ -91,6 +318,8 @@ impl Store for MemoryStore {
         if let Some(token) = token {
             inner.tokens.insert(token.token.clone(), token.clone());
         }
+        let group = inner.group;
+        inner.index.add(job, group);
         inner.jobs.insert(
             job.job_id.clone(),
             Versioned {
@@ -107,11 +336,9 @@ impl Store for MemoryStore {
 
     async fn update_job(&self, job: &ServiceJob, expected_version: u64) -> Result<u64, StoreError> {
         let mut inner = self.lock();
-        match inner.jobs.get_mut(&job.job_id) {
+        match inner.jobs.get(&job.job_id) {
             Some(stored) if stored.version == expected_version => {
-                stored.value = job.clone();
-                stored.version += 1;
-                Ok(stored.version)
+                inner.replace_job(job).ok_or(StoreError::Conflict)
             }
             _ => Err(StoreError::Conflict),
         }
@@ -119,24 +346,48 @@ impl Store for MemoryStore {
 
     async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         let inner = self.lock();
-        let mut matching: Vec<&Versioned<ServiceJob>> = inner
-            .jobs
-            .values()
-            .filter(|v| job_matches(&v.value, query))
-            .filter(|v| match &query.after {
-                None => true,
-                Some(c) => {
-                    (v.value.created_at, v.value.job_id.as_str())
-                        < (c.created_at, c.job_id.as_str())
-                }
-            })
-            .collect();
-        matching.sort_by(|a, b| {
-            (b.value.created_at, &b.value.job_id).cmp(&(a.value.created_at, &a.value.job_id))
-        });
         let limit = query.limit.max(1);
-        let more = matching.len() > limit;
-        let items: Vec<_> = matching.into_iter().take(limit).cloned().collect();
+        let before_cursor = |created_at: i64, id: &str| match &query.after {
+            None => true,
+            Some(c) => (created_at, id) < (c.created_at, c.job_id.as_str()),
+        };
+        // Newest first, then by id descending; at most one more than the page to know if
+        // another page follows.
+        let mut items: Vec<Versioned<ServiceJob>> = Vec::new();
+        match query.status {
+            // The status index holds (created at, id) in exactly the listing order.
+            Some(status) => {
+                let ids = inner.index.by_status.get(&status);
+                for (created_at, id) in ids.into_iter().flat_map(|s| s.iter().rev()) {
+                    if items.len() > limit {
+                        break;
+                    }
+                    if !before_cursor(*created_at, id) {
+                        continue;
+                    }
+                    if let Some(stored) = inner.jobs.get(id)
+                        && job_matches(&stored.value, query)
+                    {
+                        items.push(stored.clone());
+                    }
+                }
+            }
+            None => {
+                let mut matching: Vec<&Versioned<ServiceJob>> = inner
+                    .jobs
+                    .values()
+                    .filter(|v| job_matches(&v.value, query))
+                    .filter(|v| before_cursor(v.value.created_at, &v.value.job_id))
+                    .collect();
+                matching.sort_by(|a, b| {
+                    (b.value.created_at, &b.value.job_id)
+                        .cmp(&(a.value.created_at, &a.value.job_id))
+                });
+                items = matching.into_iter().take(limit + 1).cloned().collect();
+            }
+        }
+        let more = items.len() > limit;
+        items.truncate(limit);
         let next = match (more, items.last()) {
             (true, Some(last)) => Some(JobCursor {
                 created_at: last.value.created_at,
@@ -154,7 +405,15 @@ impl Store for MemoryStore {
         if inner.resources.contains_key(&key) {
             return Err(StoreError::AlreadyExists);
         }
-        inner.resources.insert(key, (1, doc));
+        let decoded: Decoded = Some(Arc::new(resource.clone()));
+        inner.resources.insert(
+            key,
+            Stored {
+                version: 1,
+                doc,
+                decoded,
+            },
+        );
         Ok(())
     }
 
@@ -162,30 +421,26 @@ impl Store for MemoryStore {
         &self,
         key: &str,
     ) -> Result<Option<Versioned<R>>, StoreError> {
-        let inner = self.lock();
-        match inner.resources.get(&(R::KIND, key.to_owned())) {
+        let mut inner = self.lock();
+        match inner.resources.get_mut(&(R::KIND, key.to_owned())) {
             None => Ok(None),
-            Some((version, doc)) => {
-                let value = R::deserialize(doc).map_err(|e| corrupt(key.to_owned(), e))?;
-                Ok(Some(Versioned {
-                    value,
-                    version: *version,
-                }))
-            }
+            Some(stored) => Ok(Some(Versioned {
+                value: stored.get::<R>(key)?,
+                version: stored.version,
+            })),
         }
     }
 
     async fn list_resources<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
         inner
             .resources
-            .iter()
-            .filter(|((kind, _), _)| *kind == R::KIND)
-            .map(|((_, key), (version, doc))| {
-                let value = R::deserialize(doc).map_err(|e| corrupt(key.clone(), e))?;
+            .range_mut((R::KIND, String::new())..)
+            .take_while(|((kind, _), _)| *kind == R::KIND)
+            .map(|((_, key), stored)| {
                 Ok(Versioned {
-                    value,
-                    version: *version,
+                    value: stored.get::<R>(key)?,
+                    version: stored.version,
                 })
             })
             .collect()
@@ -200,10 +455,11 @@ impl Store for MemoryStore {
         let doc = serde_json::to_value(resource).map_err(|e| corrupt(key.1.clone(), e))?;
         let mut inner = self.lock();
         match inner.resources.get_mut(&key) {
-            Some((version, stored)) if *version == expected_version => {
-                *version += 1;
-                *stored = doc;
-                Ok(*version)
+            Some(stored) if stored.version == expected_version => {
+                stored.version += 1;
+                stored.doc = doc;
+                stored.decoded = Some(Arc::new(resource.clone()));
+                Ok(stored.version)
             }
             _ => Err(StoreError::Conflict),
         }
@@ -217,7 +473,7 @@ impl Store for MemoryStore {
         let key = (R::KIND, key.to_owned());
         let mut inner = self.lock();
         match inner.resources.get(&key) {
-            Some((version, _)) if *version == expected_version => {
+            Some(stored) if stored.version == expected_version => {
                 inner.resources.remove(&key);
                 Ok(())
             }
@@ -229,30 +485,26 @@ impl Store for MemoryStore {
         &self,
         key: &str,
     ) -> Result<Option<Versioned<D>>, StoreError> {
-        let inner = self.lock();
-        match inner.documents.get(&(D::KIND, key.to_owned())) {
+        let mut inner = self.lock();
+        match inner.documents.get_mut(&(D::KIND, key.to_owned())) {
             None => Ok(None),
-            Some((version, doc)) => {
-                let value = D::deserialize(doc).map_err(|e| corrupt(key.to_owned(), e))?;
-                Ok(Some(Versioned {
-                    value,
-                    version: *version,
-                }))
-            }
+            Some(stored) => Ok(Some(Versioned {
+                value: stored.get::<D>(key)?,
+                version: stored.version,
+            })),
         }
     }
 
     async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
         inner
             .documents
-            .iter()
-            .filter(|((kind, _), _)| *kind == D::KIND)
-            .map(|((_, key), (version, doc))| {
-                let value = D::deserialize(doc).map_err(|e| corrupt(key.clone(), e))?;
+            .range_mut((D::KIND, String::new())..)
+            .take_while(|((kind, _), _)| *kind == D::KIND)
+            .map(|((_, key), stored)| {
                 Ok(Versioned {
-                    value,
-                    version: *version,
+                    value: stored.get::<D>(key)?,
+                    version: stored.version,
                 })
             })
             .collect()
@@ -279,7 +531,7 @@ impl Store for MemoryStore {
                     let stored = inner
                         .documents
                         .get(&(*kind, key.clone()))
-                        .map_or(0, |d| d.0);
+                        .map_or(0, |d| d.version);
                     stored == *expected_version
                 }
             };
@@ -290,10 +542,7 @@ impl Store for MemoryStore {
         for write in writes {
             match write {
                 Write::Job { job, .. } => {
-                    if let Some(stored) = inner.jobs.get_mut(&job.job_id) {
-                        stored.value = (**job).clone();
-                        stored.version += 1;
-                    }
+                    inner.replace_job(job);
                 }
                 Write::Document {
                     kind,
@@ -301,9 +550,14 @@ impl Store for MemoryStore {
                     doc,
                     expected_version,
                 } => {
-                    inner
-                        .documents
-                        .insert((*kind, key.clone()), (expected_version + 1, doc.clone()));
+                    inner.documents.insert(
+                        (*kind, key.clone()),
+                        Stored {
+                            version: expected_version + 1,
+                            doc: doc.clone(),
+                            decoded: None,
+                        },
+                    );
                 }
             }
         }
@@ -318,34 +572,48 @@ impl Store for MemoryStore {
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         let inner = self.lock();
-        let mut jobs: Vec<&Versioned<ServiceJob>> = inner
-            .jobs
-            .values()
-            .filter(|v| v.value.status == JobStatus::Runnable && v.value.job_queue == queue)
-            .filter(|v| share.is_none_or(|s| share_key(&v.value) == s))
-            .collect();
-        jobs.sort_by_key(|v| runnable_order(order, &v.value));
-        Ok(jobs.into_iter().take(limit).cloned().collect())
+        let Some(runnable) = inner.index.runnable.get(queue) else {
+            return Ok(Vec::new());
+        };
+        let ordered = match share {
+            None => Some(&runnable.all),
+            Some(share) => runnable.shares.get(share),
+        };
+        let Some(ordered) = ordered else {
+            return Ok(Vec::new());
+        };
+        let ids: Vec<&String> = match order {
+            RunnableOrder::Fifo => ordered.fifo.iter().take(limit).map(|(_, id)| id).collect(),
+            RunnableOrder::Priority => ordered
+                .priority
+                .iter()
+                .take(limit)
+                .map(|(_, _, id)| id)
+                .collect(),
+        };
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| inner.jobs.get(id).cloned())
+            .collect())
     }
 
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         let inner = self.lock();
-        let shares: std::collections::BTreeSet<String> = inner
-            .jobs
-            .values()
-            .filter(|v| v.value.status == JobStatus::Runnable && v.value.job_queue == queue)
-            .map(|v| share_key(&v.value).to_owned())
-            .collect();
-        Ok(shares.into_iter().collect())
+        Ok(inner
+            .index
+            .runnable
+            .get(queue)
+            .map(|q| q.shares.keys().cloned().collect())
+            .unwrap_or_default())
     }
 
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         let inner = self.lock();
         Ok(inner
-            .jobs
-            .values()
-            .filter(|v| v.value.status.is_dispatched())
-            .cloned()
+            .index
+            .dispatched
+            .iter()
+            .filter_map(|id| inner.jobs.get(id).cloned())
             .collect())
     }
 }

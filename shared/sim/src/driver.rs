@@ -1,0 +1,711 @@
+//! The discrete-event driver: replays a trace through the real use-cases ([`Service`] over the
+//! [`MemoryStore`]), the real planner, and the SageMaker emulator's model, over virtual time.
+//!
+//! # One pass per instant
+//!
+//! Time jumps to the next instant at which something happens: a submission, an emulated phase
+//! end or event delivery, a job's backoff ending, or the periodic due-work pass. Everything due
+//! at that instant is handled in one pass, in this order:
+//!
+//! 1. **Submit** the trace's jobs due now, and accept them into their queues.
+//! 2. **Deliver** the emulator's state changes due now (`on_training_state`).
+//! 3. **Due work** (timeouts, relaunches, reconciliation), every `due_work_interval_s`.
+//! 4. **Cycle**, if it can change anything: something changed since the last cycle (a
+//!    submission, an attempt that ended, a backoff that expired, due work), some job is
+//!    RUNNABLE, and capacity is free (or the policy preempts).
+//! 5. **Record** the pool's and each team's state if it changed.
+//!
+//! Launches inside the cycle create emulated training jobs whose first phase may end at the same
+//! instant; the next pass then happens at the same time. The run ends when the trace is
+//! exhausted and nothing is left to happen.
+//!
+//! # Determinism
+//!
+//! A manual clock, sequential ids, ordered maps everywhere, the emulator's seeded draws, and
+//! futures polled to completion on the spot (the memory store and the emulated backend never
+//! wait): the same trace, scenario and seed give byte-identical records.
+//!
+//! # The emulated backend
+//!
+//! Each training job gets its own small emulator model, indexed by its next deadline, so that
+//! advancing time touches only the jobs with something due; a job that ended is kept as its
+//! final state (enough to describe it and to refuse its name again).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use serde_json::{Value, json};
+use trainyard_app::Service;
+use trainyard_app::memory::MemoryStore;
+use trainyard_app::ports::{BackendError, NoEvents, Store, TrainingBackend, TrainingJobState};
+use trainyard_app::service::jobs::SubmitJob;
+use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
+use trainyard_app::testing::{ManualClock, SequentialIds};
+use trainyard_domain::arn::ArnContext;
+use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
+use trainyard_emulator::model::{
+    Config as EmulatorConfig, Emulator, SageMakerError, StateChange, TimeFormat,
+};
+
+use crate::policies::{Policy, Setup, TeamLoad};
+use crate::record::{JobRecord, RunRecord, ShareInterval, UsageInterval};
+use crate::scenario::Scenario;
+use crate::trace::{Trace, TraceJob};
+
+/// Virtual time of the trace's first submission (epoch ms): any fixed instant will do.
+const T0_MS: i64 = 1_500_000_000_000;
+
+/// The job tag naming its team, which the store groups jobs by.
+const TEAM_TAG: &str = "team";
+
+/// Passes between progress reports.
+const PROGRESS_EVERY: u64 = 4_096;
+
+/// Requested `MaxRuntimeInSeconds` classes: a job asks for the smallest class above its run
+/// time, as users pick a coarse limit (1 h, 4 h, 12 h, 1 d, 3 d, 7 d, 28 d). The planner's
+/// backfill sees only this estimate, never the true duration.
+const RUNTIME_CLASSES_S: [u64; 7] = [3_600, 14_400, 43_200, 86_400, 259_200, 604_800, 2_419_200];
+
+/// A run that could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A use-case failed (a bug, or a trace the configuration rejects).
+    #[error("{context}: {source}")]
+    App {
+        /// What the driver was doing.
+        context: String,
+        /// The use-case error.
+        #[source]
+        source: trainyard_app::AppError,
+    },
+    /// A store read failed.
+    #[error("store: {0}")]
+    Store(#[from] trainyard_app::ports::StoreError),
+    /// A future waited, which the in-memory adapters never do.
+    #[error("an in-memory operation did not complete at once")]
+    Pending,
+}
+
+/// How far a run has come, for progress reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// The policy.
+    pub policy: &'static str,
+    /// Virtual time reached, seconds.
+    pub now_s: f64,
+    /// Last submission in the trace, seconds.
+    pub last_submit_s: f64,
+    /// Jobs that reached SUCCEEDED or FAILED.
+    pub jobs_done: usize,
+    /// Jobs in the run.
+    pub jobs_total: usize,
+}
+
+/// Polls a future that is known to complete without waiting.
+fn ready<F: Future>(future: F) -> Result<F::Output, SimError> {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => Ok(v),
+        Poll::Pending => Err(SimError::Pending),
+    }
+}
+
+fn app(context: &str) -> impl FnOnce(trainyard_app::AppError) -> SimError + '_ {
+    move |source| SimError::App {
+        context: context.to_owned(),
+        source,
+    }
+}
+
+/// The emulated SageMaker: one emulator model per training job, indexed by next deadline.
+struct Backend {
+    state: Mutex<BackendState>,
+    clock: Arc<ManualClock>,
+}
+
+struct BackendState {
+    config: EmulatorConfig,
+    /// Live training jobs by lower-cased name.
+    live: BTreeMap<String, Emulator>,
+    /// Each live job's next deadline.
+    next_at: BTreeMap<String, i64>,
+    /// (deadline, name) of live jobs.
+    deadlines: BTreeSet<(i64, String)>,
+    /// Final states of ended jobs.
+    ended: BTreeMap<String, TrainingJobState>,
+}
+
+fn classify(e: SageMakerError) -> BackendError {
+    match e {
+        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
+        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
+        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
+        SageMakerError::ValidationException(m) => BackendError::Rejected {
+            code: "ValidationException".into(),
+            message: m,
+        },
+    }
+}
+
+fn not_found(name: &str) -> BackendError {
+    BackendError::NotFound(format!("Requested resource not found: training job {name}"))
+}
+
+impl BackendState {
+    /// Re-indexes a job's deadline after it changed, and retires it once nothing is left to
+    /// happen to it.
+    fn refresh(&mut self, key: &str) {
+        if let Some(old) = self.next_at.remove(key) {
+            self.deadlines.remove(&(old, key.to_owned()));
+        }
+        let Some(emulator) = self.live.get(key) else {
+            return;
+        };
+        match emulator.next_deadline() {
+            Some(at) => {
+                self.next_at.insert(key.to_owned(), at);
+                self.deadlines.insert((at, key.to_owned()));
+            }
+            None => {
+                let state = emulator
+                    .describe_training_job(key, TimeFormat::EpochMillis)
+                    .ok()
+                    .and_then(|d| TrainingJobState::from_sagemaker(&d));
+                if let Some(state) = state
+                    && state.status.is_terminal()
+                {
+                    self.live.remove(key);
+                    self.ended.insert(key.to_owned(), state);
+                }
+            }
+        }
+    }
+
+    /// Advances every job with something due by `now_ms`; returns the events due, in delivery
+    /// order (ties by job name, then emission).
+    fn due(&mut self, now_ms: i64) -> Vec<StateChange> {
+        let mut events = Vec::new();
+        while let Some((at, key)) = self.deadlines.first().cloned() {
+            if at > now_ms {
+                break;
+            }
+            if let Some(emulator) = self.live.get_mut(&key) {
+                emulator.advance(now_ms);
+                events.extend(emulator.take_events(now_ms));
+            }
+            self.refresh(&key);
+        }
+        events.sort_by_key(|e| e.deliver_at_ms);
+        events
+    }
+
+    fn next_deadline(&self) -> Option<i64> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+}
+
+impl Backend {
+    fn lock(&self) -> MutexGuard<'_, BackendState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl TrainingBackend for Backend {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        let now = self.clock_now();
+        let name = request
+            .get("TrainingJobName")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_lowercase();
+        let mut state = self.lock();
+        if state.live.contains_key(&name) || state.ended.contains_key(&name) {
+            return Err(BackendError::AlreadyExists(format!(
+                "a training job named {name} already exists"
+            )));
+        }
+        let mut emulator = Emulator::new(state.config.clone());
+        let arn = emulator
+            .create_training_job(&request, now)
+            .map_err(classify)?;
+        state.live.insert(name.clone(), emulator);
+        state.refresh(&name);
+        Ok(arn)
+    }
+
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        let now = self.clock_now();
+        let key = name.to_lowercase();
+        let mut state = self.lock();
+        if let Some(done) = state.ended.get(&key) {
+            return Ok(done.clone());
+        }
+        let emulator = state.live.get_mut(&key).ok_or_else(|| not_found(name))?;
+        emulator.advance(now);
+        let detail = emulator
+            .describe_training_job(name, TimeFormat::EpochMillis)
+            .map_err(classify)?;
+        TrainingJobState::from_sagemaker(&detail).ok_or_else(|| not_found(name))
+    }
+
+    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+        let now = self.clock_now();
+        let key = name.to_lowercase();
+        let mut state = self.lock();
+        if state.ended.contains_key(&key) {
+            return Ok(());
+        }
+        let emulator = state.live.get_mut(&key).ok_or_else(|| not_found(name))?;
+        let result = match emulator.stop_training_job(name, now) {
+            // Already finished or stopping: nothing to do.
+            Err(SageMakerError::ValidationException(_)) => Ok(()),
+            other => other.map_err(classify),
+        };
+        state.refresh(&key);
+        result
+    }
+}
+
+impl Backend {
+    fn clock_now(&self) -> i64 {
+        use trainyard_app::ports::Clock;
+        self.clock.now_ms()
+    }
+}
+
+fn team_of(job: &ServiceJob) -> String {
+    job.tags.get(TEAM_TAG).cloned().unwrap_or_default()
+}
+
+/// A trace job as submitted: its tier and team decided.
+struct Planned<'a> {
+    job: &'a TraceJob,
+    tier: String,
+    team: String,
+    submit_ms: i64,
+}
+
+fn ms(s: f64) -> i64 {
+    (s * 1_000.0).round() as i64
+}
+
+fn seconds(at_ms: i64) -> f64 {
+    (at_ms - T0_MS) as f64 / 1_000.0
+}
+
+/// The `MaxRuntimeInSeconds` a job of this run time asks for.
+pub fn requested_runtime_s(duration_s: f64) -> u64 {
+    let needed = duration_s.ceil().max(1.0) as u64;
+    RUNTIME_CLASSES_S
+        .into_iter()
+        .find(|c| *c > needed)
+        .unwrap_or_else(|| needed.div_ceil(RUNTIME_CLASSES_S[6]) * RUNTIME_CLASSES_S[6] + 1)
+}
+
+/// A SageMaker-valid training-job name from a trace id.
+fn training_name(id: &str) -> String {
+    let name: String = id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(40)
+        .collect();
+    let name = name.trim_matches('-');
+    if name.is_empty() {
+        "job".into()
+    } else {
+        name.to_owned()
+    }
+}
+
+fn payload(job: &TraceJob, instance_type: &str) -> String {
+    json!({
+        "TrainingJobName": training_name(&job.id),
+        "RoleArn": "arn:aws:iam::000000000000:role/TrainyardSimulator",
+        "AlgorithmSpecification": {"TrainingImage": "simulated:1", "TrainingInputMode": "File"},
+        "HyperParameters": {"emulator_duration_s": format!("{}", job.duration_s)},
+        "OutputDataConfig": {"S3OutputPath": "s3://simulated/out"},
+        "ResourceConfig": {
+            "InstanceType": job.instance_type.as_deref().unwrap_or(instance_type),
+            "InstanceCount": job.instances,
+            "VolumeSizeInGB": 1
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": requested_runtime_s(job.duration_s)}
+    })
+    .to_string()
+}
+
+/// Each team's offered load (instances × duration), in team-name order.
+pub fn team_loads(trace: &Trace, scenario: &Scenario) -> Vec<TeamLoad> {
+    let mut loads: BTreeMap<String, f64> = scenario
+        .teams
+        .iter()
+        .map(|t| (t.name.clone(), 0.0))
+        .collect();
+    for job in &trace.jobs {
+        *loads.entry(scenario.share_of(job)).or_insert(0.0) +=
+            f64::from(job.instances) * job.duration_s;
+    }
+    loads
+        .into_iter()
+        .map(|(name, instance_s)| TeamLoad { name, instance_s })
+        .collect()
+}
+
+/// The emulator's configuration for a scenario.
+pub fn emulator_config(scenario: &Scenario) -> EmulatorConfig {
+    EmulatorConfig {
+        provisioning_ms: ms(scenario.provisioning_s),
+        download_ms: ms(scenario.download_s),
+        upload_ms: ms(scenario.upload_s),
+        stop_grace_ms: ms(scenario.stop_grace_s),
+        failure_rate: scenario.failure_rate,
+        capacity_error_rate: scenario.capacity_error_rate,
+        seed: scenario.seed,
+        ..EmulatorConfig::default()
+    }
+}
+
+/// What the pool and each team looked like since `since_ms`.
+struct Recorder {
+    capacity: u64,
+    entitlements: BTreeMap<String, f64>,
+    usage: Vec<UsageInterval>,
+    shares: Vec<ShareInterval>,
+    pool: Option<(i64, u64, bool)>,
+    teams: BTreeMap<String, (i64, u64, bool)>,
+}
+
+impl Recorder {
+    fn observe(&mut self, now_ms: i64, store: &MemoryStore) {
+        let busy = store.held_instances();
+        let backlogged = store.runnable_count() > 0;
+        match self.pool {
+            Some((start, b, l)) if (b, l) == (busy, backlogged) => {
+                let _ = start;
+            }
+            Some((start, b, l)) => {
+                if now_ms > start {
+                    self.usage.push(UsageInterval {
+                        start_s: seconds(start),
+                        end_s: seconds(now_ms),
+                        busy_instances: b,
+                        capacity_instances: self.capacity,
+                        backlogged: l,
+                    });
+                }
+                self.pool = Some((now_ms, busy, backlogged));
+            }
+            None => self.pool = Some((now_ms, busy, backlogged)),
+        }
+        let stats = store.group_stats();
+        let names: BTreeSet<String> = stats.keys().chain(self.teams.keys()).cloned().collect();
+        for name in names {
+            let (held, waiting) = stats
+                .get(&name)
+                .map_or((0, false), |s| (s.held_instances, s.runnable > 0));
+            match self.teams.get(&name).copied() {
+                Some((_, h, w)) if (h, w) == (held, waiting) => {}
+                Some((start, h, w)) => {
+                    if now_ms > start && (h > 0 || w) {
+                        self.shares.push(ShareInterval {
+                            start_s: seconds(start),
+                            end_s: seconds(now_ms),
+                            share: name.clone(),
+                            held_instances: h,
+                            backlogged: w,
+                            entitlement: self.entitlements.get(&name).copied().unwrap_or(0.0),
+                        });
+                    }
+                    self.teams.insert(name, (now_ms, held, waiting));
+                }
+                None => {
+                    self.teams.insert(name, (now_ms, held, waiting));
+                }
+            }
+        }
+    }
+
+    fn finish(mut self, end_ms: i64) -> (Vec<UsageInterval>, Vec<ShareInterval>) {
+        if let Some((start, b, l)) = self.pool
+            && end_ms > start
+        {
+            self.usage.push(UsageInterval {
+                start_s: seconds(start),
+                end_s: seconds(end_ms),
+                busy_instances: b,
+                capacity_instances: self.capacity,
+                backlogged: l,
+            });
+        }
+        for (name, (start, h, w)) in std::mem::take(&mut self.teams) {
+            if end_ms > start && (h > 0 || w) {
+                self.shares.push(ShareInterval {
+                    start_s: seconds(start),
+                    end_s: seconds(end_ms),
+                    share: name.clone(),
+                    held_instances: h,
+                    backlogged: w,
+                    entitlement: self.entitlements.get(&name).copied().unwrap_or(0.0),
+                });
+            }
+        }
+        self.shares
+            .sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then(a.share.cmp(&b.share)));
+        (self.usage, self.shares)
+    }
+}
+
+/// Replays `trace` under `policy` and records the run. `progress` is called every few thousand
+/// passes.
+pub fn run(
+    trace: &Trace,
+    scenario: &Scenario,
+    policy: Policy,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunRecord, SimError> {
+    let teams = team_loads(trace, scenario);
+    let setup = Setup::new(policy, scenario, &teams);
+    let clock = Arc::new(ManualClock::new(T0_MS));
+    let service = Service::new(
+        MemoryStore::with_groups(team_of),
+        NoEvents,
+        clock.clone(),
+        Arc::new(SequentialIds::default()),
+        ArnContext::default(),
+    );
+    let backend = Backend {
+        state: Mutex::new(BackendState {
+            config: emulator_config(scenario),
+            live: BTreeMap::new(),
+            next_at: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            ended: BTreeMap::new(),
+        }),
+        clock: clock.clone(),
+    };
+    let store = service.store();
+    ready(store.create_resource(&setup.environment))??;
+    for p in &setup.policies {
+        ready(store.create_resource(p))??;
+    }
+    for q in &setup.queues {
+        ready(store.create_resource(q))??;
+    }
+    for s in &setup.quota_shares {
+        ready(store.create_resource(s))??;
+    }
+    let config = CycleConfig {
+        planner: setup.planner.clone(),
+        ..CycleConfig::default()
+    };
+    let planned: Vec<Planned<'_>> = trace
+        .jobs
+        .iter()
+        .map(|job| Planned {
+            job,
+            tier: scenario.tier_of(job),
+            team: scenario.share_of(job),
+            submit_ms: T0_MS + ms(job.submit_s),
+        })
+        .collect();
+    let last_submit_s = trace.jobs.last().map_or(0.0, |j| j.submit_s);
+    let retry = (scenario.attempts > 1).then(|| RetryStrategy {
+        attempts: scenario.attempts,
+        evaluate_on_exit: vec![],
+    });
+    let capacity = u64::from(scenario.capacity_instances);
+    let mut recorder = Recorder {
+        capacity,
+        entitlements: setup.entitlements.clone(),
+        usage: Vec::new(),
+        shares: Vec::new(),
+        pool: None,
+        teams: BTreeMap::new(),
+    };
+    let due_interval_ms = (scenario.due_work_interval_s as i64).saturating_mul(1_000);
+    let quiet_ms = (scenario.reconcile_quiet_s as i64).saturating_mul(1_000);
+    let mut next_due = T0_MS + due_interval_ms;
+    let mut ids: Vec<String> = Vec::with_capacity(planned.len());
+    let mut next = 0usize;
+    let mut done = 0usize;
+    let mut passes = 0u64;
+    let mut now = T0_MS;
+    let mut dirty = false;
+    let mut idle_due_passes = 0u32;
+
+    loop {
+        // The next instant something happens.
+        let next_submit = planned.get(next).map(|p| p.submit_ms);
+        let next_backend = backend.lock().next_deadline();
+        let next_backoff = store.next_not_before_after(now);
+        let busy = next_submit.is_some()
+            || next_backend.is_some()
+            || store.runnable_count() > 0
+            || store.held_instances() > 0;
+        if !busy {
+            break;
+        }
+        let event = [next_submit, next_backend, next_backoff]
+            .into_iter()
+            .flatten()
+            .min();
+        // Only the periodic pass is left: stop once it has run twice with nothing to show (jobs
+        // that can never run stay RUNNABLE and are recorded unfinished).
+        let at = match event {
+            Some(at) if at < next_due => at,
+            _ => {
+                if event.is_none() {
+                    idle_due_passes += 1;
+                    if idle_due_passes > 2 {
+                        break;
+                    }
+                }
+                next_due
+            }
+        };
+        now = at.max(now);
+        clock.set(now);
+        passes += 1;
+
+        // 1. Submit and accept.
+        let mut submitted = 0;
+        while let Some(p) = planned.get(next).filter(|p| p.submit_ms <= now) {
+            let route = setup.route(&p.tier, &p.team, p.job.scheduling_priority);
+            let cmd = SubmitJob {
+                job_name: training_name(&p.job.id),
+                job_queue: route.queue,
+                service_job_type: Default::default(),
+                service_request_payload: payload(p.job, &scenario.instance_type),
+                share_identifier: route.share_identifier,
+                quota_share_name: route.quota_share_name,
+                scheduling_priority: route.scheduling_priority,
+                retry_strategy: retry.clone(),
+                timeout_config: None,
+                preemption_configuration: None,
+                tags: [(TEAM_TAG.to_owned(), p.team.clone())].into(),
+                client_token: None,
+            };
+            let submitted_job =
+                ready(service.submit(cmd))?.map_err(app(&format!("submitting {}", p.job.id)))?;
+            ids.push(submitted_job.job_id);
+            next += 1;
+            submitted += 1;
+        }
+        if submitted > 0 {
+            ready(service.accept_submitted(submitted, 0))?.map_err(app("accepting jobs"))?;
+            dirty = true;
+        }
+
+        // 2. Deliver state changes.
+        let events = backend.lock().due(now);
+        for event in events {
+            let Some(state) = TrainingJobState::from_sagemaker(&event.detail) else {
+                continue;
+            };
+            let outcome = ready(service.on_training_state(&state, &config))?
+                .map_err(app("applying a state change"))?;
+            match outcome {
+                StateOutcome::Applied(JobStatus::Succeeded | JobStatus::Failed) => {
+                    done += 1;
+                    dirty = true;
+                }
+                StateOutcome::Applied(JobStatus::Runnable) => dirty = true,
+                _ => {}
+            }
+        }
+
+        // 3. Due work.
+        if now >= next_due {
+            let report = ready(service.run_due_work(&backend, &config, quiet_ms))?
+                .map_err(app("due work"))?;
+            if report != Default::default() {
+                idle_due_passes = 0;
+            }
+            next_due = now + due_interval_ms;
+            dirty = true;
+        }
+        if next_backoff == Some(now) {
+            dirty = true;
+        }
+
+        // 4. Cycle, when it can change something.
+        let free = capacity.saturating_sub(store.held_instances());
+        if dirty && store.runnable_count() > 0 && (free > 0 || policy.preempts()) {
+            let report =
+                ready(service.run_cycle(&backend, &config))?.map_err(app("scheduling cycle"))?;
+            done += report.rejected;
+            if report.dispatched > 0 {
+                idle_due_passes = 0;
+            }
+        }
+        dirty = false;
+
+        // 5. Record.
+        recorder.observe(now, store);
+        if passes.is_multiple_of(PROGRESS_EVERY) {
+            progress(&Progress {
+                policy: policy.name(),
+                now_s: seconds(now),
+                last_submit_s,
+                jobs_done: done,
+                jobs_total: planned.len(),
+            });
+        }
+    }
+
+    let (usage, shares) = recorder.finish(now);
+    let mut jobs = Vec::with_capacity(planned.len());
+    for (p, id) in planned.iter().zip(&ids) {
+        let Some(stored) = ready(store.get_job(id))?? else {
+            continue;
+        };
+        jobs.push(job_record(p, &stored.value));
+    }
+    Ok(RunRecord {
+        policy: policy.name().into(),
+        jobs,
+        usage,
+        shares,
+        end_s: seconds(now),
+    })
+}
+
+fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
+    let instances = f64::from(p.job.instances);
+    let preempted_instance_s = job
+        .attempts
+        .iter()
+        .filter(|a| {
+            a.status_reason.as_deref() == Some(trainyard_scheduler::retry::PREEMPTED_REASON)
+        })
+        .filter_map(|a| Some((a.stopped_at? - a.started_at?) as f64 / 1_000.0 * instances))
+        .sum();
+    JobRecord {
+        trace_id: p.job.id.clone(),
+        queue: p.tier.clone(),
+        share: Some(p.team.clone()),
+        instances: p.job.instances,
+        submit_s: seconds(p.submit_ms),
+        first_start_s: job.attempts.first().and_then(|a| a.started_at).map(seconds),
+        end_s: job
+            .status
+            .is_terminal()
+            .then_some(job.stopped_at)
+            .flatten()
+            .map(seconds),
+        duration_s: p.job.duration_s,
+        status: job.status.to_string(),
+        attempts: job.attempts.len() as u32,
+        preemptions: job
+            .preemption_summary
+            .as_ref()
+            .map_or(0, |s| s.preempted_attempt_count),
+        preempted_instance_s,
+    }
+}

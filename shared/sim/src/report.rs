@@ -1,0 +1,567 @@
+//! Writes a comparison of runs to a directory: `summary.json` (the machine-readable contract),
+//! CSVs, a markdown report and SVG plots; and formats a summary table for the terminal.
+//!
+//! Output is deterministic: the same runs and context give the same bytes. Policies are keyed
+//! and listed by name in sorted order, and every float in `summary.json` is rounded to
+//! [`JSON_DECIMALS`] decimals so summation-order noise in the last bits never shows.
+//!
+//! Files written to the output directory:
+//!
+//! | file | content |
+//! |---|---|
+//! | `summary.json` | object keyed by policy → [`PolicySummary`] |
+//! | `summary.csv` | one row per policy, the headline measures |
+//! | `waits.csv` | wait distribution per policy and group (all, each queue, each share) |
+//! | `jobs-<policy>.csv` | one row per job of that policy's run |
+//! | `report.md` | the context, a table per measure with policies side by side, how to read it |
+//! | `utilization-<policy>.svg` | utilization over time of that policy |
+//! | `wait-cdf.svg` | wait-time CDFs of every policy |
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::measures::{Distribution, FAIRNESS_WINDOW_S, PolicySummary, SLOWDOWN_FLOOR_S, slowdown};
+use crate::plots::{PlotError, utilization_svg, wait_cdf_svg};
+use crate::record::RunRecord;
+
+/// Decimals kept for floats in `summary.json`.
+pub const JSON_DECIMALS: i32 = 6;
+
+/// What produced the runs, printed at the top of the report so it can be reproduced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReportContext {
+    /// The trace file (and format).
+    pub trace: String,
+    /// The scenario (file or built-in name).
+    pub scenario: String,
+    /// The seed every run used.
+    pub seed: u64,
+    /// Every mapping applied to the trace (GPUs to instances, VC to share, qos to queue, tiers).
+    pub mappings: Vec<String>,
+    /// Every other parameter, as name and value, in the order to print them.
+    pub parameters: Vec<(String, String)>,
+}
+
+/// A report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// Two runs carry the same policy name, so their results would overwrite each other.
+    #[error("two runs are named {0:?}; policy names must be unique in a report")]
+    DuplicatePolicy(String),
+    /// Creating the directory or writing a file failed.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The summary could not be encoded.
+    #[error("encoding summary.json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+}
+
+/// Measures every run, keyed by policy name (sorted); fails on duplicate names.
+pub fn summaries(runs: &[RunRecord]) -> Result<BTreeMap<String, PolicySummary>, ReportError> {
+    let mut out = BTreeMap::new();
+    for run in runs {
+        if out
+            .insert(run.policy.clone(), PolicySummary::of(run))
+            .is_some()
+        {
+            return Err(ReportError::DuplicatePolicy(run.policy.clone()));
+        }
+    }
+    Ok(out)
+}
+
+/// Writes every report file for `runs` into `dir` (created if missing).
+pub fn write_report(
+    dir: &Path,
+    runs: &[RunRecord],
+    context: &ReportContext,
+) -> Result<(), ReportError> {
+    let summaries = summaries(runs)?;
+    std::fs::create_dir_all(dir).map_err(|source| ReportError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let write = |name: &str, content: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, content).map_err(|source| ReportError::Io { path, source })
+    };
+    write("summary.json", &summary_json(&summaries)?)?;
+    write("summary.csv", &summary_csv(&summaries))?;
+    write("waits.csv", &waits_csv(&summaries))?;
+    let mut sorted: Vec<&RunRecord> = runs.iter().collect();
+    sorted.sort_by(|a, b| a.policy.cmp(&b.policy));
+    for run in &sorted {
+        let stem = file_stem(&run.policy);
+        write(&format!("jobs-{stem}.csv"), &jobs_csv(run))?;
+        write(&format!("utilization-{stem}.svg"), &utilization_svg(run)?)?;
+    }
+    let sorted_runs: Vec<RunRecord> = sorted.into_iter().cloned().collect();
+    write("wait-cdf.svg", &wait_cdf_svg(&sorted_runs)?)?;
+    write("report.md", &report_markdown(&summaries, context))?;
+    Ok(())
+}
+
+/// `summary.json`'s text: pretty-printed, keys sorted, floats rounded, newline-terminated.
+pub fn summary_json(summaries: &BTreeMap<String, PolicySummary>) -> Result<String, ReportError> {
+    let mut value = serde_json::to_value(summaries)?;
+    round_floats(&mut value);
+    let mut text = serde_json::to_string_pretty(&value)?;
+    text.push('\n');
+    Ok(text)
+}
+
+fn round_floats(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(rounded) = n.as_f64().map(round).and_then(serde_json::Number::from_f64) {
+                *n = rounded;
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(round_floats),
+        serde_json::Value::Object(map) => map.values_mut().for_each(round_floats),
+        _ => {}
+    }
+}
+
+fn round(x: f64) -> f64 {
+    let scale = 10f64.powi(JSON_DECIMALS);
+    let rounded = (x * scale).round() / scale;
+    // Avoid "-0.0" in the output, which differs in bytes from "0.0".
+    if rounded == 0.0 { 0.0 } else { rounded }
+}
+
+/// A policy name made safe for a file name: anything but letters, digits, `-` and `_` becomes
+/// `_`.
+pub fn file_stem(policy: &str) -> String {
+    policy
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A CSV field, quoted when it needs to be.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+fn csv_number(value: Option<f64>) -> String {
+    value
+        .map(|v| format!("{:.3}", round(v)))
+        .unwrap_or_default()
+}
+
+fn csv_line(fields: &[String]) -> String {
+    let mut line = fields
+        .iter()
+        .map(|f| csv_field(f))
+        .collect::<Vec<_>>()
+        .join(",");
+    line.push('\n');
+    line
+}
+
+fn summary_csv(summaries: &BTreeMap<String, PolicySummary>) -> String {
+    let header = [
+        "policy",
+        "utilization_backlogged",
+        "utilization_overall",
+        "wait_s_mean",
+        "wait_s_p50",
+        "wait_s_p95",
+        "wait_s_p99",
+        "max_wait_s",
+        "jct_s_mean",
+        "slowdown_mean",
+        "slowdown_p95",
+        "jain_fairness",
+        "preemptions",
+        "preempted_instance_s",
+        "jobs_completed",
+        "jobs_unfinished",
+        "jobs_never_started",
+    ];
+    let mut out = csv_line(&header.map(String::from));
+    for (policy, s) in summaries {
+        out.push_str(&csv_line(&[
+            policy.clone(),
+            csv_number(s.utilization_backlogged),
+            csv_number(s.utilization_overall),
+            csv_number(s.wait_s.mean),
+            csv_number(s.wait_s.p50),
+            csv_number(s.wait_s.p95),
+            csv_number(s.wait_s.p99),
+            csv_number(s.max_wait_s),
+            csv_number(s.jct_s_mean),
+            csv_number(s.slowdown.mean),
+            csv_number(s.slowdown.p95),
+            csv_number(s.jain_fairness),
+            s.preemptions.to_string(),
+            csv_number(Some(s.preempted_instance_s)),
+            s.jobs_completed.to_string(),
+            s.jobs_unfinished.to_string(),
+            s.jobs_never_started.to_string(),
+        ]));
+    }
+    out
+}
+
+/// Every (group kind, group, distribution) of a summary: the overall waits first, then each
+/// queue, then each share, each in name order.
+fn wait_groups(s: &PolicySummary) -> Vec<(&'static str, &str, &Distribution)> {
+    let mut groups = vec![("all", "", &s.wait_s)];
+    groups.extend(
+        s.wait_s_by_queue
+            .iter()
+            .map(|(k, d)| ("queue", k.as_str(), d)),
+    );
+    groups.extend(
+        s.wait_s_by_share
+            .iter()
+            .map(|(k, d)| ("share", k.as_str(), d)),
+    );
+    groups
+}
+
+fn waits_csv(summaries: &BTreeMap<String, PolicySummary>) -> String {
+    let header = [
+        "policy",
+        "group_kind",
+        "group",
+        "count",
+        "mean",
+        "p50",
+        "p95",
+        "p99",
+    ];
+    let mut out = csv_line(&header.map(String::from));
+    for (policy, s) in summaries {
+        for (kind, group, d) in wait_groups(s) {
+            out.push_str(&csv_line(&[
+                policy.clone(),
+                kind.to_owned(),
+                group.to_owned(),
+                d.count.to_string(),
+                csv_number(d.mean),
+                csv_number(d.p50),
+                csv_number(d.p95),
+                csv_number(d.p99),
+            ]));
+        }
+    }
+    out
+}
+
+fn jobs_csv(run: &RunRecord) -> String {
+    let header = [
+        "trace_id",
+        "queue",
+        "share",
+        "instances",
+        "submit_s",
+        "first_start_s",
+        "end_s",
+        "duration_s",
+        "wait_s",
+        "jct_s",
+        "slowdown",
+        "status",
+        "attempts",
+        "preemptions",
+        "preempted_instance_s",
+    ];
+    let mut out = csv_line(&header.map(String::from));
+    for job in &run.jobs {
+        out.push_str(&csv_line(&[
+            job.trace_id.clone(),
+            job.queue.clone(),
+            job.share.clone().unwrap_or_default(),
+            job.instances.to_string(),
+            csv_number(Some(job.submit_s)),
+            csv_number(job.first_start_s),
+            csv_number(job.end_s),
+            csv_number(Some(job.duration_s)),
+            // Empty for a job that never started: the CSV keeps the raw record, the censored
+            // value is only used in the aggregates.
+            csv_number(job.wait_s()),
+            csv_number(job.jct_s()),
+            csv_number(slowdown(job)),
+            job.status.clone(),
+            job.attempts.to_string(),
+            job.preemptions.to_string(),
+            csv_number(Some(job.preempted_instance_s)),
+        ]));
+    }
+    out
+}
+
+/// Human formats for the markdown and terminal tables.
+fn seconds(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| format!("{v:.1}"))
+}
+
+fn percent(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| format!("{:.1}%", v * 100.0))
+}
+
+fn ratio(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// Text made safe for a markdown table cell (a `|` would end the cell).
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// A markdown table: one row per measure, one column per policy.
+fn markdown_table(
+    out: &mut String,
+    title: &str,
+    policies: &[&String],
+    rows: &[(String, Vec<String>)],
+) {
+    let _ = writeln!(out, "### {title}\n");
+    let _ = writeln!(
+        out,
+        "| measure | {} |",
+        policies
+            .iter()
+            .map(|p| cell(p))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(policies.len()));
+    for (name, cells) in rows {
+        let _ = writeln!(out, "| {} | {} |", cell(name), cells.join(" | "));
+    }
+    out.push('\n');
+}
+
+fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &ReportContext) -> String {
+    let policies: Vec<&String> = summaries.keys().collect();
+    let all: Vec<&PolicySummary> = summaries.values().collect();
+    let row = |name: &str, f: &dyn Fn(&PolicySummary) -> String| {
+        (name.to_owned(), all.iter().map(|s| f(s)).collect())
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "# Simulation report\n");
+    let _ = writeln!(out, "## Context\n");
+    let _ = writeln!(out, "- trace: `{}`", context.trace);
+    let _ = writeln!(out, "- scenario: `{}`", context.scenario);
+    let _ = writeln!(out, "- seed: `{}`", context.seed);
+    let _ = writeln!(
+        out,
+        "- policies: {}",
+        policies
+            .iter()
+            .map(|p| format!("`{p}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(out, "\n### Mappings\n");
+    if context.mappings.is_empty() {
+        let _ = writeln!(out, "- none");
+    }
+    for mapping in &context.mappings {
+        let _ = writeln!(out, "- {mapping}");
+    }
+    let _ = writeln!(out, "\n### Parameters\n");
+    let _ = writeln!(out, "| parameter | value |\n|---|---|");
+    for (name, value) in &context.parameters {
+        let _ = writeln!(out, "| {} | `{}` |", cell(name), cell(value));
+    }
+    let _ = writeln!(out, "| slowdown floor | `{SLOWDOWN_FLOOR_S} s` |");
+    let _ = writeln!(out, "| fairness window | `{FAIRNESS_WINDOW_S} s` |");
+    let _ = writeln!(out, "\n## Results\n");
+
+    markdown_table(
+        &mut out,
+        "Utilization",
+        &policies,
+        &[
+            row("while work waits", &|s| percent(s.utilization_backlogged)),
+            row("overall", &|s| percent(s.utilization_overall)),
+        ],
+    );
+    markdown_table(
+        &mut out,
+        "Wait, all jobs (s)",
+        &policies,
+        &[
+            row("mean", &|s| seconds(s.wait_s.mean)),
+            row("p50", &|s| seconds(s.wait_s.p50)),
+            row("p95", &|s| seconds(s.wait_s.p95)),
+            row("p99", &|s| seconds(s.wait_s.p99)),
+            row("longest (starvation)", &|s| seconds(s.max_wait_s)),
+        ],
+    );
+    for (kind, title) in [
+        ("queue", "Wait per queue (s)"),
+        ("share", "Wait per share (s)"),
+    ] {
+        let mut groups: Vec<&String> = all
+            .iter()
+            .flat_map(|s| {
+                if kind == "queue" {
+                    s.wait_s_by_queue.keys()
+                } else {
+                    s.wait_s_by_share.keys()
+                }
+            })
+            .collect();
+        groups.sort();
+        groups.dedup();
+        if groups.is_empty() {
+            continue;
+        }
+        let mut rows = Vec::new();
+        for group in groups {
+            let pick = |s: &PolicySummary| {
+                let map = if kind == "queue" {
+                    &s.wait_s_by_queue
+                } else {
+                    &s.wait_s_by_share
+                };
+                map.get(group).copied().unwrap_or_default()
+            };
+            rows.push(row(&format!("{group} mean"), &|s| seconds(pick(s).mean)));
+            rows.push(row(&format!("{group} p50"), &|s| seconds(pick(s).p50)));
+            rows.push(row(&format!("{group} p95"), &|s| seconds(pick(s).p95)));
+            rows.push(row(&format!("{group} p99"), &|s| seconds(pick(s).p99)));
+        }
+        markdown_table(&mut out, title, &policies, &rows);
+    }
+    markdown_table(
+        &mut out,
+        "Completion",
+        &policies,
+        &[
+            row("JCT mean (s)", &|s| seconds(s.jct_s_mean)),
+            row("JCT p95 (s)", &|s| seconds(s.jct_s.p95)),
+            row("slowdown mean", &|s| ratio(s.slowdown.mean)),
+            row("slowdown p95", &|s| ratio(s.slowdown.p95)),
+            row("jobs completed", &|s| s.jobs_completed.to_string()),
+            row("jobs succeeded", &|s| s.jobs_succeeded.to_string()),
+            row("jobs failed", &|s| s.jobs_failed.to_string()),
+            row("jobs unfinished", &|s| s.jobs_unfinished.to_string()),
+            row("jobs never started", &|s| s.jobs_never_started.to_string()),
+        ],
+    );
+    markdown_table(
+        &mut out,
+        "Fairness",
+        &policies,
+        &[
+            row("Jain's index", &|s| ratio(s.jain_fairness)),
+            row("windows counted", &|s| s.fairness_windows.to_string()),
+        ],
+    );
+    markdown_table(
+        &mut out,
+        "Preemption",
+        &policies,
+        &[
+            row("preemptions", &|s| s.preemptions.to_string()),
+            row("instance-hours lost", &|s| {
+                format!("{:.1}", s.preempted_instance_s / 3600.0)
+            }),
+        ],
+    );
+    let _ = writeln!(out, "## Plots\n");
+    let _ = writeln!(out, "![Wait-time CDF](wait-cdf.svg)\n");
+    for policy in &policies {
+        let _ = writeln!(
+            out,
+            "![Utilization of {policy}](utilization-{}.svg)\n",
+            file_stem(policy)
+        );
+    }
+    out.push_str(HOW_TO_READ);
+    out
+}
+
+const HOW_TO_READ: &str = "## How to read this
+
+- **Utilization while work waits** is the one that judges a scheduler: idle instances while jobs
+  are RUNNABLE are capacity the policy (or its partitioning) wasted. Overall utilization also
+  falls when there is simply no work, which no policy can fix.
+- **Waits per queue** show whether high-priority work jumps the line; **waits per share** show
+  whether any team is starved. Compare the tails (p95, p99) as much as the means. A job that never
+  started counts with the time it had waited when the run ended (a lower bound), so starving a
+  job never improves these numbers; `jobs never started` says how many such bounds there are.
+- **Slowdown** is completion time over the job's own run time (floored at the slowdown floor),
+  so it weighs a short job's wait more than a long one's.
+- **Jain's index** compares each share's allocation with its entitlement, in windows where
+  shares are backlogged: 1 is proportional, 1/n is one of n shares taking everything. Shares that
+  neither waited nor held more than their entitlement in a window were satisfied and do not count.
+- **Preemption** cost is the work thrown away by preempted attempts; a policy that buys short
+  waits with preemption pays for them here.
+- `summary.json` holds every number above; the CSVs hold the waits per group and every job.
+";
+
+/// A fixed-width table of the headline measures, one row per policy in name order, for the
+/// terminal.
+pub fn summary_table(runs: &[RunRecord]) -> String {
+    let mut rows: Vec<(String, PolicySummary)> = runs
+        .iter()
+        .map(|r| (r.policy.clone(), PolicySummary::of(r)))
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let width = rows
+        .iter()
+        .map(|(p, _)| p.len())
+        .max()
+        .unwrap_or(0)
+        .max("policy".len());
+    let mut out = format!(
+        "{:<width$}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>6}  {:>8}  {:>9}\n",
+        "policy",
+        "util_bkl",
+        "util_all",
+        "wait_mean",
+        "wait_p95",
+        "wait_p99",
+        "wait_max",
+        "jct_mean",
+        "jain",
+        "preempt",
+        "completed"
+    );
+    for (policy, s) in rows {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>9}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>6}  {:>8}  {:>9}",
+            policy,
+            percent(s.utilization_backlogged),
+            percent(s.utilization_overall),
+            seconds(s.wait_s.mean),
+            seconds(s.wait_s.p95),
+            seconds(s.wait_s.p99),
+            seconds(s.max_wait_s),
+            seconds(s.jct_s_mean),
+            ratio(s.jain_fairness),
+            s.preemptions,
+            s.jobs_completed,
+        );
+    }
+    out
+}

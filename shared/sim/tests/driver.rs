@@ -1,0 +1,182 @@
+//! The driver on small JSONL traces: every job ends, capacity is never exceeded, priority tiers
+//! are served in order, and the same inputs give the same bytes.
+
+#![allow(clippy::unwrap_used)]
+
+use trainyard_sim::driver::{requested_runtime_s, run};
+use trainyard_sim::policies::{ALL, Policy};
+use trainyard_sim::record::RunRecord;
+use trainyard_sim::scenario::Scenario;
+use trainyard_sim::trace::{Format, Trace, parse};
+
+fn small() -> Scenario {
+    Scenario::load("small").unwrap()
+}
+
+/// 24 one-instance jobs of 100 s at t = 0 on 8 instances: sweeps listed first, then research,
+/// then production, so that submission order cannot explain a priority order.
+fn tiers_trace() -> Trace {
+    let mut lines = Vec::new();
+    for (i, tier) in ["sweeps", "research", "production"].iter().enumerate() {
+        for j in 0..8 {
+            let team = if j % 2 == 0 { "vision" } else { "language" };
+            lines.push(format!(
+                r#"{{"id":"{tier}-{j}","submit_s":0,"duration_s":100,"instances":1,"queue":"{tier}","share":"{team}"}}"#
+            ));
+        }
+        let _ = i;
+    }
+    parse(&lines.join("\n"), Format::Jsonl).unwrap()
+}
+
+/// A mixed trace: bursts, multi-instance jobs, both teams, tiers from the scenario's rule.
+fn mixed_trace() -> Trace {
+    let mut lines = Vec::new();
+    for i in 0..60u32 {
+        let submit = (i / 6) * 40;
+        let instances = [1, 1, 2, 1, 4, 1][(i % 6) as usize];
+        let duration = 30 + (i * 37) % 400;
+        let team = if i % 3 == 0 { "language" } else { "vision" };
+        lines.push(format!(
+            r#"{{"id":"j{i}","submit_s":{submit},"duration_s":{duration},"instances":{instances},"share":"{team}"}}"#
+        ));
+    }
+    parse(&lines.join("\n"), Format::Jsonl).unwrap()
+}
+
+fn replay(trace: &Trace, scenario: &Scenario, policy: Policy) -> RunRecord {
+    run(trace, scenario, policy, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn every_policy_finishes_every_job_within_capacity() {
+    let trace = mixed_trace();
+    let scenario = small();
+    for policy in ALL {
+        let record = replay(&trace, &scenario, policy);
+        assert_eq!(record.policy, policy.name());
+        assert_eq!(record.jobs.len(), trace.jobs.len(), "{}", policy.name());
+        for job in &record.jobs {
+            assert_eq!(
+                job.status,
+                "SUCCEEDED",
+                "{} {}",
+                policy.name(),
+                job.trace_id
+            );
+            let start = job.first_start_s.unwrap();
+            let end = job.end_s.unwrap();
+            assert!(start >= job.submit_s, "{job:?}");
+            assert!(end - start >= job.duration_s - 1e-6, "{job:?}");
+        }
+        assert!(!record.usage.is_empty());
+        let mut last_end = record.usage[0].start_s;
+        for interval in &record.usage {
+            assert!(
+                interval.busy_instances <= interval.capacity_instances,
+                "{}: {interval:?}",
+                policy.name()
+            );
+            assert_eq!(interval.start_s, last_end, "no gaps");
+            assert!(interval.end_s > interval.start_s);
+            last_end = interval.end_s;
+        }
+        // Work is conserved: busy instance-time equals the trace's instance-time.
+        let busy: f64 = record
+            .usage
+            .iter()
+            .map(|u| u.busy_instances as f64 * (u.end_s - u.start_s))
+            .sum();
+        let offered: f64 = trace
+            .jobs
+            .iter()
+            .map(|j| f64::from(j.instances) * j.duration_s)
+            .sum();
+        let preempted: f64 = record.jobs.iter().map(|j| j.preempted_instance_s).sum();
+        assert!(
+            (busy - offered - preempted).abs() < 1.0,
+            "{}: busy {busy} offered {offered} preempted {preempted}",
+            policy.name()
+        );
+    }
+}
+
+#[test]
+fn trainyard_serves_production_then_research_then_sweeps() {
+    let record = replay(&tiers_trace(), &small(), Policy::Trainyard);
+    let starts = |tier: &str| -> Vec<f64> {
+        record
+            .jobs
+            .iter()
+            .filter(|j| j.queue == tier)
+            .map(|j| j.first_start_s.unwrap())
+            .collect()
+    };
+    let max = |v: &[f64]| v.iter().copied().fold(f64::MIN, f64::max);
+    let min = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
+    let (production, research, sweeps) =
+        (starts("production"), starts("research"), starts("sweeps"));
+    assert!(
+        max(&production) < min(&research),
+        "{production:?} {research:?}"
+    );
+    assert!(max(&research) < min(&sweeps), "{research:?} {sweeps:?}");
+    // Eight instances, 100 s each: three waves.
+    assert_eq!(max(&sweeps), 200.0);
+}
+
+#[test]
+fn fifo_ignores_tiers_and_serves_in_submission_order() {
+    let record = replay(&tiers_trace(), &small(), Policy::Fifo);
+    let sweeps_first = record
+        .jobs
+        .iter()
+        .filter(|j| j.queue == "sweeps")
+        .all(|j| j.first_start_s == Some(0.0));
+    assert!(sweeps_first, "the sweeps were submitted first");
+}
+
+#[test]
+fn the_same_inputs_give_byte_identical_records() {
+    let trace = mixed_trace();
+    let mut scenario = small();
+    scenario.failure_rate = 0.1;
+    scenario.capacity_error_rate = 0.1;
+    scenario.attempts = 3;
+    for policy in [Policy::Trainyard, Policy::QuotaShares] {
+        let a = serde_json::to_string(&replay(&trace, &scenario, policy)).unwrap();
+        let b = serde_json::to_string(&replay(&trace, &scenario, policy)).unwrap();
+        assert_eq!(a, b, "{}", policy.name());
+    }
+    // And a different seed changes the faults drawn.
+    let a = serde_json::to_string(&replay(&trace, &scenario, Policy::Trainyard)).unwrap();
+    scenario.seed += 1;
+    let b = serde_json::to_string(&replay(&trace, &scenario, Policy::Trainyard)).unwrap();
+    assert_ne!(a, b);
+}
+
+#[test]
+fn faults_fail_some_jobs_and_capacity_errors_retry_without_an_attempt() {
+    let trace = mixed_trace();
+    let mut scenario = small();
+    scenario.failure_rate = 0.2;
+    let record = replay(&trace, &scenario, Policy::Trainyard);
+    let failed = record.jobs.iter().filter(|j| j.status == "FAILED").count();
+    assert!(failed > 0 && failed < trace.jobs.len(), "{failed}");
+    assert!(record.jobs.iter().all(|j| j.end_s.is_some()));
+}
+
+#[test]
+fn jobs_ask_for_a_coarse_runtime_above_their_duration() {
+    let cases = [
+        (1.0, 3_600),
+        (3_598.5, 3_600),
+        (3_600.0, 14_400),
+        (100_000.0, 259_200),
+        (4_628_226.0, 4_838_401),
+    ];
+    for (duration, expected) in cases {
+        assert_eq!(requested_runtime_s(duration), expected, "{duration}");
+        assert!(requested_runtime_s(duration) as f64 > duration);
+    }
+}
