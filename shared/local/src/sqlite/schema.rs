@@ -129,3 +129,56 @@ pub fn user_version(conn: &Connection) -> Result<u32, SqliteError> {
     // user_version is a signed 32-bit header field; a negative value was not written by us.
     u32::try_from(version).map_err(|_| SqliteError::ForeignSchema { found: version })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file written by the first release (schema 1) with a RUNNABLE job in it opens under the
+    /// current code: step 2 adds the scheduling columns and fills them from the stored job.
+    #[test]
+    fn a_schema_1_file_is_upgraded_and_its_jobs_are_backfilled() {
+        let dir = std::env::temp_dir().join(format!("trainyard-schema-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("v1.sqlite");
+        let _ = std::fs::remove_file(&path);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch("PRAGMA user_version = 1").unwrap();
+            let doc = r#"{"schedulingPriority": 42, "runnableAt": 5000}"#;
+            conn.execute(
+                "INSERT INTO jobs (job_id, job_queue, status, share_identifier, quota_share_name, \
+                 name_lower, created_at, version, doc) \
+                 VALUES ('j1', 'q', 'RUNNABLE', 'team-a', NULL, 'j', 1000, 3, ?1)",
+                [doc],
+            )
+            .unwrap();
+        }
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), LATEST_VERSION);
+        let row: (i64, i64, String, i64) = conn
+            .query_row(
+                "SELECT priority, runnable_at, share_key, version FROM jobs WHERE job_id = 'j1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            row,
+            (42, 5000, "team-a".to_owned(), 3),
+            "backfilled, version kept"
+        );
+        let heads: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM jobs WHERE status = 'RUNNABLE' AND job_queue = 'q'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(heads, 1);
+        drop(conn);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
