@@ -2,6 +2,10 @@
 //! and SageMaker emulator over virtual time, once per policy, and prints (or writes with
 //! `--out`) how the policies compare. Prints the seed and every parameter first.
 //!
+//! With `--faults`, runs seeded fault injection instead (`trainyard_sim::faults`): `--seed N`
+//! prints one run in full; `--seeds A..B` runs each seed and prints one line per seed, then the
+//! full output of the first failing one with the command that replays it.
+//!
 //! Needs `trainyard-sim.workspace = true` in this crate's `Cargo.toml`.
 
 use std::path::PathBuf;
@@ -21,9 +25,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// `trainyard simulate`.
 #[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
-    /// The trace file.
-    #[arg(long)]
-    trace: PathBuf,
+    /// The trace file (not used with --faults, which generates its workload from the seed).
+    #[arg(long, required_unless_present = "faults")]
+    trace: Option<PathBuf>,
     /// Its format: philly, openb or jsonl.
     #[arg(long, default_value = "philly")]
     format: String,
@@ -48,10 +52,70 @@ pub struct SimulateArgs {
     /// Replays only the first N jobs.
     #[arg(long)]
     limit_jobs: Option<usize>,
+    /// Seeded fault injection with invariants at every step (with --seed N or --seeds A..B).
+    #[arg(long)]
+    faults: bool,
+    /// With --faults: a range of seeds, `A..B` (B excluded).
+    #[arg(long, requires = "faults", conflicts_with = "seed")]
+    seeds: Option<String>,
+}
+
+/// Parses `A..B` (B excluded, A < B).
+fn seed_range(text: &str) -> anyhow::Result<std::ops::Range<u64>> {
+    let parsed = text
+        .split_once("..")
+        .and_then(|(a, b)| Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?)));
+    match parsed {
+        Some((a, b)) if a < b => Ok(a..b),
+        _ => bail!("--seeds must be A..B with A < B, got {text:?}"),
+    }
+}
+
+/// `--faults`: one seed in full, or a range with one line per seed.
+fn run_faults(args: &SimulateArgs) -> anyhow::Result<()> {
+    use trainyard_sim::faults::{Verdict, replay_command, run_seed};
+    let seeds = match (&args.seeds, args.seed) {
+        (Some(range), _) => seed_range(range)?,
+        (None, Some(seed)) => seed..seed + 1,
+        (None, None) => 0..1,
+    };
+    if seeds.end - seeds.start == 1 {
+        let run = run_seed(seeds.start);
+        print!("{}", run.output);
+        if !run.passed() {
+            bail!("seed {} violated an invariant", run.seed);
+        }
+        return Ok(());
+    }
+    let total = seeds.end - seeds.start;
+    let mut failed = Vec::new();
+    for seed in seeds {
+        let run = run_seed(seed);
+        match &run.verdict {
+            Verdict::Passed => println!("seed {seed}: passed"),
+            Verdict::Violated { invariant, detail } => {
+                println!("seed {seed}: VIOLATED {invariant}: {detail}");
+                println!("  replay: {}", replay_command(seed));
+                failed.push(run);
+            }
+        }
+    }
+    println!("{} of {total} seeds passed", total - failed.len() as u64);
+    if let Some(first) = failed.first() {
+        println!("\n--- seed {} ---\n{}", first.seed, first.output);
+        bail!("{} seeds violated an invariant", failed.len());
+    }
+    Ok(())
 }
 
 /// Runs the command.
 pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
+    if args.faults {
+        return run_faults(args);
+    }
+    let Some(trace_path) = &args.trace else {
+        bail!("--trace is required (unless --faults)");
+    };
     let Some(format) = Format::parse(&args.format) else {
         bail!(
             "--format must be philly, openb or jsonl, got {:?}",
@@ -75,14 +139,14 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         scenario.seed = seed;
     }
     scenario.validate()?;
-    let mut trace = load(&args.trace, format)?;
+    let mut trace = load(trace_path, format)?;
     if let Some(limit) = args.limit_jobs {
         trace.jobs.truncate(limit);
     }
     println!("seed: {}", scenario.seed);
     println!(
         "trace: {} ({}, {} jobs, {} rows skipped)",
-        args.trace.display(),
+        trace_path.display(),
         format.name(),
         trace.jobs.len(),
         trace.skipped.len()
@@ -123,7 +187,7 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     match &args.out {
         Some(dir) => {
             let context = trainyard_sim::report::ReportContext {
-                trace: args.trace.display().to_string(),
+                trace: trace_path.display().to_string(),
                 scenario: scenario.name.clone(),
                 seed: scenario.seed,
                 mappings: format.mappings(),

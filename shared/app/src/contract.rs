@@ -34,8 +34,8 @@ use trainyard_domain::quota_share::{
 use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
-    ClientTokenRecord, Document, EnvironmentUsage, InsertJob, JobCursor, JobQuery, NameFilter,
-    Resource, RunnableOrder, ShareUsageRecord, Store, StoreError, Versioned, Write,
+    CapacityHolder, ClientTokenRecord, Document, EnvironmentUsage, InsertJob, JobCursor, JobQuery,
+    NameFilter, Resource, RunnableOrder, ShareUsageRecord, Store, StoreError, Versioned, Write,
     quota_share_key,
 };
 
@@ -72,6 +72,7 @@ macro_rules! store_contract_tests {
             documents_are_created_at_version_1_and_checked,
             runnable_jobs_come_in_dispatch_order,
             runnable_shares_and_dispatched_jobs_follow_status,
+            capacity_holders_summarise_the_dispatched_jobs,
         );
     };
     (@cases $fresh:expr; $($case:ident),* $(,)?) => {
@@ -122,6 +123,7 @@ pub async fn run_all<S: Store, F: FnMut(&'static str) -> S>(mut fresh: F) {
         documents_are_created_at_version_1_and_checked,
         runnable_jobs_come_in_dispatch_order,
         runnable_shares_and_dispatched_jobs_follow_status,
+        capacity_holders_summarise_the_dispatched_jobs,
     );
 }
 
@@ -1284,4 +1286,51 @@ pub async fn runnable_shares_and_dispatched_jobs_follow_status<S: Store>(store: 
     let dispatched = store.dispatched_jobs().await.unwrap();
     let ids: Vec<&str> = dispatched.iter().map(|j| j.value.job_id.as_str()).collect();
     assert_eq!(ids, ["e", "f", "g"]);
+}
+
+/// The capacity holders are the dispatched jobs, summarised, in the same order, and follow
+/// every update (a changed priority, a job that ended, one newly dispatched).
+pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S) {
+    for j in [
+        job("e").share("s3").status(JobStatus::Running).build(),
+        job("f").status(JobStatus::Scheduled).build(),
+        job("g")
+            .quota_share("qs")
+            .status(JobStatus::Starting)
+            .build(),
+        job("h").status(JobStatus::Succeeded).build(),
+        job("i").build(),
+    ] {
+        insert(store, &j).await;
+    }
+    async fn expected<S: Store>(store: &S) -> Vec<CapacityHolder> {
+        let dispatched = store.dispatched_jobs().await.unwrap();
+        dispatched
+            .iter()
+            .map(|j| CapacityHolder::of(&j.value))
+            .collect()
+    }
+    let holders = store.capacity_holders().await.unwrap();
+    let ids: Vec<&str> = holders.iter().map(|h| h.job_id.as_str()).collect();
+    assert_eq!(ids, ["e", "f", "g"]);
+    assert_eq!(holders, expected(store).await);
+    assert_eq!(holders[0].share, "s3");
+    assert_eq!(holders[2].share, "qs");
+
+    let update = |id: &'static str, change: fn(&mut ServiceJob)| async move {
+        let mut stored = store.get_job(id).await.unwrap().unwrap();
+        change(&mut stored.value);
+        store
+            .update_job(&stored.value, stored.version)
+            .await
+            .unwrap();
+    };
+    update("e", |j| j.scheduling_priority = Some(7)).await;
+    update("f", |j| j.status = JobStatus::Succeeded).await;
+    update("i", |j| j.status = JobStatus::Scheduled).await;
+    let holders = store.capacity_holders().await.unwrap();
+    let ids: Vec<&str> = holders.iter().map(|h| h.job_id.as_str()).collect();
+    assert_eq!(ids, ["e", "g", "i"]);
+    assert_eq!(holders[0].priority, 7);
+    assert_eq!(holders, expected(store).await);
 }

@@ -4,8 +4,8 @@
 //! Besides the jobs themselves it keeps indexes, updated in the same step as every job write, so
 //! that the scheduler's reads grow with what they return rather than with every job ever
 //! submitted (the simulator replays traces of 100,000 jobs): jobs by status (for listings), the
-//! RUNNABLE jobs of each queue and share in both dispatch orders, the dispatched jobs, and the
-//! RUNNABLE jobs in backoff. Configuration and documents are kept as JSON, as a real store keeps
+//! RUNNABLE jobs of each queue and share in both dispatch orders, the dispatched jobs (with the
+//! summary the scheduler reads of them every cycle), and the RUNNABLE jobs in backoff. Configuration and documents are kept as JSON, as a real store keeps
 //! them, with their decoded value cached beside them so that a cycle does not decode them again.
 
 use std::any::Any;
@@ -17,8 +17,8 @@ use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
 
 use crate::ports::{
-    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
-    RunnableOrder, Store, StoreError, Versioned, Write, share_key,
+    CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
+    Resource, RunnableOrder, Store, StoreError, Versioned, Write, share_key,
 };
 use trainyard_domain::job::JobStatus;
 
@@ -102,8 +102,9 @@ struct Indexes {
     by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
     /// RUNNABLE jobs per queue.
     runnable: BTreeMap<String, QueueRunnable>,
-    /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING).
-    dispatched: BTreeSet<String>,
+    /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING), summarised for the scheduler,
+    /// which reads them every cycle.
+    dispatched: BTreeMap<String, CapacityHolder>,
     /// RUNNABLE jobs with a `not_before`: (not before, id).
     backoff: BTreeSet<(i64, String)>,
     /// Per group (see [`GroupFn`]).
@@ -134,7 +135,8 @@ impl Indexes {
             stats.runnable = 1;
         }
         if job.status.is_dispatched() {
-            self.dispatched.insert(job.job_id.clone());
+            self.dispatched
+                .insert(job.job_id.clone(), CapacityHolder::of(job));
             let held = job.training.total_instances();
             self.held_instances += held;
             stats.held_instances = held;
@@ -171,7 +173,7 @@ impl Indexes {
             }
             stats.runnable = 1;
         }
-        if job.status.is_dispatched() && self.dispatched.remove(&job.job_id) {
+        if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
             let held = job.training.total_instances();
             self.held_instances = self.held_instances.saturating_sub(held);
             stats.held_instances = held;
@@ -206,12 +208,29 @@ impl Inner {
     fn replace_job(&mut self, job: &ServiceJob) -> Option<u64> {
         let group = self.group;
         let stored = self.jobs.get_mut(&job.job_id)?;
-        self.index.remove(&stored.value, group);
+        // Most updates of a waiting job only change its status reason: its index entries stay.
+        if !same_index_entries(&stored.value, job, group) {
+            self.index.remove(&stored.value, group);
+            self.index.add(job, group);
+        }
         stored.value = job.clone();
         stored.version += 1;
-        self.index.add(job, group);
         Some(stored.version)
     }
+}
+
+/// Whether `old` and `new` have the same entries in every index: both RUNNABLE (jobs holding
+/// capacity are summarised, so any change re-indexes them) with the same keys.
+fn same_index_entries(old: &ServiceJob, new: &ServiceJob, group: Option<GroupFn>) -> bool {
+    old.status == JobStatus::Runnable
+        && new.status == JobStatus::Runnable
+        && old.created_at == new.created_at
+        && old.job_queue == new.job_queue
+        && share_key(old) == share_key(new)
+        && old.priority() == new.priority()
+        && old.runnable_at.unwrap_or(old.created_at) == new.runnable_at.unwrap_or(new.created_at)
+        && old.not_before == new.not_before
+        && group.is_none_or(|g| g(old) == g(new))
 }
 
 /// A [`Store`] in process memory.
@@ -612,9 +631,13 @@ impl Store for MemoryStore {
         Ok(inner
             .index
             .dispatched
-            .iter()
+            .keys()
             .filter_map(|id| inner.jobs.get(id).cloned())
             .collect())
+    }
+
+    async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {
+        Ok(self.lock().index.dispatched.values().cloned().collect())
     }
 }
 

@@ -409,6 +409,63 @@ pub trait Store: Send + Sync + 'static {
     fn dispatched_jobs(
         &self,
     ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send;
+
+    /// What the scheduler needs of every job holding capacity: [`dispatched_jobs`], summarised,
+    /// in the same order. Every cycle reads it, so a store that can answer without copying whole
+    /// jobs should (the memory store keeps the summaries beside its index); the default
+    /// summarises [`dispatched_jobs`].
+    ///
+    /// [`dispatched_jobs`]: Store::dispatched_jobs
+    fn capacity_holders(
+        &self,
+    ) -> impl Future<Output = Result<Vec<CapacityHolder>, StoreError>> + Send {
+        async move {
+            let jobs = self.dispatched_jobs().await?;
+            Ok(jobs.iter().map(|j| CapacityHolder::of(&j.value)).collect())
+        }
+    }
+}
+
+/// A job holding capacity, as the scheduler sees it (see [`Store::capacity_holders`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityHolder {
+    /// Job id.
+    pub job_id: String,
+    /// Queue name.
+    pub job_queue: String,
+    /// Its fair share or quota share ([`share_key`]; empty when none).
+    pub share: String,
+    /// `schedulingPriority` (0 when unset).
+    pub priority: u32,
+    /// When its latest attempt started (the job's last update if the attempt has no start).
+    pub started_at: i64,
+    /// Instances held, per instance type.
+    pub instances: std::collections::BTreeMap<String, u32>,
+    /// `MaxRuntimeInSeconds` of the request, if given.
+    pub max_runtime_s: Option<u64>,
+}
+
+impl CapacityHolder {
+    /// The summary of a dispatched job.
+    pub fn of(job: &ServiceJob) -> Self {
+        Self {
+            job_id: job.job_id.clone(),
+            job_queue: job.job_queue.clone(),
+            share: share_key(job).to_owned(),
+            priority: job.priority(),
+            started_at: job
+                .latest_attempt()
+                .and_then(|a| a.started_at)
+                .unwrap_or(job.updated_at),
+            instances: job.training.instances.clone(),
+            max_runtime_s: job.training.max_runtime_s,
+        }
+    }
+
+    /// All instances held.
+    pub fn total_instances(&self) -> u64 {
+        self.instances.values().map(|n| u64::from(*n)).sum()
+    }
 }
 
 /// A SageMaker training job's primary status.
@@ -603,8 +660,8 @@ mod shared_store {
     use trainyard_domain::job::ServiceJob;
 
     use super::{
-        ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource, RunnableOrder, Store,
-        StoreError, Versioned, Write,
+        CapacityHolder, ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource,
+        RunnableOrder, Store, StoreError, Versioned, Write,
     };
 
     impl<S: Store> Store for Arc<S> {
@@ -679,6 +736,9 @@ mod shared_store {
         }
         async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
             (**self).dispatched_jobs().await
+        }
+        async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {
+            (**self).capacity_holders().await
         }
     }
 }

@@ -19,5 +19,5 @@ async fn run_all_passes_on_fresh_memory_stores() {
     })
     .await;
     // The number of cases listed in `run_all` (and in `store_contract_tests!`).
-    assert_eq!(made, 27, "one fresh store per case");
+    assert_eq!(made, 28, "one fresh store per case");
 }

@@ -10,12 +10,14 @@
 //!   tier rule.
 //! - [`policies`]: each compared policy as real Trainyard configuration.
 //! - [`driver`]: the discrete-event replay over virtual time that produces a run record.
+//! - [`faults`]: seeded fault injection with invariants at every step and a liveness phase.
 //! - [`measures`]: utilization, waits, completion, slowdown, fairness and preemption cost of a
 //!   run, as one [`measures::PolicySummary`] per policy.
 //! - [`report`]: writes `summary.json`, CSVs, `report.md` and plots for a set of runs.
 //! - [`plots`]: SVG plots (utilization over time, wait-time CDFs).
 
 pub mod driver;
+pub mod faults;
 pub mod measures;
 pub mod plots;
 pub mod policies;

@@ -8,7 +8,7 @@
 //! | `batch-fair-share` | one queue with a fair-share policy, teams as shares (`weightFactor` = 1/weight), tiers as `schedulingPriority`, `strict_fifo` |
 //! | `trainyard` | one queue per tier (queue priority), each with the fair-share policy; backfill |
 //! | `quota-shares` | one quota-managed queue, a quota share per team sized by weight, `LEND_AND_BORROW` without a borrow limit, in-share preemption; tiers as `schedulingPriority` |
-//! | `static-partition` | the same with `RESERVE`: each team's slice proportional to its offered load (instances × duration in the trace) unless the scenario sets it |
+//! | `static-partition` | the same with `RESERVE`: each team's slice proportional to its offered load (instances × duration in the trace) unless the scenario sets it; teams without load get none (see [`static_slices`]) |
 
 use std::collections::BTreeMap;
 
@@ -118,6 +118,36 @@ pub struct Setup {
     tiers: BTreeMap<String, u32>,
 }
 
+/// Each team's `static-partition` slice, in the order of `teams`: the scenario's fixed
+/// `static_instances` first, then the rest of the capacity split among the other teams in
+/// proportion to their offered load, at least one instance each while instances remain.
+/// A team with no offered load gets nothing: a slice that is never lent and never used is
+/// capacity thrown away, not a partition anyone would configure.
+pub fn static_slices(scenario: &Scenario, teams: &[TeamLoad]) -> Vec<u32> {
+    let fixed: Vec<Option<u32>> = teams
+        .iter()
+        .map(|team| {
+            scenario
+                .teams
+                .iter()
+                .find(|t| t.name == team.name)
+                .and_then(|t| t.static_instances)
+        })
+        .collect();
+    let taken: u32 = fixed.iter().flatten().sum();
+    let rest = scenario.capacity_instances.saturating_sub(taken);
+    // Only loaded teams without a fixed slice take part in the split.
+    let open: Vec<usize> = (0..teams.len())
+        .filter(|i| fixed[*i].is_none() && teams[*i].instance_s > 0.0)
+        .collect();
+    let loads: Vec<f64> = open.iter().map(|i| teams[*i].instance_s).collect();
+    let mut parts: Vec<u32> = fixed.iter().map(|f| f.unwrap_or(0)).collect();
+    for (i, part) in open.iter().zip(apportion(rest, &loads, 1)) {
+        parts[*i] = part;
+    }
+    parts
+}
+
 /// Queue of the single-queue policies.
 const SHARED_QUEUE: &str = "shared";
 /// Name of the scheduling policy.
@@ -220,18 +250,7 @@ impl Setup {
                         apportion(scenario.capacity_instances, &weights, 1),
                     )
                 } else {
-                    let loads: Vec<f64> = teams.iter().map(|t| t.instance_s).collect();
-                    let mut parts = apportion(scenario.capacity_instances, &loads, 1);
-                    for (i, team) in teams.iter().enumerate() {
-                        if let Some(fixed) = scenario
-                            .teams
-                            .iter()
-                            .find(|t| t.name == team.name)
-                            .and_then(|t| t.static_instances)
-                        {
-                            parts[i] = fixed;
-                        }
-                    }
+                    let parts = static_slices(scenario, teams);
                     (SharingStrategy::Reserve, parts)
                 };
                 let total: f64 = parts.iter().map(|p| f64::from(*p)).sum();

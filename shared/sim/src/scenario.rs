@@ -5,18 +5,29 @@
 //! Traces without a priority get a tier per job from a seeded rule: a 64-bit FNV-1a hash of
 //! (seed, share, job id) with SplitMix64's finaliser, written out here so that it never changes with the standard library,
 //! mapped to `[0, 1)` and looked up in the tiers' cumulative `fraction`s. Within each share the
-//! tiers' proportions are therefore the fractions, in expectation.
+//! tiers' proportions are therefore the fractions, in expectation. When tiers carry
+//! `max_duration_s` (runtime classes, the `sjf` scenario), the rule is by the job's duration
+//! instead.
+//!
+//! Teams: without `other_team`, every share the trace gives is a team of its own. With it, the
+//! scenario's `teams` are the teams and every other trace share folds into `other_team` — so the
+//! slices of `static-partition` and the entitlements of fairness are about the teams the
+//! scenario names, not about shares that never appear in the trace (the bug this replaced: the
+//! `small` scenario's `vision` and `language` got static slices that Philly jobs, all in
+//! `vc-<cluster>` shares, could never use). [`Scenario::with_largest_teams`] builds such a
+//! mapping from a trace: its `n` largest shares by offered load, the rest folded.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::trace::{DEFAULT_INSTANCE_TYPE, TraceJob};
+use crate::trace::{DEFAULT_INSTANCE_TYPE, Trace, TraceJob};
 
 /// The built-in scenarios, by name.
-pub const BUILTIN: [(&str, &str); 2] = [
+pub const BUILTIN: [(&str, &str); 3] = [
     ("fleet", include_str!("../scenarios/fleet.json")),
     ("small", include_str!("../scenarios/small.json")),
+    ("sjf", include_str!("../scenarios/sjf.json")),
 ];
 
 /// One priority tier: a queue in the `trainyard` policy, a `schedulingPriority` elsewhere.
@@ -32,6 +43,11 @@ pub struct Tier {
     /// Share of each team's jobs given this tier when the trace has none (0–1).
     #[serde(default)]
     pub fraction: f64,
+    /// Runtime class: when any tier sets this, the tier rule is by run time instead of by
+    /// `fraction` — a job goes to the first tier (in list order) whose bound is at least its
+    /// trace duration, else to `default_queue`. Shortest-job-first as configuration.
+    #[serde(default)]
+    pub max_duration_s: Option<f64>,
 }
 
 /// A team (share) the scenario says something about; teams only in the trace get weight 1.
@@ -79,6 +95,11 @@ pub struct Scenario {
     /// Share of jobs the trace gives none.
     #[serde(default = "default_share")]
     pub default_share: String,
+    /// Where trace shares that are not among `teams` go. Unset, every trace share is a team of
+    /// its own (weight 1); set, the scenario's `teams` are the only teams and the rest of the
+    /// trace folds into this one (which should be listed in `teams` to get a weight).
+    #[serde(default)]
+    pub other_team: Option<String>,
     /// Fair-share decay window, seconds.
     #[serde(default = "default_decay")]
     pub share_decay_s: u32,
@@ -219,6 +240,24 @@ impl Scenario {
                 self.default_queue
             ));
         }
+        let by_runtime = self
+            .tiers
+            .iter()
+            .filter(|t| t.max_duration_s.is_some())
+            .count();
+        if by_runtime > 0 && by_runtime + 1 < self.tiers.len() {
+            problems.push(
+                "max_duration_s must be set on every tier, or every tier but the default".into(),
+            );
+        }
+        for tier in &self.tiers {
+            if tier
+                .max_duration_s
+                .is_some_and(|d| !(d.is_finite() && d >= 0.0))
+            {
+                problems.push(format!("tier {}: max_duration_s must be ≥ 0", tier.name));
+            }
+        }
         for team in &self.teams {
             if !(team.weight.is_finite() && team.weight > 0.0) {
                 problems.push(format!("team {}: weight must be > 0", team.name));
@@ -274,6 +313,13 @@ impl Scenario {
         if let Some(queue) = &job.queue {
             return queue.clone();
         }
+        if self.tiers.iter().any(|t| t.max_duration_s.is_some()) {
+            return self
+                .tiers
+                .iter()
+                .find(|t| t.max_duration_s.is_some_and(|d| job.duration_s <= d))
+                .map_or_else(|| self.default_queue.clone(), |t| t.name.clone());
+        }
         let share = self.share_of(job);
         let u = unit_hash(self.seed, &share, &job.id);
         let mut cumulative = 0.0;
@@ -286,11 +332,47 @@ impl Scenario {
         self.default_queue.clone()
     }
 
-    /// The share (team) of a job.
+    /// The share (team) of a job: the trace's share (else `default_share`), folded into
+    /// `other_team` when that is set and the share is not one of `teams`.
     pub fn share_of(&self, job: &TraceJob) -> String {
-        job.share
-            .clone()
-            .unwrap_or_else(|| self.default_share.clone())
+        let share = job.share.as_deref().unwrap_or(&self.default_share);
+        match &self.other_team {
+            Some(other) if !self.teams.iter().any(|t| t.name == share) => other.clone(),
+            _ => share.to_owned(),
+        }
+    }
+
+    /// This scenario with its teams replaced by the trace's `n` largest shares by offered load
+    /// (instances × duration; ties by name) plus `other`, into which every other share folds.
+    /// Teams the scenario already describes keep their weight and slice; new ones get weight 1.
+    /// A trace with at most `n` shares keeps them all and gets no `other` team.
+    pub fn with_largest_teams(&self, trace: &Trace, n: usize, other: &str) -> Self {
+        let mut ranked: Vec<(String, f64)> = offered_loads(trace, &self.default_share)
+            .into_iter()
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let folds = ranked.len() > n;
+        let mut names: Vec<String> = ranked.into_iter().take(n).map(|(name, _)| name).collect();
+        if folds {
+            names.push(other.to_owned());
+        }
+        let mut out = self.clone();
+        out.teams = names
+            .into_iter()
+            .map(|name| {
+                self.teams
+                    .iter()
+                    .find(|t| t.name == name)
+                    .cloned()
+                    .unwrap_or(Team {
+                        name,
+                        weight: 1.0,
+                        static_instances: None,
+                    })
+            })
+            .collect();
+        out.other_team = folds.then(|| other.to_owned());
+        out
     }
 
     /// Every parameter, in order, for the run's header and report.
@@ -308,8 +390,12 @@ impl Scenario {
             out.push((
                 format!("tier.{}", tier.name),
                 format!(
-                    "priority={} scheduling_priority={} fraction={}",
-                    tier.priority, tier.scheduling_priority, tier.fraction
+                    "priority={} scheduling_priority={} fraction={}{}",
+                    tier.priority,
+                    tier.scheduling_priority,
+                    tier.fraction,
+                    tier.max_duration_s
+                        .map_or_else(String::new, |d| format!(" max_duration_s={d}"))
                 ),
             ));
         }
@@ -334,6 +420,10 @@ impl Scenario {
         for (k, v) in [
             ("default_queue", self.default_queue.clone()),
             ("default_share", self.default_share.clone()),
+            (
+                "other_team",
+                self.other_team.clone().unwrap_or_else(|| "(none)".into()),
+            ),
             ("share_decay_s", self.share_decay_s.to_string()),
             ("provisioning_s", self.provisioning_s.to_string()),
             ("download_s", self.download_s.to_string()),
@@ -354,6 +444,17 @@ impl Scenario {
         }
         out
     }
+}
+
+/// Each trace share's offered load (instances × duration, summed), before any folding; jobs
+/// without a share count under `default_share`.
+pub fn offered_loads(trace: &Trace, default_share: &str) -> BTreeMap<String, f64> {
+    let mut loads = BTreeMap::new();
+    for job in &trace.jobs {
+        let share = job.share.as_deref().unwrap_or(default_share);
+        *loads.entry(share.to_owned()).or_insert(0.0) += f64::from(job.instances) * job.duration_s;
+    }
+    loads
 }
 
 /// 64-bit FNV-1a over the seed (little-endian), the share, a 0 byte, and the job id, mixed by

@@ -6,8 +6,9 @@
 //! - **GPUs → instances**: one instance of a single-GPU type per GPU
 //!   ([`DEFAULT_INSTANCE_TYPE`], `ml.p3.2xlarge`, one V100). Capacity is therefore counted in
 //!   GPUs, which keeps the trace's GPU-time exactly; a job of `n` GPUs asks for `n` instances.
-//! - **Philly VC → share**: `vc-<cluster>` (the VC is Philly's team unit). No priority: the
-//!   scenario's tier rule assigns one.
+//! - **Philly VC → share**: `vc-<cluster>` (the VC is Philly's team unit); the scenario then
+//!   maps shares to its teams (`other_team`, see `scenario`). No priority: the scenario's tier
+//!   rule assigns one.
 //! - **OpenB qos → tier (queue)**: `LS` and `Guaranteed` → `production`, `Burstable` →
 //!   `research`, `BE` → `sweeps`. No tenant: every job goes to the scenario's default share.
 //!   CPU-only tasks (`num_gpu = 0`) are skipped and counted. Run time is `deletion_time −
@@ -63,7 +64,10 @@ impl Format {
         let mut out = vec![gpus];
         match self {
             Self::Philly => {
-                out.push("Philly VC (cluster) -> share vc-<cluster>".into());
+                out.push(
+                    "Philly VC (cluster) -> share vc-<cluster>; shares outside the scenario's teams fold into its other_team"
+                        .into(),
+                );
                 out.push("no priority in the trace: tiers assigned by the scenario's rule".into());
             }
             Self::Openb => {

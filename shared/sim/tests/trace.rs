@@ -2,8 +2,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+use trainyard_sim::policies::{TeamLoad, static_slices};
 use trainyard_sim::scenario::{Scenario, apportion, unit_hash};
-use trainyard_sim::trace::{Format, TraceError, TraceJob, parse, parse_timestamp};
+use trainyard_sim::trace::{Format, Trace, TraceError, TraceJob, parse, parse_timestamp};
 
 #[test]
 fn philly_rows_are_sorted_shifted_and_mapped_to_vc_shares() {
@@ -232,4 +233,132 @@ fn scenarios_list_every_problem_at_once() {
     for (name, _) in trainyard_sim::scenario::BUILTIN {
         Scenario::load(name).unwrap();
     }
+}
+
+fn loaded(share: &str, instances: u32, duration_s: f64) -> TraceJob {
+    TraceJob {
+        instances,
+        duration_s,
+        ..job(format!("{share}-{instances}-{duration_s}"), share)
+    }
+}
+
+fn team_loads(pairs: &[(&str, f64)]) -> Vec<TeamLoad> {
+    pairs
+        .iter()
+        .map(|(name, instance_s)| TeamLoad {
+            name: (*name).into(),
+            instance_s: *instance_s,
+        })
+        .collect()
+}
+
+#[test]
+fn trace_shares_outside_the_scenarios_teams_fold_into_other_team() {
+    let mut scenario = Scenario::load("small").unwrap();
+    let cases = [
+        // (other_team, trace share, expected team)
+        (Some("language"), Some("vision"), "vision"),
+        (Some("language"), Some("vc-6214e9"), "language"),
+        (Some("language"), None, "vision"), // default_share is a team: kept
+        (None, Some("vc-6214e9"), "vc-6214e9"),
+        (None, None, "vision"),
+    ];
+    for (other, share, expected) in cases {
+        scenario.other_team = other.map(str::to_owned);
+        let mut j = job("x".into(), "");
+        j.share = share.map(str::to_owned);
+        assert_eq!(scenario.share_of(&j), expected, "{other:?} {share:?}");
+    }
+    // The built-in fleet names its teams, so a Philly VC outside the five largest folds.
+    let fleet = Scenario::load("fleet").unwrap();
+    assert_eq!(fleet.share_of(&job("y".into(), "vc-ee9e8c")), "vc-ee9e8c");
+    assert_eq!(fleet.share_of(&job("y".into(), "vc-11cb48")), "other");
+}
+
+#[test]
+fn the_largest_shares_by_offered_load_become_teams_and_the_rest_fold() {
+    // Offered loads: c 100×1 = 100, a 2×30 = 60, b 10, d 10 (ties by name), e 1.
+    let trace = Trace {
+        jobs: vec![
+            loaded("a", 2, 30.0),
+            loaded("b", 1, 10.0),
+            loaded("c", 1, 100.0),
+            loaded("d", 5, 2.0),
+            loaded("e", 1, 1.0),
+        ],
+        skipped: vec![],
+    };
+    let scenario = Scenario::load("small").unwrap();
+    let cases: [(usize, &[&str], Option<&str>); 3] = [
+        (2, &["c", "a", "rest"], Some("rest")),
+        (3, &["c", "a", "b", "rest"], Some("rest")),
+        (5, &["c", "a", "b", "d", "e"], None),
+    ];
+    for (n, teams, other) in cases {
+        let mapped = scenario.with_largest_teams(&trace, n, "rest");
+        let names: Vec<&str> = mapped.teams.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, teams, "n = {n}");
+        assert_eq!(mapped.other_team.as_deref(), other);
+        // d ties b at 10 and loses by name, so it folds unless every share is kept.
+        assert_eq!(
+            mapped.share_of(&trace.jobs[3]),
+            if n == 5 { "d" } else { "rest" }
+        );
+    }
+}
+
+#[test]
+fn static_slices_follow_offered_load_and_never_go_to_teams_without_work() {
+    let mut scenario = Scenario::load("small").unwrap(); // 8 instances
+    type Case<'a> = (&'a [(&'a str, f64)], &'a [u32]);
+    let cases: [Case; 4] = [
+        // Two teams, loads 3:1 → 6 and 2.
+        (&[("language", 300.0), ("vision", 100.0)], &[6, 2]),
+        // A team the trace never uses gets nothing (the old rule gave it 1 and wasted it).
+        (
+            &[("language", 0.0), ("vc-a", 300.0), ("vision", 100.0)],
+            &[0, 6, 2],
+        ),
+        // A tiny load still gets one instance, or its jobs could never run.
+        (&[("a", 1000.0), ("b", 1.0)], &[7, 1]),
+        // Equal loads, equal slices.
+        (
+            &[("a", 5.0), ("b", 5.0), ("c", 5.0), ("d", 5.0)],
+            &[2, 2, 2, 2],
+        ),
+    ];
+    for (loads, expected) in cases {
+        let slices = static_slices(&scenario, &team_loads(loads));
+        assert_eq!(slices, expected, "{loads:?}");
+        assert_eq!(slices.iter().sum::<u32>(), scenario.capacity_instances);
+    }
+    // A fixed slice is taken first; the rest is split by load.
+    scenario.teams[0].static_instances = Some(5); // vision
+    let slices = static_slices(
+        &scenario,
+        &team_loads(&[("language", 1.0), ("vision", 1.0)]),
+    );
+    assert_eq!(slices, [3, 5]);
+}
+
+#[test]
+fn runtime_class_tiers_put_each_job_in_the_first_class_that_holds_it() {
+    let scenario = Scenario::load("sjf").unwrap();
+    let cases = [
+        (1.0, "le-10m"),
+        (600.0, "le-10m"),
+        (601.0, "le-1h"),
+        (86_400.0, "le-1d"),
+        (300_000.0, "longer"),
+    ];
+    for (duration_s, expected) in cases {
+        let mut j = job(format!("d{duration_s}"), "vc-a");
+        j.duration_s = duration_s;
+        assert_eq!(scenario.tier_of(&j), expected, "{duration_s}");
+        assert_eq!(scenario.share_of(&j), "all");
+    }
+    let mixed = r#"{"name":"x","capacity_instances":1,"tiers":[{"name":"a","priority":1,"scheduling_priority":1,"max_duration_s":10},{"name":"b","priority":1,"scheduling_priority":1},{"name":"c","priority":1,"scheduling_priority":1}],"default_queue":"c"}"#;
+    let err = Scenario::parse(mixed).unwrap_err().to_string();
+    assert!(err.contains("max_duration_s"), "{err}");
 }

@@ -49,9 +49,9 @@ use trainyard_scheduler::{
 
 use crate::error::AppError;
 use crate::ports::{
-    BackendError, Document, EnvironmentUsage, Event, EventSink, RunnableOrder, ShareUsageRecord,
-    Store, StoreError, TrainingBackend, TrainingJobState, TrainingStatus, Versioned, Write,
-    share_key,
+    BackendError, CapacityHolder, Document, EnvironmentUsage, Event, EventSink, RunnableOrder,
+    ShareUsageRecord, Store, StoreError, TrainingBackend, TrainingJobState, TrainingStatus,
+    Versioned, Write, share_key,
 };
 use crate::service::Service;
 
@@ -221,23 +221,16 @@ fn pending(job: &ServiceJob) -> PendingJob {
     }
 }
 
-fn running(job: &ServiceJob, planner: &PlannerConfig) -> RunningJob {
-    let started = job
-        .latest_attempt()
-        .and_then(|a| a.started_at)
-        .unwrap_or(job.updated_at);
-    let runtime_s = job
-        .training
-        .max_runtime_s
-        .unwrap_or(planner.default_runtime_s);
-    let share = share_key(job);
+fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
+    let started = job.started_at;
+    let runtime_s = job.max_runtime_s.unwrap_or(planner.default_runtime_s);
     RunningJob {
-        job_id: job.job_id.clone(),
-        queue: job.job_queue.clone(),
-        share: (!share.is_empty()).then(|| share.to_owned()),
-        priority: job.priority(),
+        job_id: job.job_id,
+        queue: job.job_queue,
+        share: (!job.share.is_empty()).then_some(job.share),
+        priority: job.priority,
         started_at_ms: started,
-        instances: job.training.instances.clone(),
+        instances: job.instances,
         expected_end_ms: started.saturating_add((runtime_s as i64).saturating_mul(1000)),
     }
 }
@@ -379,21 +372,30 @@ impl<S: Store, E: EventSink> Service<S, E> {
             let Some(stored) = loaded.jobs.get(&skip.job_id) else {
                 continue;
             };
-            let mut job = stored.value.clone();
             // During a capacity backoff Batch's CAPACITY reason says more than "backing off".
             let capacity_wait =
                 matches!(skip.reason, trainyard_scheduler::SkipReason::Backoff { .. })
-                    && job
+                    && stored
+                        .value
                         .status_reason
                         .as_deref()
                         .is_some_and(retry::is_capacity_reason);
-            if !capacity_wait {
-                job.status_reason = Some(skip.reason.to_string());
-            }
-            let limit = loaded
+            let reason = (!capacity_wait).then(|| skip.reason.to_string());
+            let actions = loaded
                 .queues
-                .get(&job.job_queue)
-                .and_then(|q| retry::time_limit_action(&q.job_state_time_limit_actions, &job, now));
+                .get(&stored.value.job_queue)
+                .map_or(&[][..], |q| &q.job_state_time_limit_actions[..]);
+            // Most waiting jobs keep their reason and their queue has no time limits: nothing
+            // to write, so spare the copy of the job.
+            let unchanged = reason.is_none() || reason == stored.value.status_reason;
+            if unchanged && actions.is_empty() {
+                continue;
+            }
+            let mut job = stored.value.clone();
+            if let Some(reason) = reason {
+                job.status_reason = Some(reason);
+            }
+            let limit = retry::time_limit_action(actions, &job, now);
             if let Some(reason) = limit {
                 if job.transition(JobStatus::Failed, Some(reason), now).is_ok() {
                     job.is_terminated = true;
@@ -551,16 +553,16 @@ impl<S: Store, E: EventSink> Service<S, E> {
         }
 
         let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
-        for job in self.store.dispatched_jobs().await? {
-            let share = share_key(&job.value);
-            if !share.is_empty() {
+        // Summaries, not whole jobs: every cycle reads all of them.
+        for job in self.store.capacity_holders().await? {
+            if !job.share.is_empty() {
                 let key = ShareKey {
-                    queue: job.value.job_queue.clone(),
-                    share: share.to_owned(),
+                    queue: job.job_queue.clone(),
+                    share: job.share.clone(),
                 };
-                *held.entry(key).or_insert(0) += job.value.training.total_instances();
+                *held.entry(key).or_insert(0) += job.total_instances();
             }
-            snapshot.running.push(running(&job.value, &config.planner));
+            snapshot.running.push(running(job, &config.planner));
         }
         snapshot.usage = self
             .store
@@ -666,22 +668,40 @@ impl<S: Store, E: EventSink> Service<S, E> {
                     }
                 }
             }
-            Err(BackendError::Capacity(message)) => {
-                report.capacity_errors += 1;
-                let failure = AttemptFailure::Rejected {
-                    code: "ResourceLimitExceeded".into(),
-                    message,
-                };
-                self.finish_attempt(&job.job_id, n, Ending::Failed(failure), config)
-                    .await?;
-                return Ok(());
-            }
-            Err(BackendError::Rejected { code, message }) => {
-                report.rejected += 1;
-                let failure = AttemptFailure::Rejected { code, message };
-                self.finish_attempt(&job.job_id, n, Ending::Failed(failure), config)
-                    .await?;
-                return Ok(());
+            // Refused. But an earlier create of this very attempt may have landed with its
+            // response lost, and SageMaker may check the quota before the name: only a describe
+            // that finds nothing proves that no training job runs under this name.
+            Err(refusal @ (BackendError::Capacity(_) | BackendError::Rejected { .. })) => {
+                match backend.describe_training_job(&name).await {
+                    Ok(state) => state.arn,
+                    Err(BackendError::NotFound(_)) => {
+                        let failure = match refusal {
+                            BackendError::Capacity(message) => {
+                                report.capacity_errors += 1;
+                                AttemptFailure::Rejected {
+                                    code: "ResourceLimitExceeded".into(),
+                                    message,
+                                }
+                            }
+                            BackendError::Rejected { code, message } => {
+                                report.rejected += 1;
+                                AttemptFailure::Rejected { code, message }
+                            }
+                            other => AttemptFailure::Rejected {
+                                code: "Unknown".into(),
+                                message: other.to_string(),
+                            },
+                        };
+                        self.finish_attempt(&job.job_id, n, Ending::Failed(failure), config)
+                            .await?;
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::warn!(job_id = %job.job_id, error = %e, "refused launch not described; will retry");
+                        report.launch_deferred += 1;
+                        return Ok(());
+                    }
+                }
             }
             Err(e @ (BackendError::NotFound(_) | BackendError::Unavailable(_))) => {
                 tracing::warn!(job_id = %job.job_id, error = %e, "launch deferred to the next pass");
