@@ -52,6 +52,10 @@ pub struct SimulateArgs {
     /// Replays only the first N jobs.
     #[arg(long)]
     limit_jobs: Option<usize>,
+    /// Makes the trace's N largest shares (by offered load) the teams, folding the rest into
+    /// `other` — for traces whose teams the scenario does not list.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    teams: Option<u64>,
     /// Seeded fault injection with invariants at every step (with --seed N or --seeds A..B).
     #[arg(long)]
     faults: bool,
@@ -142,6 +146,10 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     let mut trace = load(trace_path, format)?;
     if let Some(limit) = args.limit_jobs {
         trace.jobs.truncate(limit);
+    }
+    if let Some(n) = args.teams {
+        scenario = scenario.with_largest_teams(&trace, usize::try_from(n)?, "other");
+        scenario.validate()?;
     }
     println!("seed: {}", scenario.seed);
     println!(
