@@ -1,0 +1,226 @@
+"""Checks on Trainyard's two infrastructure definitions: the SAM template (infra/template.yaml,
+transformed offline with aws-sam-translator) and the CDK app's synthesized template.
+
+Both must describe every function in functions/, grant no wildcard IAM action, and produce the
+same resources. scripts/lib/infra.sh runs `cdk synth` first and passes the output's path in
+TRAINYARD_CDK_TEMPLATE; a missing synth output is a failure, never a skip.
+"""
+
+import collections
+import copy
+import json
+import os
+import pathlib
+
+import pytest
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SAM_TEMPLATE = ROOT / "infra" / "template.yaml"
+CDK_TEMPLATE = pathlib.Path(
+    os.environ.get("TRAINYARD_CDK_TEMPLATE", ROOT / "infra" / "cdk" / "cdk.out" / "Trainyard.template.json")
+)
+# The functions issue 4 builds; any other directory that appears under functions/ counts too.
+REQUIRED_FUNCTIONS = {"api", "scheduler", "training-events", "retry"}
+POLICY_KEYS = {"PolicyDocument", "AssumeRolePolicyDocument"}
+
+
+def expected_functions():
+    found = set()
+    functions_dir = ROOT / "functions"
+    if functions_dir.is_dir():
+        found = {p.name for p in functions_dir.iterdir() if (p / "Cargo.toml").is_file()}
+    return REQUIRED_FUNCTIONS | found
+
+
+class _NoManagedPolicies:
+    """The transform asks for AWS managed policy ARNs only if a template names one; ours do not."""
+
+    def load(self):
+        return {}
+
+
+@pytest.fixture(scope="module")
+def sam_source():
+    return yaml_parse(SAM_TEMPLATE.read_text())
+
+
+@pytest.fixture(scope="module")
+def sam(sam_source):
+    """The SAM template as CloudFormation, transformed offline (as cfn-lint does it)."""
+    template = copy.deepcopy(sam_source)
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::Function":
+            # The transform wants an S3 URI; `sam build` would upload the local directory.
+            resource["Properties"]["CodeUri"] = "s3://bucket/key"
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    return transform(template, {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"}, _NoManagedPolicies())
+
+
+@pytest.fixture(scope="module")
+def cdk():
+    assert CDK_TEMPLATE.is_file(), f"no synthesized CDK template at {CDK_TEMPLATE}: run `cdk synth` first"
+    return json.loads(CDK_TEMPLATE.read_text())
+
+
+def statements(node, path="$"):
+    """Every IAM statement anywhere under `node`, with where it was found."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in POLICY_KEYS and isinstance(value, dict):
+                found = value.get("Statement", [])
+                for i, statement in enumerate(found if isinstance(found, list) else [found]):
+                    yield f"{path}.{key}.Statement[{i}]", statement
+            yield from statements(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from statements(value, f"{path}[{i}]")
+
+
+def wildcard_actions(template):
+    """(where, action) for each statement action with a `*`, and each NotAction (an inverted grant)."""
+    problems = []
+    for where, statement in statements(template["Resources"]):
+        if "NotAction" in statement:
+            problems.append((where, "NotAction"))
+        actions = statement.get("Action", [])
+        for action in actions if isinstance(actions, list) else [actions]:
+            if not isinstance(action, str) or "*" in action:
+                problems.append((where, action))
+    return problems
+
+
+def by_type(template, kind):
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+# --- the checker itself can fail -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "action, flagged",
+    [
+        ("*", True),
+        ("sagemaker:*", True),
+        ("dynamodb:Get*", True),
+        (["logs:PutLogEvents", "s3:*"], True),
+        ("sagemaker:CreateTrainingJob", False),
+        (["dynamodb:Query", "events:PutEvents"], False),
+    ],
+)
+def test_the_wildcard_check_flags_star_actions_and_only_those(action, flagged):
+    template = {"Resources": {"R": {"Type": "AWS::IAM::Role", "Properties": {"Policies": [
+        {"PolicyName": "p", "PolicyDocument": {"Statement": [{"Effect": "Allow", "Action": action, "Resource": "x"}]}}
+    ]}}}}
+    assert bool(wildcard_actions(template)) is flagged
+
+
+def test_the_wildcard_check_finds_statements_in_every_policy_document_shape(sam, cdk):
+    # Roles carry inline policies and a trust policy; the DLQ carries a queue policy.
+    for template in (sam, cdk):
+        found = list(statements(template["Resources"]))
+        assert len(found) >= 4 * 2 + 1
+
+
+# --- the rules -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_no_iam_statement_grants_a_wildcard_action(which, request):
+    assert wildcard_actions(request.getfixturevalue(which)) == []
+
+
+def test_every_function_directory_is_built_by_the_sam_template(sam_source):
+    code_uris = {
+        r["Properties"]["CodeUri"].rstrip("/").split("/")[-1]
+        for r in sam_source["Resources"].values()
+        if r["Type"] == "AWS::Serverless::Function" and r["Properties"]["CodeUri"].rstrip("/").split("/")[-2] == "functions"
+    }
+    assert expected_functions() <= code_uris
+
+
+def test_every_function_directory_is_deployed_by_the_cdk_app(cdk):
+    sources = {
+        r.get("Metadata", {}).get("trainyard:source", "").split("/")[-1]
+        for r in by_type(cdk, "AWS::Lambda::Function").values()
+    }
+    assert expected_functions() <= sources
+
+
+def test_both_templates_produce_the_same_resource_types_and_counts(sam, cdk):
+    count = lambda t: collections.Counter(r["Type"] for r in t["Resources"].values())  # noqa: E731
+    assert count(sam) == count(cdk)
+
+
+def test_both_templates_declare_the_same_parameters(sam_source, cdk):
+    cdk_params = set(cdk["Parameters"]) - {"BootstrapVersion"}
+    assert set(sam_source["Parameters"]) == cdk_params
+
+
+def test_both_tables_have_the_same_keys_indexes_ttl_and_recovery(sam, cdk):
+    def shape(template):
+        (table,) = by_type(template, "AWS::DynamoDB::Table").values()
+        p = table["Properties"]
+        return {
+            "keys": p["KeySchema"],
+            "indexes": sorted((g["IndexName"], json.dumps(g["KeySchema"])) for g in p["GlobalSecondaryIndexes"]),
+            "attributes": sorted(a["AttributeName"] for a in p["AttributeDefinitions"]),
+            "ttl": p["TimeToLiveSpecification"],
+            "pitr": p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"],
+            "retained": table.get("DeletionPolicy"),
+        }
+
+    assert shape(sam) == shape(cdk)
+    assert shape(sam)["pitr"] is True and shape(sam)["retained"] == "Retain"
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_every_function_is_an_arm64_al2023_bootstrap(which, request):
+    functions = by_type(request.getfixturevalue(which), "AWS::Lambda::Function")
+    assert len(functions) == len(REQUIRED_FUNCTIONS)
+    for name, f in functions.items():
+        p = f["Properties"]
+        assert (p["Runtime"], p["Handler"], p["Architectures"]) == ("provided.al2023", "bootstrap", ["arm64"]), name
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_only_the_scheduler_is_a_single_writer_and_async_functions_dead_letter(which, request):
+    functions = by_type(request.getfixturevalue(which), "AWS::Lambda::Function")
+    reserved = {n: f["Properties"].get("ReservedConcurrentExecutions") for n, f in functions.items()}
+    assert reserved == {"ApiFunction": None, "SchedulerFunction": 1, "TrainingEventsFunction": None, "RetryFunction": None}
+    with_dlq = {n for n, f in functions.items() if "DeadLetterConfig" in f["Properties"]}
+    assert with_dlq == {"SchedulerFunction", "TrainingEventsFunction", "RetryFunction"}
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_pass_role_is_limited_to_the_training_roles_and_to_sagemaker(which, request):
+    template = request.getfixturevalue(which)
+    grants = [(w, s) for w, s in statements(template["Resources"]) if "iam:PassRole" in json.dumps(s.get("Action"))]
+    assert len(grants) == 1, grants
+    _, statement = grants[0]
+    assert statement["Resource"] == {"Ref": "TrainingRoleArns"}
+    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_rules_route_sagemaker_changes_and_internal_events_to_their_functions(which, request):
+    template = request.getfixturevalue(which)
+    targets = {}
+    for rule in by_type(template, "AWS::Events::Rule").values():
+        p = rule["Properties"]
+        key = json.dumps(p.get("EventPattern", {}).get("source")) if "EventPattern" in p else "schedule"
+        for target in p["Targets"]:
+            targets.setdefault(key, set()).add(target["Arn"]["Fn::GetAtt"][0])
+    assert targets == {
+        '["aws.sagemaker"]': {"TrainingEventsFunction"},
+        '["trainyard"]': {"SchedulerFunction"},
+        "schedule": {"SchedulerFunction", "RetryFunction"},
+    }
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_the_api_is_iam_authorized(which, request):
+    (api,) = by_type(request.getfixturevalue(which), "AWS::ApiGatewayV2::Api").values()
+    route = api["Properties"]["Body"]["paths"]["$default"]["x-amazon-apigateway-any-method"]
+    assert route["security"] == [{"AWS_IAM": []}]

@@ -1,0 +1,75 @@
+# Infrastructure checks for scripts/test (sourced, not executed): `run_infra` lints and validates
+# infra/template.yaml (SAM) and the CDK app in infra/cdk, offline and without AWS credentials.
+#
+# Uses ROOT, PYTHON and TARGET_DIR as scripts/test sets them (with fallbacks). Tools are pinned:
+# Python ones in infra/requirements.txt, installed into their own virtualenv (aws-sam-cli pins a
+# boto3 the conformance suite cannot use), npm ones in infra/cdk/package-lock.json. Both are
+# reinstalled only when their pins change, so a re-run costs about 20 s.
+
+# infra_python_env VENV — builds VENV from infra/requirements.txt unless its stamp is current.
+infra_python_env() {
+  local venv=$1 requirements=$ROOT/infra/requirements.txt python=${PYTHON:-python3}
+  local stamp="$venv/.requirements.sha256" want
+  want=$( { sha256sum "$requirements" | cut -d' ' -f1; "$python" --version 2>&1; } | sha256sum | cut -d' ' -f1)
+  if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "virtualenv $venv is current"
+    return 0
+  fi
+  echo "building virtualenv $venv from $requirements"
+  rm -rf "$venv"
+  "$python" -m venv "$venv" || return 1
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    -r "$requirements" || return 1
+  printf '%s\n' "$want" >"$stamp"
+}
+
+# infra_node_modules — `npm ci` in infra/cdk unless node_modules matches package-lock.json.
+infra_node_modules() {
+  local dir=$ROOT/infra/cdk
+  local stamp="$dir/node_modules/.package-lock.sha256" want
+  want=$( { sha256sum "$dir/package-lock.json" | cut -d' ' -f1; node --version; } | sha256sum | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "infra/cdk/node_modules is current"
+    return 0
+  fi
+  echo "installing infra/cdk/node_modules from package-lock.json"
+  (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) || return 1
+  printf '%s\n' "$want" >"$stamp"
+}
+
+# run_infra — installs the pinned tools, then cfn-lint + `sam validate --lint` on the SAM
+# template, `cdk synth` + cfn-lint on its output, and the pytest in infra/tests. Returns non-zero
+# on the first failing step (each step says what it runs).
+run_infra() {
+  local target_dir=${TARGET_DIR:-$ROOT/target}
+  local venv=${TRAINYARD_INFRA_VENV:-$target_dir/infra-venv}
+  local out
+  out=$(mktemp -d "${TMPDIR:-/tmp}/trainyard-cdk.XXXXXX") || return 1
+  local rc=0
+  (
+    set -e
+    # Offline: no telemetry, no notices, dummy account and Region, no credentials needed.
+    export SAM_CLI_TELEMETRY=0 CDK_DISABLE_CLI_TELEMETRY=true
+    export AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1
+    export CDK_DEFAULT_ACCOUNT=123456789012 CDK_DEFAULT_REGION=us-east-1
+    infra_python_env "$venv"
+    infra_node_modules
+    echo "+ cfn-lint infra/template.yaml"
+    "$venv/bin/cfn-lint" "$ROOT/infra/template.yaml"
+    echo "+ sam validate --lint"
+    "$venv/bin/sam" validate --lint --template "$ROOT/infra/template.yaml" --region us-east-1
+    echo "+ cdk synth (offline, placeholder code when functions are not built)"
+    (cd "$ROOT/infra/cdk" && npx --no-install cdk synth --quiet --no-notices --output "$out" \
+      -c allowMissingBuild=true >"$out.log" 2>&1) || { cat "$out.log" >&2; exit 1; }
+    echo "+ cfn-lint $out/Trainyard.template.json"
+    "$venv/bin/cfn-lint" "$out/Trainyard.template.json"
+    echo "+ pytest infra/tests"
+    TRAINYARD_CDK_TEMPLATE="$out/Trainyard.template.json" \
+      "$venv/bin/python" -m pytest "$ROOT/infra/tests" -p no:cacheprovider -q -rfE
+  ) || rc=$?
+  rm -rf "$out" "$out.log"
+  if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no infra tests: that is a failure, not a pass" >&2
+  fi
+  return "$rc"
+}

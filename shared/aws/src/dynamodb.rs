@@ -1,0 +1,751 @@
+//! The DynamoDB store: the [`Store`] port on one table (single-table design).
+//!
+//! # Shape
+//!
+//! Jobs, client tokens, configuration resources and scheduler documents share one table, keyed
+//! by `pk`/`sk` (see [`schema`] and `docs/storage-dynamodb.md`). Sparse global secondary indexes
+//! answer the scheduler's reads (RUNNABLE jobs per queue and share in dispatch order; jobs holding
+//! capacity) and `ListServiceJobs` (by queue, queue and status, status, or everything, newest
+//! first), so no read scans the table.
+//!
+//! # Consistency
+//!
+//! Versions are checked with condition expressions; multi-item steps (`insert_job` with a token,
+//! `commit`) are one `TransactWriteItems`. Reads by key are strongly consistent. Index reads
+//! (`list_jobs`, `runnable_jobs`, `runnable_shares`, `dispatched_jobs`) are eventually
+//! consistent, as every GSI is: the scheduler tolerates that because each dispatch is committed
+//! with a version check on the job it read.
+//!
+//! # Errors
+//!
+//! Classified once, in [`classify`] and [`classify_transaction`]: a failed condition is
+//! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create); throttling, 5xx,
+//! timeouts and everything else are [`StoreError::Unavailable`] with the SDK error kept.
+
+mod schema;
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use trainyard_app::ports::{
+    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
+    RunnableOrder, Store, StoreError, Versioned, Write,
+};
+use trainyard_domain::job::ServiceJob;
+
+pub use schema::{CreateTableError, create_table};
+use schema::{Item, SEP, n, s};
+
+/// `TransactWriteItems` takes at most this many actions.
+const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// A [`Store`] on one DynamoDB table, created by [`create_table`].
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+/// The `ExclusiveStartKey` of the next page of a query, if any.
+type StartKey = Option<Item>;
+
+impl DynamoStore {
+    /// A store on `table` (which must exist, with the shape [`create_table`] gives it).
+    pub fn new(client: Client, table: String) -> Self {
+        Self { client, table }
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// A conditional `Put` of `item`, for a transaction.
+    fn put(
+        &self,
+        item: Item,
+        condition: &str,
+        values: Option<HashMap<String, AttributeValue>>,
+        names: Option<HashMap<String, String>>,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_values(values)
+            .set_expression_attribute_names(names)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| unavailable("cannot build a transaction item", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// One `TransactWriteItems`; `Err(Cancelled(reasons))` when a condition failed.
+    async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<(), Cancelled> {
+        if items.len() > MAX_TRANSACTION_ITEMS {
+            return Err(Cancelled::Failed(StoreError::Unavailable {
+                message: format!(
+                    "a commit of {} writes exceeds DynamoDB's {MAX_TRANSACTION_ITEMS}",
+                    items.len()
+                ),
+                source: None,
+            }));
+        }
+        self.client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(classify_transaction)
+    }
+
+    /// Runs a query to the end of its pages or until `enough` items are kept, keeping those
+    /// `keep` accepts. `build` makes the request for a start key.
+    async fn query_items(
+        &self,
+        build: impl Fn(StartKey) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        enough: usize,
+        keep: impl Fn(&Item) -> bool,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut kept = Vec::new();
+        let mut start: StartKey = None;
+        loop {
+            let output = build(start.take()).send().await.map_err(classify)?;
+            for item in output.items() {
+                if kept.len() < enough && keep(item) {
+                    kept.push(item.clone());
+                }
+            }
+            match output.last_evaluated_key() {
+                Some(last) if kept.len() < enough => start = Some(last.clone()),
+                _ => return Ok(kept),
+            }
+        }
+    }
+
+    /// Every item of a partition of the base table, by sort key.
+    async fn partition(&self, pk: String) -> Result<Vec<Item>, StoreError> {
+        let client = &self.client;
+        let table = &self.table;
+        self.query_items(
+            |start| {
+                client
+                    .query()
+                    .table_name(table)
+                    .key_condition_expression("pk = :pk")
+                    .expression_attribute_values(":pk", s(&pk))
+                    .consistent_read(true)
+                    .set_exclusive_start_key(start)
+            },
+            usize::MAX,
+            |_| true,
+        )
+        .await
+    }
+
+    /// Reads one item by key, strongly consistent.
+    async fn get_item(&self, pk: String, sk: &str) -> Result<Option<Item>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(schema::key(pk, sk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(output.item)
+    }
+
+    /// Puts `item` if the stored version is `expected_version` (0: it must not exist).
+    async fn put_versioned(&self, item: Item, expected_version: u64) -> Result<(), StoreError> {
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        request = if expected_version == 0 {
+            request.condition_expression("attribute_not_exists(pk)")
+        } else {
+            request
+                .condition_expression("version = :expected")
+                .expression_attribute_values(":expected", n(expected_version))
+        };
+        request.send().await.map_err(classify)?;
+        Ok(())
+    }
+
+    async fn insert_job_now(
+        &self,
+        job: &ServiceJob,
+        token: Option<&ClientTokenRecord>,
+    ) -> Result<InsertJob, StoreError> {
+        let item = schema::job_item(job, 1)?;
+        let Some(token) = token else {
+            return match self.put_versioned(item, 0).await {
+                Err(StoreError::Conflict) => Err(StoreError::AlreadyExists),
+                other => other.map(|()| InsertJob::Inserted),
+            };
+        };
+        let writes = vec![
+            self.put(item, "attribute_not_exists(pk)", None, None)?,
+            // An expired token (its TTL passed, DynamoDB has not deleted it yet) is free again:
+            // the new record's time is now, and `ttl` is a reserved word.
+            self.put(
+                schema::token_item(token),
+                "attribute_not_exists(pk) OR #ttl < :now",
+                Some(HashMap::from([(
+                    ":now".to_owned(),
+                    n(token.created_at.div_euclid(1000)),
+                )])),
+                Some(HashMap::from([("#ttl".to_owned(), schema::TTL.to_owned())])),
+            )?,
+        ];
+        match self.transact(writes).await {
+            Ok(()) => Ok(InsertJob::Inserted),
+            Err(Cancelled::Failed(e)) => Err(e),
+            Err(Cancelled::Conditions(reasons)) => {
+                // The token is checked first, as the other stores do: a reused token answers with
+                // its record even when the job id is taken too.
+                if let Some(reason) = reasons.get(1).filter(|r| r.failed) {
+                    let existing = match &reason.old {
+                        Some(old) => old.clone(),
+                        None => self
+                            .get_item(schema::token_pk(&token.token), "TOKEN")
+                            .await?
+                            .ok_or(StoreError::Conflict)?,
+                    };
+                    return Ok(InsertJob::TokenExists(schema::token_record(
+                        &token.token,
+                        &existing,
+                    )?));
+                }
+                Err(StoreError::AlreadyExists)
+            }
+        }
+    }
+
+    async fn update_job_now(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
+        // Version 0 is never stored and u64::MAX cannot be bumped: neither can match.
+        let next = match expected.checked_add(1) {
+            Some(next) if expected > 0 => next,
+            _ => return Err(StoreError::Conflict),
+        };
+        self.put_versioned(schema::job_item(job, next)?, expected)
+            .await?;
+        Ok(next)
+    }
+
+    async fn commit_now(&self, writes: &[Write]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut items = Vec::with_capacity(writes.len());
+        for write in writes {
+            let (item, expected) = match write {
+                Write::Job {
+                    job,
+                    expected_version,
+                } => {
+                    let Some(next) = expected_version
+                        .checked_add(1)
+                        .filter(|_| *expected_version > 0)
+                    else {
+                        return Err(StoreError::Conflict);
+                    };
+                    (schema::job_item(job, next)?, *expected_version)
+                }
+                Write::Document {
+                    kind,
+                    key,
+                    doc,
+                    expected_version,
+                } => {
+                    let Some(next) = expected_version.checked_add(1) else {
+                        return Err(StoreError::Conflict);
+                    };
+                    let doc = schema::encode(key, doc)?;
+                    let item = schema::document_item(schema::document_pk(kind), key, next, doc);
+                    (item, *expected_version)
+                }
+            };
+            items.push(if expected == 0 {
+                self.put(item, "attribute_not_exists(pk)", None, None)?
+            } else {
+                self.put(
+                    item,
+                    "version = :expected",
+                    Some(HashMap::from([(":expected".to_owned(), n(expected))])),
+                    None,
+                )?
+            });
+        }
+        match self.transact(items).await {
+            Ok(()) => Ok(()),
+            Err(Cancelled::Failed(e)) => Err(e),
+            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
+        }
+    }
+
+    async fn list_jobs_now(
+        &self,
+        query: &JobQuery,
+    ) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
+        let limit = query.limit.max(1);
+        let plan = ListPlan::new(query);
+        let client = &self.client;
+        let table = &self.table;
+        let page_size = if plan.filter.is_empty() {
+            // Every item read is kept: read exactly one more than the page to know if one follows.
+            Some(i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX))
+        } else {
+            // Filtered: let DynamoDB read up to 1 MB per call rather than many tiny calls.
+            None
+        };
+        let items = self
+            .query_items(
+                |start| {
+                    let mut request = client
+                        .query()
+                        .table_name(table)
+                        .index_name(plan.index)
+                        .key_condition_expression(&plan.key_condition)
+                        .scan_index_forward(false)
+                        .set_limit(page_size)
+                        .set_exclusive_start_key(start);
+                    if !plan.filter.is_empty() {
+                        request = request.filter_expression(plan.filter.join(" AND "));
+                    }
+                    for (name, value) in &plan.names {
+                        request = request.expression_attribute_names(*name, *value);
+                    }
+                    for (name, value) in &plan.values {
+                        request = request.expression_attribute_values(*name, value.clone());
+                    }
+                    request
+                },
+                limit.saturating_add(1),
+                |_| true,
+            )
+            .await?;
+        let more = items.len() > limit;
+        let jobs = items
+            .iter()
+            .take(limit)
+            .map(schema::decode::<ServiceJob>)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = match (more, jobs.last()) {
+            (true, Some(last)) => Some(JobCursor {
+                created_at: last.value.created_at,
+                job_id: last.value.job_id.clone(),
+            }),
+            _ => None,
+        };
+        Ok(Page { items: jobs, next })
+    }
+
+    async fn runnable_jobs_now(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (index, sort) = schema::runnable_index(order, share.is_some());
+        let prefix = share.map(|share| format!("{share}{SEP}"));
+        let client = &self.client;
+        let table = &self.table;
+        let page = i32::try_from(limit).unwrap_or(i32::MAX);
+        let items = self
+            .query_items(
+                |start| {
+                    let request = client
+                        .query()
+                        .table_name(table)
+                        .index_name(index)
+                        .expression_attribute_values(":q", s(queue))
+                        .limit(page)
+                        .set_exclusive_start_key(start);
+                    match &prefix {
+                        None => request.key_condition_expression("rq = :q"),
+                        Some(prefix) => request
+                            .key_condition_expression("rq = :q AND begins_with(#s, :prefix)")
+                            .expression_attribute_names("#s", sort)
+                            .expression_attribute_values(":prefix", s(prefix)),
+                    }
+                },
+                limit,
+                |_| true,
+            )
+            .await?;
+        items.iter().map(schema::decode).collect()
+    }
+
+    /// A skip scan of the `runnable-share-fifo` index: one query of one item per share, each
+    /// starting just past the previous share's keys.
+    async fn runnable_shares_now(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        // Bounded by the number of shares; the cap only guards against a corrupt index looping.
+        const MAX_SHARES: usize = 100_000;
+        let mut shares = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..MAX_SHARES {
+            let mut request = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(schema::index::RUNNABLE_SHARE_FIFO)
+                .expression_attribute_values(":q", s(queue))
+                .limit(1);
+            request = match &after {
+                None => request.key_condition_expression("rq = :q"),
+                Some(after) => request
+                    .key_condition_expression("rq = :q AND #s > :after")
+                    .expression_attribute_names("#s", schema::RUNNABLE_SHARE_FIFO_SK)
+                    .expression_attribute_values(":after", s(after)),
+            };
+            let output = request.send().await.map_err(classify)?;
+            // No filter, so `Limit 1` finds an item whenever one is left in the range.
+            let Some(item) = output.items().first() else {
+                break;
+            };
+            let sort = schema::text("runnable share index", item, schema::RUNNABLE_SHARE_FIFO_SK)?;
+            // Shares never contain the separator, so the first field is the whole share.
+            let share = sort.split(SEP).next().unwrap_or_default().to_owned();
+            // Every key of this share starts `{share}#`; `$` sorts just after `#`.
+            after = Some(format!("{share}$"));
+            shares.push(share);
+        }
+        shares.sort();
+        shares.dedup();
+        Ok(shares)
+    }
+
+    async fn dispatched_jobs_now(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        let client = &self.client;
+        let table = &self.table;
+        let items = self
+            .query_items(
+                |start| {
+                    client
+                        .query()
+                        .table_name(table)
+                        .index_name(schema::index::DISPATCHED)
+                        .key_condition_expression("dp = :d")
+                        .expression_attribute_values(":d", s(schema::DISPATCHED_VALUE))
+                        .set_exclusive_start_key(start)
+                },
+                usize::MAX,
+                |_| true,
+            )
+            .await?;
+        items.iter().map(schema::decode).collect()
+    }
+}
+
+/// How a `list_jobs` query reads: which index, its key condition, the filters DynamoDB applies
+/// after reading, and the placeholders they use.
+struct ListPlan {
+    index: &'static str,
+    key_condition: String,
+    filter: Vec<&'static str>,
+    names: Vec<(&'static str, &'static str)>,
+    values: Vec<(&'static str, AttributeValue)>,
+}
+
+impl ListPlan {
+    /// Picks the narrowest index for the query's queue and status, turns the time window and the
+    /// cursor into a sort-key range, and the other fields into filters.
+    fn new(query: &JobQuery) -> Self {
+        let (index, partition_attr, partition) = match (&query.queue, query.status) {
+            (Some(queue), Some(status)) => (
+                schema::index::BY_QUEUE_STATUS,
+                schema::LIST_QUEUE_STATUS,
+                schema::queue_status(queue, status),
+            ),
+            (Some(queue), None) => (schema::index::BY_QUEUE, schema::LIST_QUEUE, queue.clone()),
+            (None, Some(status)) => (
+                schema::index::BY_STATUS,
+                schema::LIST_STATUS,
+                status.as_str().to_owned(),
+            ),
+            (None, None) => (
+                schema::index::BY_CREATED,
+                schema::LIST_ALL,
+                schema::LIST_ALL_VALUE.to_owned(),
+            ),
+        };
+        let mut plan = Self {
+            index,
+            key_condition: "#p = :p".to_owned(),
+            filter: Vec::new(),
+            names: vec![("#p", partition_attr)],
+            values: vec![(":p", s(partition))],
+        };
+        // Sort keys are `{time:020}#{id}`. `{t:020}` alone sorts below every key at time t and
+        // above every key before it, so it is a strict upper bound and, at t + 1, an inclusive
+        // lower bound that is strict at t.
+        let lower = query
+            .created_after
+            .map(|after| schema::sortable_time(after.saturating_add(1)));
+        let mut upper = query.created_before.map(schema::sortable_time);
+        if let Some(cursor) = &query.after {
+            let at = schema::list_sort_key(cursor.created_at, &cursor.job_id);
+            // The cursor itself is excluded by a filter: key conditions only offer `<=` with
+            // `BETWEEN`.
+            if upper.as_ref().is_none_or(|u| at < *u) {
+                upper = Some(at.clone());
+            }
+            plan.filter.push("#k <> :cursor");
+            plan.values.push((":cursor", s(at)));
+        }
+        match (lower, upper) {
+            (None, None) => {}
+            (Some(lower), None) => {
+                plan.key_condition.push_str(" AND #k >= :lo");
+                plan.values.push((":lo", s(lower)));
+            }
+            (None, Some(upper)) => {
+                plan.key_condition.push_str(" AND #k <= :hi");
+                plan.values.push((":hi", s(upper)));
+            }
+            (Some(lower), Some(upper)) => {
+                plan.key_condition.push_str(" AND #k BETWEEN :lo AND :hi");
+                // BETWEEN with lo > hi is a validation error; an empty range is what it means.
+                let (lower, upper) = if lower > upper {
+                    (upper.clone(), upper)
+                } else {
+                    (lower, upper)
+                };
+                plan.values.push((":lo", s(lower)));
+                plan.values.push((":hi", s(upper)));
+            }
+        }
+        // DynamoDB refuses a placeholder that no expression uses.
+        if plan.key_condition.contains("#k") || plan.filter.iter().any(|f| f.contains("#k")) {
+            plan.names.push(("#k", schema::LIST_SK));
+        }
+        if let Some(share) = &query.share_identifier {
+            plan.filter.push("share_identifier = :share");
+            plan.values.push((":share", s(share)));
+        }
+        if let Some(quota_share) = &query.quota_share_name {
+            plan.filter.push("quota_share_name = :quota");
+            plan.values.push((":quota", s(quota_share)));
+        }
+        match &query.name {
+            None => {}
+            Some(NameFilter::Exact(name)) => {
+                plan.filter.push("name_lower = :name");
+                plan.values.push((":name", s(name)));
+            }
+            Some(NameFilter::Prefix(prefix)) => {
+                plan.filter.push("begins_with(name_lower, :name)");
+                plan.values.push((":name", s(prefix)));
+            }
+        }
+        plan
+    }
+}
+
+/// What a transaction's condition checks said, item by item.
+struct Reason {
+    /// This item's condition failed.
+    failed: bool,
+    /// The item as stored, when DynamoDB returned it.
+    old: Option<Item>,
+}
+
+/// Why a transaction did not apply.
+enum Cancelled {
+    /// At least one condition failed; one reason per item, in order.
+    Conditions(Vec<Reason>),
+    /// Anything else, classified.
+    Failed(StoreError),
+}
+
+/// Classifies a `TransactWriteItems` failure: cancelled for a condition, or unavailable.
+fn classify_transaction<R>(error: SdkError<TransactWriteItemsError, R>) -> Cancelled
+where
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    if let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
+        error.as_service_error()
+    {
+        let reasons: Vec<Reason> = cancelled
+            .cancellation_reasons()
+            .iter()
+            .map(|r| Reason {
+                failed: r.code() == Some("ConditionalCheckFailed"),
+                old: r.item().cloned(),
+            })
+            .collect();
+        if reasons.iter().any(|r| r.failed) {
+            return Cancelled::Conditions(reasons);
+        }
+    }
+    Cancelled::Failed(classify(error))
+}
+
+/// Classifies an SDK failure: a failed condition is a [`StoreError::Conflict`] (callers that
+/// create turn it into [`StoreError::AlreadyExists`]); everything else is unavailable.
+fn classify<E, R>(error: SdkError<E, R>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    if error
+        .as_service_error()
+        .and_then(ProvideErrorMetadata::code)
+        == Some("ConditionalCheckFailedException")
+    {
+        return StoreError::Conflict;
+    }
+    let message = match error.as_service_error() {
+        Some(service) => format!(
+            "DynamoDB refused the call: {}: {}",
+            service.code().unwrap_or("unknown error"),
+            service.message().unwrap_or("no message")
+        ),
+        None => format!("DynamoDB call failed: {error}"),
+    };
+    StoreError::Unavailable {
+        message,
+        source: Some(Box::new(error)),
+    }
+}
+
+fn unavailable(message: &str, error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable {
+        message: format!("{message}: {error}"),
+        source: Some(Box::new(error)),
+    }
+}
+
+impl Store for DynamoStore {
+    async fn insert_job(
+        &self,
+        job: &ServiceJob,
+        token: Option<&ClientTokenRecord>,
+    ) -> Result<InsertJob, StoreError> {
+        self.insert_job_now(job, token).await
+    }
+
+    async fn get_job(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
+        self.get_item(schema::job_pk(job_id), "JOB")
+            .await?
+            .map(|item| schema::decode(&item))
+            .transpose()
+    }
+
+    async fn update_job(&self, job: &ServiceJob, expected_version: u64) -> Result<u64, StoreError> {
+        self.update_job_now(job, expected_version).await
+    }
+
+    async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
+        self.list_jobs_now(query).await
+    }
+
+    async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
+        let key = resource.key();
+        let doc = schema::encode(&key, resource)?;
+        let item = schema::document_item(schema::resource_pk(R::KIND), &key, 1, doc);
+        match self.put_versioned(item, 0).await {
+            Err(StoreError::Conflict) => Err(StoreError::AlreadyExists),
+            other => other,
+        }
+    }
+
+    async fn get_resource<R: Resource>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Versioned<R>>, StoreError> {
+        self.get_item(schema::resource_pk(R::KIND), key)
+            .await?
+            .map(|item| schema::decode(&item))
+            .transpose()
+    }
+
+    async fn list_resources<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
+        let items = self.partition(schema::resource_pk(R::KIND)).await?;
+        items.iter().map(schema::decode).collect()
+    }
+
+    async fn update_resource<R: Resource>(
+        &self,
+        resource: &R,
+        expected_version: u64,
+    ) -> Result<u64, StoreError> {
+        let next = match expected_version.checked_add(1) {
+            Some(next) if expected_version > 0 => next,
+            _ => return Err(StoreError::Conflict),
+        };
+        let key = resource.key();
+        let doc = schema::encode(&key, resource)?;
+        let item = schema::document_item(schema::resource_pk(R::KIND), &key, next, doc);
+        self.put_versioned(item, expected_version).await?;
+        Ok(next)
+    }
+
+    async fn delete_resource<R: Resource>(
+        &self,
+        key: &str,
+        expected_version: u64,
+    ) -> Result<(), StoreError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(schema::key(schema::resource_pk(R::KIND), key)))
+            .condition_expression("version = :expected")
+            .expression_attribute_values(":expected", n(expected_version))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    async fn get_document<D: Document>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Versioned<D>>, StoreError> {
+        self.get_item(schema::document_pk(D::KIND), key)
+            .await?
+            .map(|item| schema::decode(&item))
+            .transpose()
+    }
+
+    async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
+        let items = self.partition(schema::document_pk(D::KIND)).await?;
+        items.iter().map(schema::decode).collect()
+    }
+
+    async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
+        self.commit_now(writes).await
+    }
+
+    async fn runnable_jobs(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        self.runnable_jobs_now(queue, share, order, limit).await
+    }
+
+    async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        self.runnable_shares_now(queue).await
+    }
+
+    async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        self.dispatched_jobs_now().await
+    }
+}

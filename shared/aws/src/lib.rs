@@ -1,0 +1,13 @@
+//! Trainyard's AWS adapters: the ports of `trainyard-app` implemented over AWS services.
+//!
+//! Endpoints come from the standard `AWS_ENDPOINT_URL_*` variables (through `aws-config`), so
+//! tests point the same code at moto and at the project's SageMaker emulator; there are no
+//! test-only branches.
+//!
+//! # Layout
+//!
+//! - [`dynamodb`]: the store, on one DynamoDB table.
+//! - [`sagemaker`]: the training backend, on SageMaker's API.
+
+pub mod dynamodb;
+pub mod sagemaker;

@@ -1,0 +1,196 @@
+//! The store contract, run against [`DynamoStore`] on a moto server.
+//!
+//! Needs `AWS_ENDPOINT_URL_DYNAMODB` (and dummy credentials and a region) pointing at moto;
+//! `run_dynamodb_contract` in `scripts/lib/moto.sh` starts one and runs this file. Every case
+//! gets a fresh table with a unique name, so cases never see each other's items.
+#![cfg(feature = "moto-tests")]
+// Test support: a broken set-up should fail loudly where it broke.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_config::BehaviorVersion;
+use aws_sdk_dynamodb::Client;
+use trainyard_app::ports::{JobQuery, RunnableOrder, Store};
+use trainyard_aws::dynamodb::{DynamoStore, create_table};
+
+const ENDPOINT_VARIABLE: &str = "AWS_ENDPOINT_URL_DYNAMODB";
+
+/// A store on a new table named after the case.
+///
+/// The contract's factory is synchronous but creating a table is not, and each case runs on its
+/// own single-threaded runtime, so the table is created on a helper thread with its own runtime.
+/// The store's client is loaded there too but makes its first request on the case's runtime, so
+/// its connections belong to that runtime.
+fn fresh(case: &'static str) -> DynamoStore {
+    let endpoint = std::env::var(ENDPOINT_VARIABLE).unwrap_or_default();
+    assert!(
+        !endpoint.is_empty(),
+        "{ENDPOINT_VARIABLE} is not set: these tests need a moto server; run them with \
+         `source scripts/lib/common.sh; source scripts/lib/moto.sh; run_dynamodb_contract`"
+    );
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let table = format!(
+        "trainyard-{}-{}-{}",
+        std::process::id(),
+        SEQUENCE.fetch_add(1, Ordering::Relaxed),
+        case.replace('_', "-")
+    );
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the set-up");
+        runtime.block_on(async move {
+            let setup = Client::new(&aws_config::defaults(BehaviorVersion::latest()).load().await);
+            create_table(&setup, &table)
+                .await
+                .unwrap_or_else(|e| panic!("creating table {table} at {endpoint}: {e:?}"));
+            let config = aws_config::defaults(BehaviorVersion::latest()).load().await;
+            DynamoStore::new(Client::new(&config), table)
+        })
+    })
+    .join()
+    .expect("the set-up thread panicked")
+}
+
+trainyard_app::store_contract_tests!(fresh);
+
+// ---------------------------------------------------------------------------------------------
+// DynamoDB-specific: the places where this adapter maps the contract onto key ranges.
+// ---------------------------------------------------------------------------------------------
+
+use trainyard_app::contract::{job, query};
+use trainyard_domain::job::JobStatus;
+
+/// A time window, a cursor and a filter at once: the window and the cursor become one sort-key
+/// range, and the cursor itself is excluded. Every page must hold exactly the jobs of a brute
+/// force over the same rows.
+#[tokio::test]
+async fn window_cursor_and_filter_together_page_like_a_brute_force() {
+    let store = fresh("window_cursor_and_filter");
+    let mut all = Vec::new();
+    for n in 0..40_i64 {
+        let id = format!("j{:02}", (n * 17) % 40);
+        let status = if n % 3 == 0 {
+            JobStatus::Running
+        } else {
+            JobStatus::Runnable
+        };
+        let j = job(&id).created_at(n / 2).status(status).build();
+        store.insert_job(&j, None).await.unwrap();
+        all.push(j);
+    }
+    for (after, before, status) in [
+        (Some(3), Some(15), None),
+        (None, Some(10), Some(JobStatus::Runnable)),
+        (Some(18), None, Some(JobStatus::Running)),
+        (Some(12), Some(4), None),
+        (Some(5), Some(6), None),
+    ] {
+        let mut expected: Vec<(i64, String)> = all
+            .iter()
+            .filter(|j| after.is_none_or(|a| j.created_at > a))
+            .filter(|j| before.is_none_or(|b| j.created_at < b))
+            .filter(|j| status.is_none_or(|s| j.status == s))
+            .map(|j| (j.created_at, j.job_id.clone()))
+            .collect();
+        expected.sort_by(|a, b| b.cmp(a));
+        let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+        let mut paged = Vec::new();
+        let mut cursor = None;
+        for _ in 0..100 {
+            let page = store
+                .list_jobs(&JobQuery {
+                    created_after: after,
+                    created_before: before,
+                    status,
+                    queue: status.map(|_| "q".to_owned()),
+                    after: cursor.clone(),
+                    ..query(3)
+                })
+                .await
+                .unwrap();
+            paged.extend(page.items.into_iter().map(|j| j.value.job_id));
+            cursor = page.next;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(
+            paged, expected,
+            "after {after:?} before {before:?} {status:?}"
+        );
+    }
+}
+
+/// The skip scan of shares visits each share once, whatever its backlog, including the empty
+/// share and shares that are prefixes of each other.
+#[tokio::test]
+async fn runnable_shares_skip_over_each_shares_backlog() {
+    let store = fresh("runnable_shares_skip");
+    let shares = ["", "a", "a-b", "ab", "b_", "zz"];
+    for (i, share) in shares.iter().enumerate() {
+        for k in 0..(i + 2) {
+            let mut builder = job(&format!("{i}-{k}")).runnable_at(i64::try_from(k).unwrap());
+            if !share.is_empty() {
+                builder = builder.share(share);
+            }
+            store.insert_job(&builder.build(), None).await.unwrap();
+        }
+    }
+    let found = store.runnable_shares("q").await.unwrap();
+    let mut expected: Vec<String> = shares.iter().map(|s| (*s).to_owned()).collect();
+    expected.sort();
+    assert_eq!(found, expected);
+    // A share that is a prefix of another does not pick up the other's jobs.
+    let a = store
+        .runnable_jobs("q", Some("a"), RunnableOrder::Fifo, 100)
+        .await
+        .unwrap();
+    let ids: Vec<String> = a.into_iter().map(|j| j.value.job_id).collect();
+    assert_eq!(ids, ["1-0", "1-1", "1-2"]);
+}
+
+/// A token is refused while its TTL runs and free again once it has passed, even before
+/// DynamoDB's lazy TTL deletion removes the item.
+#[tokio::test]
+async fn a_client_token_past_its_ttl_is_free_again() {
+    use trainyard_app::contract::token;
+    use trainyard_app::ports::InsertJob;
+    let store = fresh("client_token_ttl");
+    let at = |ms: i64, id: &str| {
+        let mut record = token("tok", "hash", id);
+        record.created_at = ms;
+        record
+    };
+    const DAY_MS: i64 = 24 * 3600 * 1000;
+    let first = at(1_000, "j1");
+    store
+        .insert_job(&job("j1").build(), Some(&first))
+        .await
+        .unwrap();
+    let within = store
+        .insert_job(&job("j2").build(), Some(&at(1_000 + DAY_MS, "j2")))
+        .await
+        .unwrap();
+    assert_eq!(
+        within,
+        InsertJob::TokenExists(first),
+        "a day later it still holds"
+    );
+    let expired = store
+        .insert_job(&job("j3").build(), Some(&at(1_000 + 3 * DAY_MS, "j3")))
+        .await
+        .unwrap();
+    assert_eq!(expired, InsertJob::Inserted, "three days later it is free");
+    let again = store
+        .insert_job(&job("j4").build(), Some(&at(1_000 + 3 * DAY_MS, "j4")))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        InsertJob::TokenExists(at(1_000 + 3 * DAY_MS, "j3")),
+        "the new record replaced the expired one"
+    );
+}
