@@ -3,6 +3,7 @@ loopback port (the same calls as scripts/check-emulator-boto3.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -98,3 +99,41 @@ def test_stop_and_error_codes_decode_as_botocore_expects(sagemaker):
     with pytest.raises(ClientError) as missing:
         sagemaker.describe_training_job(TrainingJobName=f"missing-{uuid.uuid4().hex[:8]}")
     assert missing.value.response["Error"]["Code"] in ("ResourceNotFound", "ValidationException")
+
+
+def test_the_sagemaker_sdk_attaches_an_estimator_to_an_emulated_training_job(sagemaker):
+    """The SageMaker Python SDK's `Estimator.attach` rebuilds an estimator from the emulator's
+    DescribeTrainingJob, as it does from SageMaker's (the SDK lives in its own virtualenv)."""
+    sdk_python = os.environ.get("SAGEMAKER_SDK_PYTHON")
+    if not sdk_python:
+        pytest.fail("SAGEMAKER_SDK_PYTHON is not set: run the suite through scripts/test")
+    name = support.unique("attach")
+    sagemaker.create_training_job(
+        TrainingJobName=name,
+        RoleArn="arn:aws:iam::123456789012:role/SageMakerRole",
+        AlgorithmSpecification={
+            "TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1",
+            "TrainingInputMode": "File",
+        },
+        HyperParameters={"emulator_duration_s": "0.2", "epochs": "3"},
+        OutputDataConfig={"S3OutputPath": "s3://bucket/out"},
+        ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        StoppingCondition={"MaxRuntimeInSeconds": 3600},
+    )
+    support.wait_until(
+        lambda: sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+        == "Completed",
+        f"training job {name} to complete",
+        10.0,
+    )
+    script = os.path.join(os.path.dirname(__file__), "..", "sagemaker-sdk", "check_attach.py")
+    proc = subprocess.run(
+        [sdk_python, script, sagemaker.meta.endpoint_url, name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["hyperparameters"]["epochs"] == "3"

@@ -738,6 +738,18 @@ fn describe(job: &Job, format: TimeFormat) -> Value {
         .trim_end_matches('/')
         .to_owned();
     let has_stopping_condition = out.contains_key("StoppingCondition");
+    // Members SageMaker always returns, with its defaults, even when the request left them out
+    // (clients such as the SageMaker SDK's `Estimator.attach` read them unconditionally).
+    if let Some(Value::Object(output)) = out.get_mut("OutputDataConfig") {
+        output.entry("KmsKeyId").or_insert_with(|| json!(""));
+    }
+    for flag in [
+        "EnableNetworkIsolation",
+        "EnableInterContainerTrafficEncryption",
+        "EnableManagedSpotTraining",
+    ] {
+        out.entry(flag).or_insert(json!(false));
+    }
     let mut put = |k: &str, v: Value| {
         out.insert(k.to_owned(), v);
     };
