@@ -8,7 +8,7 @@
 //!
 //! # Layout
 //!
-//! - [`router`]: routes, body limits, dispatch by operation name.
+//! - [`router`](mod@router): routes, body limits, dispatch by operation name.
 //! - [`error`]: [`ApiError`] and its mapping to Batch's error responses.
 //! - [`extract`]: decoding request bodies with messages that name the offending field.
 //! - [`validate`]: range, name and tag checks shared by the operations.

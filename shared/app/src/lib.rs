@@ -6,7 +6,7 @@
 //! - [`ports`]: traits for the store, the clock, identifiers and events, and the records they
 //!   exchange. Hosts provide adapters: SQLite (local mode), DynamoDB (AWS), memory (tests, sim).
 //! - [`memory`]: the in-memory store, the reference implementation of the store contract.
-//! - [`contract`]: the store contract suite, run against every store implementation.
+//! - `contract` (feature `contract`): the store contract suite, run against every store implementation.
 //! - [`service`]: the use-cases behind every API operation.
 //! - [`error`]: the use-case error, classified for the API edge.
 //! - [`testing`]: a manual clock and sequential ids for deterministic tests.

@@ -3,7 +3,7 @@
 //! # Shape
 //!
 //! Jobs, client tokens, configuration resources and scheduler documents share one table, keyed
-//! by `pk`/`sk` (see [`schema`] and `docs/storage-dynamodb.md`). Sparse global secondary indexes
+//! by `pk`/`sk` (see `schema` and `docs/storage-dynamodb.md`). Sparse global secondary indexes
 //! answer the scheduler's reads (RUNNABLE jobs per queue and share in dispatch order; jobs holding
 //! capacity) and `ListServiceJobs` (by queue, queue and status, status, or everything, newest
 //! first), so no read scans the table.
@@ -18,7 +18,7 @@
 //!
 //! # Errors
 //!
-//! Classified once, in [`classify`] and [`classify_transaction`]: a failed condition is
+//! Classified once, in `classify` and `classify_transaction`: a failed condition is
 //! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create); throttling, 5xx,
 //! timeouts and everything else are [`StoreError::Unavailable`] with the SDK error kept.
 

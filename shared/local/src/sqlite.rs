@@ -5,7 +5,7 @@
 //! A job is stored as its JSON document plus the columns `list_jobs` filters and orders on
 //! (queue, status, share, quota share, lower-cased name, creation time). Configuration resources
 //! are JSON documents keyed by (kind, key). Client tokens have their own table and are written
-//! in the same transaction as their job. The schema and its migrations live in [`schema`]; the
+//! in the same transaction as their job. The schema and its migrations live in `schema`; the
 //! layout and the reasons behind it are in `docs/storage-local.md`.
 //!
 //! # Durability
