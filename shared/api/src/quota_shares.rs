@@ -13,6 +13,7 @@ use trainyard_domain::quota_share::{
 };
 use trainyard_domain::{ResourceStatus, State, Tags};
 
+use crate::environments::{self, CapacityLimitIn};
 use crate::error::ApiError;
 use crate::extract::to_value;
 use crate::paging::{list_response, page_by_name};
@@ -32,13 +33,6 @@ pub async fn handle<S: Store, E: EventSink>(
         "deletequotashare" => delete(service, body).await,
         _ => return None,
     })
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CapacityLimitIn {
-    max_capacity: Option<i64>,
-    capacity_unit: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,24 +84,15 @@ struct ListRequest {
     next_token: Option<String>,
 }
 
+/// `capacityLimits`, checked as the service environment's are (same wire shape and rules).
 fn capacity_limits(limits: Vec<CapacityLimitIn>) -> Result<Vec<QuotaShareCapacityLimit>, ApiError> {
-    limits
+    Ok(environments::capacity_limits("capacityLimits", limits)?
         .into_iter()
-        .enumerate()
-        .map(|(i, limit)| {
-            let max_field = format!("capacityLimits[{i}].maxCapacity");
-            let max = validate::required(&max_field, limit.max_capacity)?;
-            validate::range(&max_field, max, 0..=i64::from(u32::MAX))?;
-            let unit = validate::required(
-                &format!("capacityLimits[{i}].capacityUnit"),
-                limit.capacity_unit,
-            )?;
-            Ok(QuotaShareCapacityLimit {
-                max_capacity: u32::try_from(max).unwrap_or(u32::MAX),
-                capacity_unit: unit,
-            })
+        .map(|l| QuotaShareCapacityLimit {
+            max_capacity: l.max_capacity,
+            capacity_unit: l.capacity_unit,
         })
-        .collect()
+        .collect())
 }
 
 fn sharing(input: SharingIn) -> Result<ResourceSharingConfiguration, ApiError> {
