@@ -39,93 +39,65 @@ use crate::ports::{
     quota_share_key,
 };
 
-/// Expands to one `#[tokio::test]` per contract case. The argument is a factory
-/// `FnMut(&'static str) -> S` called once per case with the case's name.
-#[macro_export]
-macro_rules! store_contract_tests {
-    ($fresh:expr) => {
-        $crate::store_contract_tests!(@cases $fresh;
-            inserted_job_reads_back_at_version_1,
-            unknown_job_reads_as_none,
-            taken_job_id_is_already_exists_and_keeps_the_original,
-            client_token_is_recorded_with_its_job,
-            reused_client_token_returns_the_first_record_and_writes_nothing,
-            insert_refused_for_a_taken_id_records_no_token,
-            update_with_current_version_bumps_it,
-            update_with_stale_version_conflicts_and_writes_nothing,
-            update_of_unknown_job_conflicts,
-            list_filters_match_every_set_field,
-            list_reflects_updated_status_and_version,
-            list_is_newest_first_with_job_id_breaking_ties,
-            list_of_empty_store_is_one_empty_last_page,
-            pages_cover_every_job_once_at_limit_100,
-            pages_cover_every_job_once_at_limit_7,
-            filtered_pages_cover_every_matching_job_once,
-            exactly_full_last_page_has_no_next,
-            resource_created_reads_back_at_version_1,
-            taken_resource_key_is_already_exists,
-            resources_list_by_key_and_only_their_kind,
-            resource_update_checks_and_bumps_version,
-            resource_delete_checks_version,
-            quota_shares_are_keyed_by_queue_and_name,
-            commit_applies_every_write_or_none,
-            documents_are_created_at_version_1_and_checked,
-            runnable_jobs_come_in_dispatch_order,
-            runnable_shares_and_dispatched_jobs_follow_status,
-            capacity_holders_summarise_the_dispatched_jobs,
-        );
-    };
-    (@cases $fresh:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test]
-            async fn $case() {
-                #[allow(unused_mut)]
-                let mut fresh = $fresh;
-                let store = fresh(stringify!($case));
-                $crate::contract::$case(&store).await;
-            }
-        )*
+/// Defines, from one list of cases, both the exported `store_contract_tests!` and [`run_all`],
+/// so the two can never disagree. `$d` is a literal `$`, passed in so that the inner macro can
+/// have metavariables of its own.
+macro_rules! contract_cases {
+    ($d:tt; $($case:ident),* $(,)?) => {
+        /// Expands to one `#[tokio::test]` per contract case. The argument is a factory
+        /// `FnMut(&'static str) -> S` called once per case with the case's name.
+        #[macro_export]
+        macro_rules! store_contract_tests {
+            ($d fresh:expr) => {
+                $(
+                    #[::tokio::test]
+                    async fn $case() {
+                        #[allow(unused_mut)]
+                        let mut fresh = $d fresh;
+                        let store = fresh(stringify!($case));
+                        $crate::contract::$case(&store).await;
+                    }
+                )*
+            };
+        }
+
+        /// Runs every case in sequence, each on a fresh store from `fresh`.
+        pub async fn run_all<S: Store, F: FnMut(&'static str) -> S>(mut fresh: F) {
+            $( $case(&fresh(stringify!($case))).await; )*
+        }
     };
 }
 
-/// Runs every case in sequence, each on a fresh store from `fresh`.
-pub async fn run_all<S: Store, F: FnMut(&'static str) -> S>(mut fresh: F) {
-    macro_rules! run {
-        ($($case:ident),* $(,)?) => {
-            $( $case(&fresh(stringify!($case))).await; )*
-        };
-    }
-    run!(
-        inserted_job_reads_back_at_version_1,
-        unknown_job_reads_as_none,
-        taken_job_id_is_already_exists_and_keeps_the_original,
-        client_token_is_recorded_with_its_job,
-        reused_client_token_returns_the_first_record_and_writes_nothing,
-        insert_refused_for_a_taken_id_records_no_token,
-        update_with_current_version_bumps_it,
-        update_with_stale_version_conflicts_and_writes_nothing,
-        update_of_unknown_job_conflicts,
-        list_filters_match_every_set_field,
-        list_reflects_updated_status_and_version,
-        list_is_newest_first_with_job_id_breaking_ties,
-        list_of_empty_store_is_one_empty_last_page,
-        pages_cover_every_job_once_at_limit_100,
-        pages_cover_every_job_once_at_limit_7,
-        filtered_pages_cover_every_matching_job_once,
-        exactly_full_last_page_has_no_next,
-        resource_created_reads_back_at_version_1,
-        taken_resource_key_is_already_exists,
-        resources_list_by_key_and_only_their_kind,
-        resource_update_checks_and_bumps_version,
-        resource_delete_checks_version,
-        quota_shares_are_keyed_by_queue_and_name,
-        commit_applies_every_write_or_none,
-        documents_are_created_at_version_1_and_checked,
-        runnable_jobs_come_in_dispatch_order,
-        runnable_shares_and_dispatched_jobs_follow_status,
-        capacity_holders_summarise_the_dispatched_jobs,
-    );
-}
+contract_cases!($;
+    inserted_job_reads_back_at_version_1,
+    unknown_job_reads_as_none,
+    taken_job_id_is_already_exists_and_keeps_the_original,
+    client_token_is_recorded_with_its_job,
+    reused_client_token_returns_the_first_record_and_writes_nothing,
+    insert_refused_for_a_taken_id_records_no_token,
+    update_with_current_version_bumps_it,
+    update_with_stale_version_conflicts_and_writes_nothing,
+    update_of_unknown_job_conflicts,
+    list_filters_match_every_set_field,
+    list_reflects_updated_status_and_version,
+    list_is_newest_first_with_job_id_breaking_ties,
+    list_of_empty_store_is_one_empty_last_page,
+    pages_cover_every_job_once_at_limit_100,
+    pages_cover_every_job_once_at_limit_7,
+    filtered_pages_cover_every_matching_job_once,
+    exactly_full_last_page_has_no_next,
+    resource_created_reads_back_at_version_1,
+    taken_resource_key_is_already_exists,
+    resources_list_by_key_and_only_their_kind,
+    resource_update_checks_and_bumps_version,
+    resource_delete_checks_version,
+    quota_shares_are_keyed_by_queue_and_name,
+    commit_applies_every_write_or_none,
+    documents_are_created_at_version_1_and_checked,
+    runnable_jobs_come_in_dispatch_order,
+    runnable_shares_and_dispatched_jobs_follow_status,
+    capacity_holders_summarise_the_dispatched_jobs,
+);
 
 // ---------------------------------------------------------------------------------------------
 // Builders

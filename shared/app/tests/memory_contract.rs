@@ -18,6 +18,6 @@ async fn run_all_passes_on_fresh_memory_stores() {
         MemoryStore::new()
     })
     .await;
-    // The number of cases listed in `run_all` (and in `store_contract_tests!`).
+    // The number of cases in the contract's one list (`contract_cases!`).
     assert_eq!(made, 28, "one fresh store per case");
 }
