@@ -49,7 +49,7 @@ use trainyard_scheduler::{
 
 use crate::error::AppError;
 use crate::ports::{
-    BackendError, CapacityHolder, Document, EnvironmentUsage, Event, EventSink, RunnableOrder,
+    BackendError, CapacityHolder, EnvironmentUsage, Event, EventSink, RunnableOrder,
     ShareUsageRecord, Store, StoreError, TrainingBackend, TrainingJobState, TrainingStatus,
     Versioned, Write, share_key,
 };
@@ -205,6 +205,8 @@ struct Loaded {
     held: BTreeMap<ShareKey, u64>,
     /// Fair-share queues and their decay windows (seconds).
     fair_queues: BTreeMap<String, u32>,
+    /// Each share's stored usage record, with its version for step 6's write.
+    share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>>,
 }
 
 fn pending(job: &ServiceJob) -> PendingJob {
@@ -564,20 +566,22 @@ impl<S: Store, E: EventSink> Service<S, E> {
             }
             snapshot.running.push(running(job, &config.planner));
         }
-        snapshot.usage = self
+        let share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>> = self
             .store
             .list_documents::<ShareUsageRecord>()
             .await?
             .into_iter()
             .map(|r| {
-                (
-                    ShareKey {
-                        queue: r.value.queue,
-                        share: r.value.share,
-                    },
-                    r.value.usage,
-                )
+                let key = ShareKey {
+                    queue: r.value.queue.clone(),
+                    share: r.value.share.clone(),
+                };
+                (key, r)
             })
+            .collect();
+        snapshot.usage = share_usage
+            .iter()
+            .map(|(k, r)| (k.clone(), r.value.usage))
             .collect();
         Ok(Loaded {
             snapshot,
@@ -586,23 +590,17 @@ impl<S: Store, E: EventSink> Service<S, E> {
             usage,
             held,
             fair_queues,
+            share_usage,
         })
     }
 
     /// Step 6: each fair share's decayed usage advances to `now` with the instances it held.
     async fn account_usage(&self, loaded: &Loaded, now: i64) -> Result<(), AppError> {
-        let stored: BTreeMap<String, Versioned<ShareUsageRecord>> = self
-            .store
-            .list_documents::<ShareUsageRecord>()
-            .await?
-            .into_iter()
-            .map(|r| (r.value.key(), r))
-            .collect();
+        // The records were read with the snapshot; a concurrent cycle that wrote one since makes
+        // that write conflict, which is harmless (it accounted the same interval).
+        let stored = &loaded.share_usage;
         let mut keys: Vec<ShareKey> = loaded.held.keys().cloned().collect();
-        keys.extend(stored.values().map(|r| ShareKey {
-            queue: r.value.queue.clone(),
-            share: r.value.share.clone(),
-        }));
+        keys.extend(stored.keys().cloned());
         keys.sort();
         keys.dedup();
         for key in keys {
@@ -610,7 +608,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 continue;
             };
             let held = loaded.held.get(&key).copied().unwrap_or(0);
-            let existing = stored.get(&crate::ports::quota_share_key(&key.queue, &key.share));
+            let existing = stored.get(&key);
             let (usage, version) = match existing {
                 Some(r) => (r.value.usage, r.version),
                 None => (
