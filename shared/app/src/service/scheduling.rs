@@ -101,10 +101,14 @@ pub struct CycleReport {
     pub preemptions: usize,
 }
 
-/// The SageMaker training-job name of attempt `n` (1-based) of `job`: a readable prefix from
-/// the payload's `TrainingJobName`, the job id without dashes, and the attempt number. At most
-/// 63 characters of `[a-zA-Z0-9-]`, as SageMaker requires, and the same every time, so that a
-/// repeated launch is recognised (`ResourceInUse`) instead of running twice.
+/// The prefix of every training job Trainyard launches, so that IAM policies can scope
+/// SageMaker actions to Trainyard's own jobs (`training-job/ty-*`).
+pub const ATTEMPT_NAME_PREFIX: &str = "ty-";
+
+/// The SageMaker training-job name of attempt `n` (1-based) of `job`: [`ATTEMPT_NAME_PREFIX`],
+/// a readable part from the payload's `TrainingJobName`, the job id without dashes, and the
+/// attempt number. At most 63 characters of `[a-zA-Z0-9-]`, as SageMaker requires, and the same
+/// every time, so that a repeated launch is recognised (`ResourceInUse`) instead of running twice.
 pub fn attempt_name(job: &ServiceJob, n: usize) -> String {
     let id: String = job
         .job_id
@@ -112,7 +116,7 @@ pub fn attempt_name(job: &ServiceJob, n: usize) -> String {
         .filter(char::is_ascii_alphanumeric)
         .collect();
     let suffix = format!("{id}-{n}");
-    let room = 63usize.saturating_sub(suffix.len() + 1);
+    let room = 63usize.saturating_sub(ATTEMPT_NAME_PREFIX.len() + suffix.len() + 1);
     let prefix: String = job
         .training
         .training_job_name
@@ -122,16 +126,21 @@ pub fn attempt_name(job: &ServiceJob, n: usize) -> String {
         .collect();
     let prefix = prefix.trim_matches('-');
     if prefix.is_empty() {
-        suffix
+        format!("{ATTEMPT_NAME_PREFIX}{suffix}")
     } else {
-        format!("{prefix}-{suffix}")
+        format!("{ATTEMPT_NAME_PREFIX}{prefix}-{suffix}")
     }
 }
 
 /// The job id and attempt number an [`attempt_name`] encodes, if it is one of ours. Job ids are
-/// UUIDs, so the 32 hex digits before the attempt number give the id back.
+/// UUIDs, so the 32 hex digits before the attempt number give the id back. SageMaker reports
+/// names as created, but ARNs lower-case them, so the prefix is matched without regard to case.
 pub fn parse_attempt_name(name: &str) -> Option<(String, usize)> {
-    let (rest, n) = name.rsplit_once('-')?;
+    let head = name.get(..ATTEMPT_NAME_PREFIX.len())?;
+    if !head.eq_ignore_ascii_case(ATTEMPT_NAME_PREFIX) {
+        return None;
+    }
+    let (rest, n) = name[ATTEMPT_NAME_PREFIX.len()..].rsplit_once('-')?;
     let n: usize = n.parse().ok()?;
     let hex = rest.get(rest.len().checked_sub(32)?..)?;
     if !hex.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -1059,12 +1068,12 @@ mod tests {
     fn attempt_names_are_valid_for_sagemaker_and_round_trip() {
         let id = "0f8fad5b-d9cb-469f-a165-70867728950e";
         let cases = [
-            ("resnet-50", "resnet-50-0f8fad5bd9cb469fa16570867728950e-1"),
+            ("resnet-50", "ty-resnet-50-0f8fad5bd9cb469fa16570867728950e-1"),
             (
                 "a".repeat(63).as_str(),
-                &format!("{}-0f8fad5bd9cb469fa16570867728950e-1", "a".repeat(28)),
+                &format!("ty-{}-0f8fad5bd9cb469fa16570867728950e-1", "a".repeat(25)),
             ),
-            ("--", "0f8fad5bd9cb469fa16570867728950e-1"),
+            ("--", "ty-0f8fad5bd9cb469fa16570867728950e-1"),
         ]
         .map(|(a, b)| (a.to_owned(), b.to_owned()));
         for (training_name, expected) in cases {
@@ -1081,6 +1090,8 @@ mod tests {
             "AWSBatchfoo",
             "x-zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz-1",
             "-1",
+            // One of ours but for the prefix: a user's own training job is never adopted.
+            "resnet-50-0f8fad5bd9cb469fa16570867728950e-1",
         ] {
             assert_eq!(parse_attempt_name(foreign), None, "{foreign}");
         }
