@@ -86,6 +86,7 @@ pub fn event_line(event: &Event, time_ms: i64) -> String {
             job_id,
             job_queue,
             status,
+            ..
         } => (job_id, job_queue, *status),
     };
     let mut line = json!({
@@ -171,6 +172,15 @@ mod tests {
                     job_id: "j-1".into(),
                     job_queue: "research".into(),
                     status: JobStatus::Succeeded,
+                    job: Box::new(
+                        serde_json::from_value(json!({
+                            "jobId": "j-1", "jobName": "j", "jobQueue": "research",
+                            "serviceJobType": "SAGEMAKER_TRAINING", "serviceRequestPayload": "{}",
+                            "status": "SUCCEEDED", "createdAt": 0, "updatedAt": 0,
+                            "training": {"trainingJobName": "t", "instances": {"ml.g5.xlarge": 1}}
+                        }))
+                        .expect("a job"),
+                    ),
                 },
                 "SUCCEEDED",
             ),

@@ -595,7 +595,7 @@ pub trait Ids: Send + Sync + 'static {
 
 /// Something happened that other parts of the loop react to. Internal events drive the
 /// scheduler; they are not Batch's public events.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A job was stored as SUBMITTED.
     JobSubmitted {
@@ -612,6 +612,9 @@ pub enum Event {
         job_queue: String,
         /// New status.
         status: JobStatus,
+        /// The job as stored with its new status (boxed: far larger than the other events),
+        /// for sinks that publish it, such as EventBridge's "Batch Service Job State Change".
+        job: Box<ServiceJob>,
     },
 }
 

@@ -544,6 +544,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                     job_id: job.job_id.clone(),
                     job_queue: job.job_queue.clone(),
                     status: next,
+                    job: Box::new(job.clone()),
                 })
                 .await;
         }
@@ -668,6 +669,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                     job_id: job.job_id.clone(),
                     job_queue: job.job_queue.clone(),
                     status: job.status,
+                    job: Box::new(job.clone()),
                 })
                 .await;
         }

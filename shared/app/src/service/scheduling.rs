@@ -1043,6 +1043,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 job_id: job.job_id.clone(),
                 job_queue: job.job_queue.clone(),
                 status: job.status,
+                job: Box::new(job.clone()),
             })
             .await;
     }
@@ -1068,7 +1069,10 @@ mod tests {
     fn attempt_names_are_valid_for_sagemaker_and_round_trip() {
         let id = "0f8fad5b-d9cb-469f-a165-70867728950e";
         let cases = [
-            ("resnet-50", "ty-resnet-50-0f8fad5bd9cb469fa16570867728950e-1"),
+            (
+                "resnet-50",
+                "ty-resnet-50-0f8fad5bd9cb469fa16570867728950e-1",
+            ),
             (
                 "a".repeat(63).as_str(),
                 &format!("ty-{}-0f8fad5bd9cb469fa16570867728950e-1", "a".repeat(25)),
