@@ -204,6 +204,19 @@ def test_pass_role_is_limited_to_the_training_roles_and_to_sagemaker(which, requ
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_sagemaker_actions_reach_only_trainyard_named_training_jobs(which, request):
+    template = request.getfixturevalue(which)
+    grants = [s for _, s in statements(template["Resources"]) if "sagemaker:" in json.dumps(s.get("Action"))]
+    # scheduler, training-events and retry each touch training jobs; api does not.
+    assert len(grants) == 3, grants
+    for statement in grants:
+        resource = json.dumps(statement["Resource"])
+        # attempt_name() in shared/app/src/service/scheduling.rs starts every name with "ty-".
+        assert resource.count(":training-job/ty-*") == 1, resource
+        assert ":training-job/*" not in resource, resource
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
 def test_rules_route_sagemaker_changes_and_internal_events_to_their_functions(which, request):
     template = request.getfixturevalue(which)
     targets = {}

@@ -133,7 +133,7 @@ class TrainyardStack extends cdk.Stack {
 
     // --- functions: log group, role, code, function -------------------------------------------
     const tableResources = [table.attrArn, `${table.attrArn}/index/*`];
-    const trainingJobs = `arn:${Aws.PARTITION}:sagemaker:${Aws.REGION}:${Aws.ACCOUNT_ID}:training-job/*`;
+    const trainingJobs = `arn:${Aws.PARTITION}:sagemaker:${Aws.REGION}:${Aws.ACCOUNT_ID}:training-job/ty-*`;
     const readWrite = [
       'dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Query', 'dynamodb:PutItem',
       'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem',
