@@ -30,7 +30,8 @@ def expected_functions():
     found = set()
     functions_dir = ROOT / "functions"
     if functions_dir.is_dir():
-        found = {p.name for p in functions_dir.iterdir() if (p / "Cargo.toml").is_file()}
+        # A function is a binary crate; a shared library crate (no src/main.rs) is not deployed.
+        found = {p.name for p in functions_dir.iterdir() if (p / "src" / "main.rs").is_file()}
     return REQUIRED_FUNCTIONS | found
 
 
