@@ -6,8 +6,9 @@ checks SigV4 signatures made for the service name ``execute-api``; Batch clients
 (the Region, the credentials and the request stay as they are). It works three ways:
 
 * boto3 client: ``trainyard_sigv4.install(batch_client)``
-* boto3 session, and so every Batch client made from it, including the SageMaker Python SDK's
-  ``TrainingQueue`` when it is given that session: ``trainyard_sigv4.install(boto3_session)``
+* boto3 session, and so every Batch client made from it: ``trainyard_sigv4.install(session)``
+* boto3's default session, which ``boto3.client("batch")`` and the SageMaker Python SDK's
+  ``TrainingQueue`` use: ``trainyard_sigv4.install_default()``
 * AWS CLI (v1 or v2) plugin, enabled in ``~/.aws/config`` with the module on ``PYTHONPATH``
   (v2: ``cli_legacy_plugin_path`` under ``[plugins]``)::
 
@@ -44,6 +45,16 @@ def install(target: Any) -> Any:
     else:
         raise TypeError(f"cannot install request signing on {type(target).__name__}")
     return target
+
+
+def install_default() -> Any:
+    """Installs on boto3's default session (creating it if needed), which module-level
+    ``boto3.client(...)`` calls use; returns that session."""
+    import boto3
+
+    if boto3.DEFAULT_SESSION is None:
+        boto3.setup_default_session()
+    return install(boto3.DEFAULT_SESSION)
 
 
 def awscli_initialize(cli: Any) -> None:

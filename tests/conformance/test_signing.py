@@ -77,3 +77,30 @@ def test_the_aws_cli_plugin_signs_for_execute_api(endpoint):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "/execute-api/aws4_request" in proc.stderr
     assert "/batch/aws4_request" not in proc.stderr
+
+
+SDK_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import trainyard_sigv4
+trainyard_sigv4.install_default()
+from sagemaker.aws_batch.boto_client import get_batch_boto_client
+client = get_batch_boto_client(region="us-east-1", endpoint=sys.argv[1])
+seen = []
+client.meta.events.register("before-send.batch", lambda request, **_: seen.append(request.headers["Authorization"]))
+client.describe_job_queues()
+print(seen[0].decode() if isinstance(seen[0], bytes) else seen[0])
+"""
+
+
+def test_the_sagemaker_sdks_batch_client_signs_for_execute_api_after_install_default(endpoint):
+    python = os.environ.get("SAGEMAKER_SDK_PYTHON")
+    if not python:
+        pytest.fail("SAGEMAKER_SDK_PYTHON is not set; run the suite through scripts/test", pytrace=False)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    proc = subprocess.run(
+        [python, "-c", SDK_PROBE, endpoint, str(CLIENTS)],
+        capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert scope_service(proc.stdout.strip()) == "execute-api"
