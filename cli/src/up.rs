@@ -240,7 +240,6 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     ));
     let observer = tokio::spawn(metrics::observe(
         metrics.clone(),
-        service.clone(),
         events.subscribe(),
         stopped(stopping.clone()),
     ));

@@ -1,8 +1,8 @@
 //! Local mode's metrics, in Prometheus' text exposition format.
 //!
 //! Two sources feed them. Counters and histograms come from the event feed ([`observe`]): every
-//! `JobStatusChanged` is looked up in the store once, which tells a dispatch (→ SCHEDULED) from a
-//! retry or a capacity error (→ RUNNABLE again). Gauges are read from the store when scraped
+//! `JobStatusChanged` carries the job as it was stored, which tells a dispatch (→ SCHEDULED) from
+//! a retry or a capacity error (→ RUNNABLE again). Gauges are read from the store when scraped
 //! ([`render`]): jobs by queue, share and status, and instances in use against each
 //! environment's limit. So a restart resets the counters (as any Prometheus counter may) but
 //! never the gauges.
@@ -15,9 +15,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
-use trainyard_app::Service;
 use trainyard_app::ports::{
-    Clock, EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError, SystemClock, share_key,
+    Clock, EnvironmentUsage, Event, JobQuery, Store, StoreError, SystemClock, share_key,
 };
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
 use trainyard_domain::job::JobStatus;
@@ -182,9 +181,8 @@ fn seconds_between(from_ms: i64, to_ms: i64) -> f64 {
 
 /// Follows the event feed and counts dispatches, retries and capacity errors until `shutdown`
 /// resolves. A lagging feed loses counts, never correctness: it is logged and followed on.
-pub async fn observe<S: Store, E: EventSink>(
+pub async fn observe(
     metrics: Arc<Metrics>,
-    service: Arc<Service<S, E>>,
     mut feed: broadcast::Receiver<Event>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -195,15 +193,10 @@ pub async fn observe<S: Store, E: EventSink>(
             event = feed.recv() => event,
         };
         match event {
-            Ok(Event::JobStatusChanged { job_id, status, .. })
+            Ok(Event::JobStatusChanged { status, job, .. })
                 if matches!(status, JobStatus::Scheduled | JobStatus::Runnable) =>
             {
-                let now_ms = SystemClock.now_ms();
-                match service.store().get_job(&job_id).await {
-                    Ok(Some(job)) => metrics.record_change(&job.value, status, now_ms),
-                    Ok(None) => {}
-                    Err(error) => tracing::warn!(%error, job_id, "metrics: reading the job failed"),
-                }
+                metrics.record_change(&job, status, SystemClock.now_ms());
             }
             Ok(_) => {}
             Err(broadcast::error::RecvError::Lagged(missed)) => {
