@@ -167,8 +167,9 @@ pub struct QueueSnapshot {
 /// The dispatch order of a queue's runnable jobs, as a sort key. Total: it ends on the job id.
 ///
 /// FIFO queues go by the time a job became runnable (submission order for fresh jobs); policy
-/// queues put higher `schedulingPriority` first and then go by age.
-fn dispatch_key(ordering: QueueOrdering, job: &ServiceJob) -> (Reverse<u32>, i64, i64, String) {
+/// queues put higher `schedulingPriority` first and then go by age. The same order as the
+/// store's runnable index ([`RunnableOrder`]), so that merging each share's head is exact.
+fn dispatch_key(ordering: QueueOrdering, job: &ServiceJob) -> (Reverse<u32>, i64, String) {
     let priority = match ordering {
         QueueOrdering::Fifo => 0,
         QueueOrdering::FairShare | QueueOrdering::QuotaShare => job.priority(),
@@ -176,7 +177,6 @@ fn dispatch_key(ordering: QueueOrdering, job: &ServiceJob) -> (Reverse<u32>, i64
     (
         Reverse(priority),
         job.runnable_at.unwrap_or(job.created_at),
-        job.created_at,
         job.job_id.clone(),
     )
 }
@@ -726,6 +726,36 @@ impl<S: Store, E: EventSink> Service<S, E> {
         .await
     }
 
+    /// The first `limit` RUNNABLE jobs of each share of `queue` (of the whole queue when it is
+    /// FIFO), merged in dispatch order. Read from the runnable index, so the cost grows with
+    /// shares × `limit`, never with the backlog; the first `limit` of the result are exactly the
+    /// queue's first `limit`, and every share with a RUNNABLE job has its first one in it.
+    async fn front_runnable(
+        &self,
+        queue: &str,
+        ordering: QueueOrdering,
+        limit: usize,
+    ) -> Result<Vec<ServiceJob>, AppError> {
+        let mut jobs = Vec::new();
+        if ordering == QueueOrdering::Fifo {
+            jobs = self
+                .store
+                .runnable_jobs(queue, None, RunnableOrder::Fifo, limit)
+                .await?;
+        } else {
+            for share in self.store.runnable_shares(queue).await? {
+                let head = self
+                    .store
+                    .runnable_jobs(queue, Some(&share), RunnableOrder::Priority, limit)
+                    .await?;
+                jobs.extend(head);
+            }
+        }
+        let mut jobs: Vec<ServiceJob> = jobs.into_iter().map(|v| v.value).collect();
+        jobs.sort_by_cached_key(|job| dispatch_key(ordering, job));
+        Ok(jobs)
+    }
+
     /// `GetJobQueueSnapshot`: the front of the queue in dispatch order and the capacity its
     /// dispatched jobs hold.
     pub async fn queue_snapshot(&self, name_or_arn: &str) -> Result<QueueSnapshot, AppError> {
@@ -738,12 +768,13 @@ impl<S: Store, E: EventSink> Service<S, E> {
             ..JobQuery::default()
         };
 
-        // Reads every RUNNABLE job of the queue: fine for now, the scheduling issue adds a
-        // runnable index sorted in dispatch order so that this reads only the head.
-        let mut runnable = self
-            .scan_jobs(of_status(JobStatus::Runnable), SCAN_CAP)
+        let runnable = self
+            .front_runnable(
+                &name,
+                ordering,
+                trainyard_domain::limits::SNAPSHOT_FRONT_OF_QUEUE,
+            )
             .await?;
-        runnable.sort_by_cached_key(|job| dispatch_key(ordering, job));
         let front_of_queue = runnable
             .iter()
             .take(trainyard_domain::limits::SNAPSHOT_FRONT_OF_QUEUE)
@@ -1042,6 +1073,50 @@ mod tests {
                 order(ordering, jobs.clone()),
                 ["old-high", "new-high", "old-low", "unset"]
             );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_front_read_from_each_shares_head_equals_sorting_the_whole_backlog() {
+        let service = Service::new(
+            MemoryStore::default(),
+            NoEvents,
+            Arc::new(ManualClock::new(1_000)),
+            Arc::new(SequentialIds::default()),
+            ArnContext::default(),
+        );
+        // 600 RUNNABLE jobs over 4 shares (one of them unnamed), with repeated priorities and
+        // times so that ties are broken by the id; more than `limit` in every share.
+        let mut all = Vec::new();
+        for i in 0..600_i64 {
+            let mut j = job(
+                &format!("job-{:03}", (i * 37) % 600),
+                Some(u32::try_from(i % 3).unwrap()),
+                i / 7,
+                Some(i / 5),
+            );
+            j.share_identifier = ["a", "b", "c"]
+                .get((i % 4) as usize)
+                .map(|s| (*s).to_owned());
+            service.store.insert_job(&j, None).await.unwrap();
+            all.push(j);
+        }
+        for (ordering, limit) in [
+            (QueueOrdering::FairShare, 100),
+            (QueueOrdering::FairShare, 7),
+            (QueueOrdering::Fifo, 100),
+        ] {
+            let front = service.front_runnable("q", ordering, limit).await.unwrap();
+            let got: Vec<String> = front.iter().take(limit).map(|j| j.job_id.clone()).collect();
+            let mut want = order(ordering, all.clone());
+            want.truncate(limit);
+            assert_eq!(got, want, "{ordering:?}, limit {limit}");
+            if ordering == QueueOrdering::FairShare {
+                // Every share's first job is in what was read.
+                let shares: std::collections::BTreeSet<Option<String>> =
+                    front.iter().map(|j| j.share_identifier.clone()).collect();
+                assert_eq!(shares.len(), 4, "{ordering:?}, limit {limit}");
+            }
         }
     }
 
