@@ -35,8 +35,8 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
     CapacityHolder, ClientTokenRecord, Document, EnvironmentUsage, InsertJob, JobCursor, JobQuery,
-    NameFilter, Resource, RunnableOrder, ShareUsageRecord, Store, StoreError, Versioned, Write,
-    quota_share_key,
+    NameFilter, Resource, RunnableHead, RunnableOrder, ShareUsageRecord, Store, StoreError,
+    Versioned, Write, quota_share_key,
 };
 
 /// Defines, from one list of cases, both the exported `store_contract_tests!` and [`run_all`],
@@ -97,6 +97,7 @@ contract_cases!($;
     runnable_jobs_come_in_dispatch_order,
     runnable_shares_and_dispatched_jobs_follow_status,
     capacity_holders_summarise_the_dispatched_jobs,
+    runnable_heads_summarise_the_runnable_jobs,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1305,4 +1306,93 @@ pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S)
     assert_eq!(ids, ["e", "g", "i"]);
     assert_eq!(holders[0].priority, 7);
     assert_eq!(holders, expected(store).await);
+}
+
+/// The runnable heads are [`Store::runnable_jobs`], summarised, in the same order and with the
+/// same limits, and follow every update: a new status reason (with its version), a priority
+/// that reorders the share, a job that leaves RUNNABLE.
+pub async fn runnable_heads_summarise_the_runnable_jobs<S: Store>(store: &S) {
+    for j in [
+        job("a").runnable_at(30).priority(1).share("s1").build(),
+        job("b").runnable_at(10).share("s1").build(),
+        job("c")
+            .runnable_at(20)
+            .priority(5)
+            .quota_share("qs")
+            .build(),
+        job("d").runnable_at(20).priority(5).share("s1").build(),
+        job("e")
+            .runnable_at(5)
+            .status(JobStatus::Running)
+            .share("s1")
+            .build(),
+        job("f").runnable_at(1).queue("other").build(),
+        job("g").runnable_at(15).build(),
+    ] {
+        insert(store, &j).await;
+    }
+    // Every (share, order, limit) the cycle may ask for agrees with the jobs it summarises.
+    async fn agrees<S: Store>(store: &S, queue: &str) {
+        for share in [None, Some(""), Some("s1"), Some("qs"), Some("nobody")] {
+            for order in [RunnableOrder::Fifo, RunnableOrder::Priority] {
+                for limit in [0, 1, 2, 10] {
+                    let jobs = store
+                        .runnable_jobs(queue, share, order, limit)
+                        .await
+                        .unwrap();
+                    let expected: Vec<RunnableHead> = jobs
+                        .iter()
+                        .map(|j| RunnableHead::of(&j.value, j.version))
+                        .collect();
+                    let heads = store
+                        .runnable_heads(queue, share, order, limit)
+                        .await
+                        .unwrap();
+                    assert_eq!(heads, expected, "{queue} {share:?} {order:?} {limit}");
+                }
+            }
+        }
+    }
+    agrees(store, "q").await;
+    agrees(store, "other").await;
+    agrees(store, "nowhere").await;
+    let heads = store
+        .runnable_heads("q", Some("s1"), RunnableOrder::Priority, 10)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = heads.iter().map(|h| h.job_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["d", "a", "b"],
+        "priority, then runnable time; RUNNING e left out"
+    );
+    assert_eq!((heads[0].share.as_str(), heads[0].runnable_at), ("s1", 20));
+
+    let update = |id: &'static str, change: fn(&mut ServiceJob)| async move {
+        let mut stored = store.get_job(id).await.unwrap().unwrap();
+        change(&mut stored.value);
+        store
+            .update_job(&stored.value, stored.version)
+            .await
+            .unwrap();
+    };
+    update("a", |j| {
+        j.status_reason = Some("CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting".into())
+    })
+    .await;
+    update("b", |j| j.scheduling_priority = Some(9)).await;
+    update("d", |j| j.status = JobStatus::Scheduled).await;
+    agrees(store, "q").await;
+    let heads = store
+        .runnable_heads("q", Some("s1"), RunnableOrder::Priority, 10)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = heads.iter().map(|h| h.job_id.as_str()).collect();
+    assert_eq!(ids, ["b", "a"], "b moved up, d left");
+    assert_eq!(heads[0].priority, 9);
+    assert_eq!(
+        (heads[1].status_reason.as_deref(), heads[1].version),
+        (Some("CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting"), 2),
+        "a new reason and version, same place"
+    );
 }

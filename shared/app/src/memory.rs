@@ -4,8 +4,9 @@
 //! Besides the jobs themselves it keeps indexes, updated in the same step as every job write, so
 //! that the scheduler's reads grow with what they return rather than with every job ever
 //! submitted (the simulator replays traces of 100,000 jobs): jobs by status (for listings), the
-//! RUNNABLE jobs of each queue and share in both dispatch orders, the dispatched jobs (with the
-//! summary the scheduler reads of them every cycle), and the RUNNABLE jobs in backoff. Configuration and documents are kept as JSON, as a real store keeps
+//! RUNNABLE jobs of each queue and share in both dispatch orders (with the summary the scheduler
+//! reads of the heads every cycle), the dispatched jobs (with their summary too), and the
+//! RUNNABLE jobs in backoff. Configuration and documents are kept as JSON, as a real store keeps
 //! them, with their decoded value cached beside them so that a cycle does not decode them again.
 
 use std::any::Any;
@@ -18,7 +19,7 @@ use trainyard_domain::job::ServiceJob;
 
 use crate::ports::{
     CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
-    Resource, RunnableOrder, Store, StoreError, Versioned, Write, share_key,
+    Resource, RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write, share_key,
 };
 use trainyard_domain::job::JobStatus;
 
@@ -102,6 +103,8 @@ struct Indexes {
     by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
     /// RUNNABLE jobs per queue.
     runnable: BTreeMap<String, QueueRunnable>,
+    /// Every RUNNABLE job, summarised for the scheduler, which reads the heads every cycle.
+    heads: BTreeMap<String, RunnableHead>,
     /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING), summarised for the scheduler,
     /// which reads them every cycle.
     dispatched: BTreeMap<String, CapacityHolder>,
@@ -114,7 +117,7 @@ struct Indexes {
 }
 
 impl Indexes {
-    fn add(&mut self, job: &ServiceJob, group: Option<GroupFn>) {
+    fn add(&mut self, job: &ServiceJob, version: u64, group: Option<GroupFn>) {
         self.by_status
             .entry(job.status)
             .or_default()
@@ -132,6 +135,8 @@ impl Indexes {
             if let Some(at) = job.not_before {
                 self.backoff.insert((at, job.job_id.clone()));
             }
+            self.heads
+                .insert(job.job_id.clone(), RunnableHead::of(job, version));
             stats.runnable = 1;
         }
         if job.status.is_dispatched() {
@@ -171,6 +176,7 @@ impl Indexes {
             if let Some(at) = job.not_before {
                 self.backoff.remove(&(at, job.job_id.clone()));
             }
+            self.heads.remove(&job.job_id);
             stats.runnable = 1;
         }
         if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
@@ -208,19 +214,27 @@ impl Inner {
     fn replace_job(&mut self, job: &ServiceJob) -> Option<u64> {
         let group = self.group;
         let stored = self.jobs.get_mut(&job.job_id)?;
-        // Most updates of a waiting job only change its status reason: its index entries stay.
-        if !same_index_entries(&stored.value, job, group) {
+        let version = stored.version + 1;
+        // Most updates of a waiting job only change its status reason: its index entries stay,
+        // and its summary takes the new reason and version.
+        if same_index_entries(&stored.value, job, group) {
+            if let Some(head) = self.index.heads.get_mut(&job.job_id) {
+                head.status_reason.clone_from(&job.status_reason);
+                head.version = version;
+            }
+        } else {
             self.index.remove(&stored.value, group);
-            self.index.add(job, group);
+            self.index.add(job, version, group);
         }
         stored.value = job.clone();
-        stored.version += 1;
-        Some(stored.version)
+        stored.version = version;
+        Some(version)
     }
 }
 
 /// Whether `old` and `new` have the same entries in every index: both RUNNABLE (jobs holding
-/// capacity are summarised, so any change re-indexes them) with the same keys.
+/// capacity are summarised, so any change re-indexes them) with the same keys and the same
+/// summary but for the status reason.
 fn same_index_entries(old: &ServiceJob, new: &ServiceJob, group: Option<GroupFn>) -> bool {
     old.status == JobStatus::Runnable
         && new.status == JobStatus::Runnable
@@ -230,6 +244,8 @@ fn same_index_entries(old: &ServiceJob, new: &ServiceJob, group: Option<GroupFn>
         && old.priority() == new.priority()
         && old.runnable_at.unwrap_or(old.created_at) == new.runnable_at.unwrap_or(new.created_at)
         && old.not_before == new.not_before
+        && old.training.instances == new.training.instances
+        && old.training.max_runtime_s == new.training.max_runtime_s
         && group.is_none_or(|g| g(old) == g(new))
 }
 
@@ -338,7 +354,7 @@ impl Store for MemoryStore {
             inner.tokens.insert(token.token.clone(), token.clone());
         }
         let group = inner.group;
-        inner.index.add(job, group);
+        inner.index.add(job, 1, group);
         inner.jobs.insert(
             job.job_id.clone(),
             Versioned {
@@ -638,6 +654,42 @@ impl Store for MemoryStore {
 
     async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {
         Ok(self.lock().index.dispatched.values().cloned().collect())
+    }
+
+    async fn runnable_heads(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<RunnableHead>, StoreError> {
+        let inner = self.lock();
+        let index = &inner.index;
+        let Some(runnable) = index.runnable.get(queue) else {
+            return Ok(Vec::new());
+        };
+        let ordered = match share {
+            None => Some(&runnable.all),
+            Some(share) => runnable.shares.get(share),
+        };
+        let Some(ordered) = ordered else {
+            return Ok(Vec::new());
+        };
+        let head = |id: &String| index.heads.get(id).cloned();
+        Ok(match order {
+            RunnableOrder::Fifo => ordered
+                .fifo
+                .iter()
+                .take(limit)
+                .filter_map(|(_, id)| head(id))
+                .collect(),
+            RunnableOrder::Priority => ordered
+                .priority
+                .iter()
+                .take(limit)
+                .filter_map(|(_, _, id)| head(id))
+                .collect(),
+        })
     }
 }
 

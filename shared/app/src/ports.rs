@@ -424,6 +424,73 @@ pub trait Store: Send + Sync + 'static {
             Ok(jobs.iter().map(|j| CapacityHolder::of(&j.value)).collect())
         }
     }
+
+    /// What the scheduler needs of the first `limit` RUNNABLE jobs of `queue` in `order` (with
+    /// `share`, of that share): [`runnable_jobs`], summarised, in the same order. Every cycle
+    /// reads the heads of every queue and share, so a store that can answer without copying
+    /// whole jobs should (the memory store keeps the summaries beside its index); the default
+    /// summarises [`runnable_jobs`].
+    ///
+    /// [`runnable_jobs`]: Store::runnable_jobs
+    fn runnable_heads(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RunnableHead>, StoreError>> + Send {
+        async move {
+            let jobs = self.runnable_jobs(queue, share, order, limit).await?;
+            Ok(jobs
+                .iter()
+                .map(|j| RunnableHead::of(&j.value, j.version))
+                .collect())
+        }
+    }
+}
+
+/// A RUNNABLE job, as the scheduler sees it (see [`Store::runnable_heads`]): what the planner
+/// orders and fits, plus the status reason and version a cycle needs to record why it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnableHead {
+    /// Job id.
+    pub job_id: String,
+    /// Queue name.
+    pub job_queue: String,
+    /// Its fair share or quota share ([`share_key`]; empty when none).
+    pub share: String,
+    /// `schedulingPriority` (0 when unset).
+    pub priority: u32,
+    /// When it last became RUNNABLE (its creation if never recorded).
+    pub runnable_at: i64,
+    /// Instances it needs, per instance type.
+    pub instances: std::collections::BTreeMap<String, u32>,
+    /// `MaxRuntimeInSeconds` of the request, if given.
+    pub max_runtime_s: Option<u64>,
+    /// Not to be dispatched before this time (retry backoff).
+    pub not_before: Option<i64>,
+    /// The status reason stored on the job (the last skip reason recorded).
+    pub status_reason: Option<String>,
+    /// The job's stored version: a write based on this summary expects it.
+    pub version: u64,
+}
+
+impl RunnableHead {
+    /// The summary of a RUNNABLE job stored at `version`.
+    pub fn of(job: &ServiceJob, version: u64) -> Self {
+        Self {
+            job_id: job.job_id.clone(),
+            job_queue: job.job_queue.clone(),
+            share: share_key(job).to_owned(),
+            priority: job.priority(),
+            runnable_at: job.runnable_at.unwrap_or(job.created_at),
+            instances: job.training.instances.clone(),
+            max_runtime_s: job.training.max_runtime_s,
+            not_before: job.not_before,
+            status_reason: job.status_reason.clone(),
+            version,
+        }
+    }
 }
 
 /// A job holding capacity, as the scheduler sees it (see [`Store::capacity_holders`]).
@@ -664,7 +731,7 @@ mod shared_store {
 
     use super::{
         CapacityHolder, ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource,
-        RunnableOrder, Store, StoreError, Versioned, Write,
+        RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write,
     };
 
     impl<S: Store> Store for Arc<S> {
@@ -742,6 +809,15 @@ mod shared_store {
         }
         async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {
             (**self).capacity_holders().await
+        }
+        async fn runnable_heads(
+            &self,
+            queue: &str,
+            share: Option<&str>,
+            order: RunnableOrder,
+            limit: usize,
+        ) -> Result<Vec<RunnableHead>, StoreError> {
+            (**self).runnable_heads(queue, share, order, limit).await
         }
     }
 }

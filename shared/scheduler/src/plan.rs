@@ -216,10 +216,36 @@ pub enum SkipReason {
     },
 }
 
+impl SkipReason {
+    /// The code that prefixes the reason's text (before ` - `): what kind of wait it is, without
+    /// the figures of the moment. `jobStateTimeLimitActions` match on it, and a host can compare
+    /// it with a stored reason without formatting the text.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InsufficientCapacity { .. } => "CAPACITY:SERVICE_ENVIRONMENT_FULL",
+            Self::ExceedsEnvironment { .. } => "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE",
+            Self::ReservedForHead { .. } => "PRIORITY:RESERVED_FOR_HEAD",
+            Self::BehindHead { .. } => "PRIORITY:BEHIND_HEAD_OF_QUEUE",
+            Self::ComputeReservation { .. } => "FAIR_SHARE:COMPUTE_RESERVATION",
+            Self::Backoff { .. } => "BACKOFF",
+            Self::EnvironmentDisabled { .. } => "MISCONFIGURATION:SERVICE_ENVIRONMENT_DISABLED",
+            Self::NoEnvironment => "MISCONFIGURATION:NO_SERVICE_ENVIRONMENT",
+            Self::UnknownQueue => "MISCONFIGURATION:UNKNOWN_QUEUE",
+            Self::UnknownQuotaShare { .. } => "MISCONFIGURATION:UNKNOWN_QUOTA_SHARE",
+            Self::QuotaLimitExceeded { .. } => "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED",
+            Self::QuotaExhausted { .. } => "QUOTA:QUOTA_SHARE_EXHAUSTED",
+            Self::BorrowLimitReached { .. } => "QUOTA:BORROW_LIMIT_REACHED",
+            Self::ReservedByQuotaShares { .. } => "QUOTA:CAPACITY_RESERVED",
+            Self::WaitingForPreemptedCapacity { .. } => "PREEMPTION:WAITING_FOR_PREEMPTED_CAPACITY",
+        }
+    }
+}
+
 impl std::fmt::Display for SkipReason {
-    /// The status reason shown on the RUNNABLE job, prefixed with a code that
-    /// `jobStateTimeLimitActions` can match.
+    /// The status reason shown on the RUNNABLE job: its [`SkipReason::code`], ` - `, and what
+    /// it waits for in words.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} - ", self.code())?;
         match self {
             Self::InsufficientCapacity {
                 environment,
@@ -228,7 +254,7 @@ impl std::fmt::Display for SkipReason {
                 free,
             } => write!(
                 f,
-                "CAPACITY:SERVICE_ENVIRONMENT_FULL - needs {needed} {unit}, {free} free in service environment {environment}"
+                "needs {needed} {unit}, {free} free in service environment {environment}"
             ),
             Self::ExceedsEnvironment {
                 environment,
@@ -237,7 +263,7 @@ impl std::fmt::Display for SkipReason {
                 max,
             } => write!(
                 f,
-                "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE - Service environment {environment} cannot meet the capacity requirement of the job: needs {needed} {unit}, the limit is {max}"
+                "Service environment {environment} cannot meet the capacity requirement of the job: needs {needed} {unit}, the limit is {max}"
             ),
             Self::ReservedForHead {
                 head_job_id,
@@ -245,37 +271,27 @@ impl std::fmt::Display for SkipReason {
                 head_start_ms,
             } => write!(
                 f,
-                "PRIORITY:RESERVED_FOR_HEAD - capacity is held for job {head_job_id} of queue {head_queue}, expected to start by {head_start_ms}; starting this job would delay it"
+                "capacity is held for job {head_job_id} of queue {head_queue}, expected to start by {head_start_ms}; starting this job would delay it"
             ),
             Self::BehindHead { head_job_id } => write!(
                 f,
-                "PRIORITY:BEHIND_HEAD_OF_QUEUE - the queue is strict FIFO and job {head_job_id} at its head is waiting for capacity"
+                "the queue is strict FIFO and job {head_job_id} at its head is waiting for capacity"
             ),
             Self::ComputeReservation { reserved } => write!(
                 f,
-                "FAIR_SHARE:COMPUTE_RESERVATION - {reserved} instances are kept free for shares that are not active yet"
+                "{reserved} instances are kept free for shares that are not active yet"
             ),
             Self::Backoff { until_ms } => {
-                write!(f, "BACKOFF - waiting to retry, not before {until_ms}")
+                write!(f, "waiting to retry, not before {until_ms}")
             }
             Self::EnvironmentDisabled { environment } => {
-                write!(
-                    f,
-                    "MISCONFIGURATION:SERVICE_ENVIRONMENT_DISABLED - service environment {environment} is disabled"
-                )
+                write!(f, "service environment {environment} is disabled")
             }
-            Self::NoEnvironment => write!(
-                f,
-                "MISCONFIGURATION:NO_SERVICE_ENVIRONMENT - the job queue has no service environment"
-            ),
-            Self::UnknownQueue => write!(
-                f,
-                "MISCONFIGURATION:UNKNOWN_QUEUE - the job queue does not exist"
-            ),
-            Self::UnknownQuotaShare { quota_share } => write!(
-                f,
-                "MISCONFIGURATION:UNKNOWN_QUOTA_SHARE - the job queue has no quota share named '{quota_share}'"
-            ),
+            Self::NoEnvironment => write!(f, "the job queue has no service environment"),
+            Self::UnknownQueue => write!(f, "the job queue does not exist"),
+            Self::UnknownQuotaShare { quota_share } => {
+                write!(f, "the job queue has no quota share named '{quota_share}'")
+            }
             Self::QuotaLimitExceeded {
                 quota_share,
                 unit,
@@ -297,7 +313,7 @@ impl std::fmt::Display for SkipReason {
                 };
                 write!(
                     f,
-                    "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED - {text} Quota share {quota_share}: needs {needed} {unit}, limit {limit}, borrowable {borrowable}"
+                    "{text} Quota share {quota_share}: needs {needed} {unit}, limit {limit}, borrowable {borrowable}"
                 )
             }
             Self::QuotaExhausted {
@@ -308,7 +324,7 @@ impl std::fmt::Display for SkipReason {
                 in_use,
             } => write!(
                 f,
-                "QUOTA:QUOTA_SHARE_EXHAUSTED - needs {needed} {unit}; quota share {quota_share} uses {in_use} of its limit of {limit} and does not borrow"
+                "needs {needed} {unit}; quota share {quota_share} uses {in_use} of its limit of {limit} and does not borrow"
             ),
             Self::BorrowLimitReached {
                 quota_share,
@@ -319,7 +335,7 @@ impl std::fmt::Display for SkipReason {
                 borrow_limit,
             } => write!(
                 f,
-                "QUOTA:BORROW_LIMIT_REACHED - needs {needed} {unit}; quota share {quota_share} uses {in_use} against a limit of {limit} and may borrow at most {borrow_limit} more"
+                "needs {needed} {unit}; quota share {quota_share} uses {in_use} against a limit of {limit} and may borrow at most {borrow_limit} more"
             ),
             Self::ReservedByQuotaShares {
                 unit,
@@ -328,11 +344,11 @@ impl std::fmt::Display for SkipReason {
                 reserved,
             } => write!(
                 f,
-                "QUOTA:CAPACITY_RESERVED - needs {needed} {unit} borrowed; {free} free, of which {reserved} are reserved by RESERVE quota shares"
+                "needs {needed} {unit} borrowed; {free} free, of which {reserved} are reserved by RESERVE quota shares"
             ),
             Self::WaitingForPreemptedCapacity { victims } => write!(
                 f,
-                "PREEMPTION:WAITING_FOR_PREEMPTED_CAPACITY - preempting {}; the job starts when their capacity is released",
+                "preempting {}; the job starts when their capacity is released",
                 victims.join(", ")
             ),
         }
@@ -369,21 +385,21 @@ pub(crate) struct Head {
     extra: Pool,
 }
 
-/// Per-environment planning state.
-pub(crate) struct EnvPlan {
+/// Per-environment planning state. `'a` is the snapshot's: releases borrow its instances.
+pub(crate) struct EnvPlan<'a> {
     pub(crate) name: String,
     enabled: bool,
     pub(crate) pool: Pool,
     /// (expected end, instances) of every attempt holding capacity, incl. this cycle's.
-    releases: Vec<(i64, Instances)>,
+    releases: Vec<(i64, &'a Instances)>,
     head: Option<Head>,
 }
 
-impl EnvPlan {
+impl EnvPlan<'_> {
     /// Rule 4: the earliest time `demand` fits, given the releases, and what is left then.
     fn reserve(&self, demand: &Instances) -> (i64, Pool) {
-        let mut releases: Vec<&(i64, Instances)> = self.releases.iter().collect();
-        releases.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let mut releases: Vec<&(i64, &Instances)> = self.releases.iter().collect();
+        releases.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
         let mut pool = self.pool.clone();
         let mut shadow = i64::MIN;
         for (end, instances) in releases {
@@ -426,22 +442,13 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             (e.name.as_str(), plan)
         })
         .collect();
-    let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
     for job in &snapshot.running {
         if let Some(env) = queue_env
             .get(job.queue.as_str())
             .and_then(|e| envs.get_mut(e))
         {
             env.pool.take(&job.instances);
-            env.releases
-                .push((job.expected_end_ms, job.instances.clone()));
-        }
-        if let Some(share) = &job.share {
-            let key = ShareKey {
-                queue: job.queue.clone(),
-                share: share.clone(),
-            };
-            *held.entry(key).or_insert(0) += total(&job.instances);
+            env.releases.push((job.expected_end_ms, &job.instances));
         }
     }
 
@@ -479,9 +486,7 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             skip_all(&mut plan, jobs, &reason);
             continue;
         }
-        plan_queue(
-            &mut plan, queue, jobs, env, &mut held, snapshot, now_ms, config,
-        );
+        plan_queue(&mut plan, queue, jobs, env, snapshot, now_ms, config);
     }
 
     // Jobs of queues the snapshot does not know.
@@ -533,14 +538,12 @@ impl Ord for Ranked {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn plan_queue(
+fn plan_queue<'a>(
     plan: &mut Plan,
-    queue: &QueueState,
-    mut jobs: Vec<&PendingJob>,
-    env: &mut EnvPlan,
-    held: &mut BTreeMap<ShareKey, u64>,
-    snapshot: &Snapshot,
+    queue: &'a QueueState,
+    mut jobs: Vec<&'a PendingJob>,
+    env: &mut EnvPlan<'a>,
+    snapshot: &'a Snapshot,
     now_ms: i64,
     config: &Config,
 ) {
@@ -570,33 +573,34 @@ fn plan_queue(
         }
         QueuePolicy::FairShare(policy) => {
             let half_life = policy.share_decay_s();
-            let mut by_share: BTreeMap<String, Vec<&PendingJob>> = BTreeMap::new();
+            let mut by_share: BTreeMap<&str, Vec<&PendingJob>> = BTreeMap::new();
             for job in jobs {
                 by_share
-                    .entry(job.share.clone().unwrap_or_default())
+                    .entry(job.share.as_deref().unwrap_or_default())
                     .or_default()
                     .push(job);
             }
-            // Active shares: with jobs waiting or running in this queue.
-            let mut active: BTreeSet<&str> = by_share.keys().map(String::as_str).collect();
-            active.extend(
-                snapshot
-                    .running
-                    .iter()
-                    .filter(|r| r.queue == queue.name)
-                    .filter_map(|r| r.share.as_deref()),
-            );
+            // Active shares: with jobs waiting or running in this queue. Instances held per
+            // share of this queue (the running ones', then this cycle's dispatches).
+            let mut active: BTreeSet<&str> = by_share.keys().copied().collect();
+            let mut running_held: BTreeMap<&str, u64> = BTreeMap::new();
+            for job in snapshot.running.iter().filter(|r| r.queue == queue.name) {
+                if let Some(share) = job.share.as_deref() {
+                    active.insert(share);
+                    *running_held.entry(share).or_insert(0) += total(&job.instances);
+                }
+            }
             let reserve = match (policy.compute_reservation, env.pool.total_max()) {
                 (Some(r), Some(max)) => reserved_instances(max, r, active.len()),
                 _ => 0,
             };
-            // Per share, computed once: its key, weight, decayed average and instances held.
+            // Per share, computed once: its weight, decayed average and instances held.
             // Shares are indexed in identifier order, so ranking by (score, index) breaks ties by
             // share identifier.
             struct ShareState<'a> {
-                key: ShareKey,
                 weight: f64,
                 average: f64,
+                held: u64,
                 jobs: std::vec::IntoIter<&'a PendingJob>,
             }
             let mut shares: Vec<ShareState> = by_share
@@ -605,7 +609,7 @@ fn plan_queue(
                     list.sort_by(within_share);
                     let key = ShareKey {
                         queue: queue.name.clone(),
-                        share,
+                        share: share.to_owned(),
                     };
                     let usage = snapshot.usage.get(&key).copied().unwrap_or(ShareUsage {
                         instance_seconds: 0.0,
@@ -616,29 +620,23 @@ fn plan_queue(
                         average: usage
                             .advance(now_ms, 0, half_life)
                             .average_instances(half_life),
-                        key,
+                        held: running_held.get(key.share.as_str()).copied().unwrap_or(0),
                         jobs: list.into_iter(),
                     }
                 })
                 .collect();
-            let rank = |i: usize, s: &ShareState, held: &BTreeMap<ShareKey, u64>| {
-                let now = held.get(&s.key).copied().unwrap_or(0);
-                Ranked(score(s.average, now, s.weight), i)
-            };
-            let mut order: BTreeSet<Ranked> = shares
-                .iter()
-                .enumerate()
-                .map(|(i, s)| rank(i, s, held))
-                .collect();
+            let rank = |i: usize, s: &ShareState| Ranked(score(s.average, s.held, s.weight), i);
+            let mut order: BTreeSet<Ranked> =
+                shares.iter().enumerate().map(|(i, s)| rank(i, s)).collect();
             while let Some(Ranked(_, i)) = order.pop_first() {
                 let state = &mut shares[i];
                 let Some(job) = state.jobs.next() else {
                     continue;
                 };
                 if consider(plan, queue, job, env, reserve, now_ms, config) == Outcome::Dispatched {
-                    *held.entry(state.key.clone()).or_insert(0) += total(&job.instances);
+                    state.held += total(&job.instances);
                 }
-                order.insert(rank(i, state, held));
+                order.insert(rank(i, state));
             }
         }
     }
@@ -654,11 +652,11 @@ enum Outcome {
 }
 
 /// Decides one job: dispatch it or record why not.
-fn consider(
+fn consider<'a>(
     plan: &mut Plan,
     queue: &QueueState,
-    job: &PendingJob,
-    env: &mut EnvPlan,
+    job: &'a PendingJob,
+    env: &mut EnvPlan<'a>,
     reserve: u64,
     now_ms: i64,
     config: &Config,
@@ -733,11 +731,11 @@ fn consider(
 
 /// Dispatches a job that fits the pool, unless that would delay the environment's waiting head
 /// (rule 4); then the reason.
-pub(crate) fn dispatch(
+pub(crate) fn dispatch<'a>(
     plan: &mut Plan,
     queue: &QueueState,
-    job: &PendingJob,
-    env: &mut EnvPlan,
+    job: &'a PendingJob,
+    env: &mut EnvPlan<'a>,
     now_ms: i64,
     config: &Config,
 ) -> Result<(), SkipReason> {
@@ -758,7 +756,7 @@ pub(crate) fn dispatch(
         head.extra.take(&job.instances);
     }
     env.pool.take(&job.instances);
-    env.releases.push((end_ms, job.instances.clone()));
+    env.releases.push((end_ms, &job.instances));
     plan.dispatches.push(Dispatch {
         job_id: job.job_id.clone(),
         queue: queue.name.clone(),

@@ -150,9 +150,26 @@ struct Quota<'a> {
     victims: BTreeSet<&'a str>,
     /// Borrowed running jobs, recomputed after each preemption.
     borrowed: BTreeSet<String>,
+    /// Running jobs old enough to be preempted, per share, in `running` order: the only
+    /// candidates preemption ever looks at (see [`Quota::make_room`]).
+    preemptible: BTreeMap<&'a str, Vec<&'a RunningJob>>,
+    /// Of those, the borrowed ones (all shares), recomputed with `borrowed`.
+    preemptible_borrowed: Vec<&'a RunningJob>,
 }
 
 impl<'a> Quota<'a> {
+    /// Recomputes which running jobs are borrowed (after a preemption, from those left).
+    fn set_borrowed(&mut self, borrowed: BTreeSet<String>) {
+        self.borrowed = borrowed;
+        self.preemptible_borrowed = self
+            .preemptible
+            .values()
+            .flatten()
+            .copied()
+            .filter(|r| self.borrowed.contains(&r.job_id))
+            .collect();
+    }
+
     fn used(&self, share: &str, ty: &str) -> u64 {
         self.used.get(&(share, ty.to_owned())).copied().unwrap_or(0)
     }
@@ -255,35 +272,44 @@ impl<'a> Quota<'a> {
     }
 
     /// Preemption: the fewest victims (in victim order) that let the job fit within its share's
-    /// own limit and the environment, or `None` when the candidates cannot make room.
+    /// own limit and the environment, or `None` when the candidates cannot make room. Linear in
+    /// the candidates while choosing (the fit is kept up to date victim by victim); only a
+    /// successful choice is then pruned.
     fn make_room(
         &self,
         share: &QuotaShareState,
         job: &PendingJob,
         env: &EnvPlan,
-        now_ms: i64,
-        config: &Config,
     ) -> Option<Vec<&'a RunningJob>> {
-        let min_age_ms = i64::try_from(config.min_runtime_before_preemption_s.saturating_mul(1000))
-            .unwrap_or(i64::MAX);
-        let mut candidates: Vec<(&RunningJob, bool)> = self
-            .running
+        // Candidates: borrowed jobs of other shares, and (in-share) the share's own jobs of
+        // lower priority; all old enough (`preemptible`), not already victims, and holding a type
+        // the job needs. Ordered below by a total order, so the order they are gathered in does
+        // not matter.
+        let usable = |r: &&RunningJob| {
+            !self.victims.contains(r.job_id.as_str())
+                && r.instances.keys().any(|ty| job.instances.contains_key(ty))
+        };
+        let others = self
+            .preemptible_borrowed
             .iter()
             .copied()
-            .filter(|r| !self.victims.contains(r.job_id.as_str()))
-            .filter(|r| now_ms.saturating_sub(r.started_at_ms) >= min_age_ms)
-            .filter(|r| r.instances.keys().any(|ty| job.instances.contains_key(ty)))
-            .filter_map(|r| {
-                let borrowed = self.borrowed.contains(&r.job_id);
-                let theirs = r.share.as_deref()?;
-                if theirs == share.name {
-                    (share.in_share_preemption && r.priority < job.priority)
-                        .then_some((r, borrowed))
-                } else {
-                    borrowed.then_some((r, true))
-                }
-            })
-            .collect();
+            .filter(|r| r.share.as_deref() != Some(share.name.as_str()))
+            .filter(usable)
+            .map(|r| (r, true));
+        let own = self
+            .preemptible
+            .get(share.name.as_str())
+            .filter(|_| share.in_share_preemption)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|r| r.priority < job.priority)
+            .filter(usable)
+            .map(|r| (r, self.borrowed.contains(&r.job_id)));
+        let mut candidates: Vec<(&RunningJob, bool)> = others.chain(own).collect();
+        if candidates.is_empty() {
+            return None;
+        }
         candidates.sort_by(|(a, ab), (b, bb)| {
             (!ab, a.priority, Reverse(a.started_at_ms), &a.job_id).cmp(&(
                 !bb,
@@ -311,14 +337,35 @@ impl<'a> Quota<'a> {
                     <= share.limit(ty)
             })
         };
+        // Greedy, in victim order, until the job fits: `fits(&chosen)` kept up to date one
+        // victim at a time (the pool with their instances given back, and what the job's own
+        // share gives up per type).
+        let mut pool = env.pool.clone();
+        let mut leaving: BTreeMap<&str, u64> = BTreeMap::new();
+        let fits_now = |pool: &crate::pool::Pool, leaving: &BTreeMap<&str, u64>| {
+            pool.check(&job.instances) == Fit::Fits
+                && job.instances.iter().all(|(ty, n)| {
+                    let gone = leaving.get(ty.as_str()).copied().unwrap_or(0);
+                    (self.used(&share.name, ty) + u64::from(*n)).saturating_sub(gone)
+                        <= share.limit(ty)
+                })
+        };
         let mut chosen: Vec<&RunningJob> = Vec::new();
         for (candidate, _) in candidates {
-            if fits(&chosen) {
+            if fits_now(&pool, &leaving) {
                 break;
+            }
+            pool.give(&candidate.instances);
+            if candidate.share.as_deref() == Some(share.name.as_str()) {
+                for ty in job.instances.keys() {
+                    if let Some(n) = candidate.instances.get(ty) {
+                        *leaving.entry(ty.as_str()).or_insert(0) += u64::from(*n);
+                    }
+                }
             }
             chosen.push(candidate);
         }
-        if chosen.is_empty() || !fits(&chosen) {
+        if chosen.is_empty() || !fits_now(&pool, &leaving) {
             return None;
         }
         // Take only as many victims as needed.
@@ -347,7 +394,7 @@ pub(crate) fn plan_quota_queue<'a>(
     queue: &QueueState,
     shares: &'a [QuotaShareState],
     mut jobs: Vec<&'a PendingJob>,
-    env: &mut EnvPlan,
+    env: &mut EnvPlan<'a>,
     snapshot: &'a Snapshot,
     now_ms: i64,
     config: &Config,
@@ -357,14 +404,27 @@ pub(crate) fn plan_quota_queue<'a>(
         .iter()
         .filter(|r| r.queue == queue.name)
         .collect();
+    let min_age_ms = i64::try_from(config.min_runtime_before_preemption_s.saturating_mul(1000))
+        .unwrap_or(i64::MAX);
+    let mut preemptible: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
+    for job in &running {
+        if let Some(share) = job.share.as_deref()
+            && now_ms.saturating_sub(job.started_at_ms) >= min_age_ms
+        {
+            preemptible.entry(share).or_default().push(job);
+        }
+    }
     let mut quota = Quota {
         all: shares,
         shares: shares.iter().map(|s| (s.name.as_str(), s)).collect(),
         used: BTreeMap::new(),
-        borrowed: borrowed_jobs(shares, running.iter().copied()),
-        running,
+        borrowed: BTreeSet::new(),
+        preemptible,
+        preemptible_borrowed: Vec::new(),
         victims: BTreeSet::new(),
+        running,
     };
+    quota.set_borrowed(borrowed_jobs(shares, quota.running.iter().copied()));
     for job in quota.running.clone() {
         if let Some(name) = job.share.as_deref() {
             quota.add(name, &job.instances);
@@ -392,7 +452,7 @@ fn decide<'a>(
     queue: &QueueState,
     quota: &mut Quota<'a>,
     job: &'a PendingJob,
-    env: &mut EnvPlan,
+    env: &mut EnvPlan<'a>,
     now_ms: i64,
     config: &Config,
     first_pass: bool,
@@ -480,7 +540,7 @@ fn decide<'a>(
             Err(reason) => skip(plan, reason),
         };
     };
-    let Some(victims) = quota.make_room(share, job, env, now_ms, config) else {
+    let Some(victims) = quota.make_room(share, job, env) else {
         return skip(plan, reason);
     };
 
@@ -519,7 +579,8 @@ fn decide<'a>(
         .iter()
         .copied()
         .filter(|r| !quota.victims.contains(r.job_id.as_str()));
-    quota.borrowed = borrowed_jobs(quota.all, left);
+    let borrowed = borrowed_jobs(quota.all, left);
+    quota.set_borrowed(borrowed);
     let victims = victims.iter().map(|v| v.job_id.clone()).collect();
     skip(plan, SkipReason::WaitingForPreemptedCapacity { victims })
 }

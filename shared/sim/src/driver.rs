@@ -29,7 +29,11 @@
 //!
 //! Each training job gets its own small emulator model, indexed by its next deadline, so that
 //! advancing time touches only the jobs with something due; a job that ended is kept as its
-//! final state (enough to describe it and to refuse its name again).
+//! final state (enough to describe it and to refuse its name again). When the emulator delivers
+//! events as they happen (no delay), the state a job's last delivered event showed *is* its
+//! state until its next deadline or the next call on it, so a describe in between (the periodic
+//! reconciliation asks about every long-running job) answers from that instead of building a
+//! `DescribeTrainingJob` document.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -137,6 +141,12 @@ struct BackendState {
     deadlines: BTreeSet<(i64, String)>,
     /// Final states of ended jobs.
     ended: BTreeMap<String, TrainingJobState>,
+    /// Live jobs' states as their last delivered event showed, while that is still exact (see
+    /// the module docs): dropped on every call that may change the job.
+    known: BTreeMap<String, TrainingJobState>,
+    /// Whether events are delivered the moment they happen (`max_event_delay_ms` 0), which is
+    /// what makes `known` exact.
+    prompt_events: bool,
 }
 
 fn classify(e: SageMakerError) -> BackendError {
@@ -171,14 +181,18 @@ impl BackendState {
                 self.deadlines.insert((at, key.to_owned()));
             }
             None => {
-                let state = emulator
-                    .describe_training_job(key, TimeFormat::EpochMillis)
-                    .ok()
-                    .and_then(|d| TrainingJobState::from_sagemaker(&d));
+                let state = match self.known.get(key) {
+                    Some(known) => Some(known.clone()),
+                    None => emulator
+                        .describe_training_job(key, TimeFormat::EpochMillis)
+                        .ok()
+                        .and_then(|d| TrainingJobState::from_sagemaker(&d)),
+                };
                 if let Some(state) = state
                     && state.status.is_terminal()
                 {
                     self.live.remove(key);
+                    self.known.remove(key);
                     self.ended.insert(key.to_owned(), state);
                 }
             }
@@ -195,7 +209,16 @@ impl BackendState {
             }
             if let Some(emulator) = self.live.get_mut(&key) {
                 emulator.advance(now_ms);
-                events.extend(emulator.take_events(now_ms));
+                let taken = emulator.take_events(now_ms);
+                let last = taken
+                    .last()
+                    .filter(|_| self.prompt_events)
+                    .and_then(|e| TrainingJobState::from_sagemaker(&e.detail));
+                match last {
+                    Some(state) => self.known.insert(key.clone(), state),
+                    None => self.known.remove(&key),
+                };
+                events.extend(taken);
             }
             self.refresh(&key);
         }
@@ -234,6 +257,7 @@ impl TrainingBackend for Backend {
         let arn = emulator
             .create_training_job(&request, now)
             .map_err(classify)?;
+        state.known.remove(&name);
         state.live.insert(name.clone(), emulator);
         state.refresh(&name);
         Ok(arn)
@@ -246,6 +270,12 @@ impl TrainingBackend for Backend {
         if let Some(done) = state.ended.get(&key) {
             return Ok(done.clone());
         }
+        // Nothing due for it since its last event: that event's state is its state.
+        let quiet = state.next_at.get(&key).is_none_or(|at| *at > now);
+        if let Some(known) = state.known.get(&key).filter(|_| quiet) {
+            return Ok(known.clone());
+        }
+        state.known.remove(&key);
         let emulator = state.live.get_mut(&key).ok_or_else(|| not_found(name))?;
         emulator.advance(now);
         let detail = emulator
@@ -261,6 +291,7 @@ impl TrainingBackend for Backend {
         if state.ended.contains_key(&key) {
             return Ok(());
         }
+        state.known.remove(&key);
         let emulator = state.live.get_mut(&key).ok_or_else(|| not_found(name))?;
         let result = match emulator.stop_training_job(name, now) {
             // Already finished or stopping: nothing to do.
@@ -481,11 +512,13 @@ pub fn run(
     );
     let backend = Backend {
         state: Mutex::new(BackendState {
+            prompt_events: emulator_config(scenario).max_event_delay_ms == 0,
             config: emulator_config(scenario),
             live: BTreeMap::new(),
             next_at: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             ended: BTreeMap::new(),
+            known: BTreeMap::new(),
         }),
         clock: clock.clone(),
     };

@@ -8,7 +8,8 @@
 //!    (one document each), fair-share usage, and the *heads* of each queue and share: the first
 //!    RUNNABLE jobs in dispatch order, as many as the environment has free instances plus
 //!    [`CycleConfig::head_extra`]. Reads grow with queues, shares and free capacity, never with
-//!    the backlog.
+//!    the backlog; jobs are read as summaries (`Store::capacity_holders`,
+//!    `Store::runnable_heads`), and whole only when the cycle writes them.
 //! 2. **Plan** with the pure planner (`trainyard_scheduler::plan_cycle`).
 //! 3. **Commit** each dispatch atomically: the job RUNNABLE → SCHEDULED with a new attempt, and
 //!    the environment's usage document, both version-checked. A concurrent cycle that got there
@@ -19,7 +20,11 @@
 //!    the job back to RUNNABLE without using an attempt; a rejected request fails the job; a
 //!    throttled or failed call leaves the attempt SCHEDULED without an ARN, and the periodic
 //!    pass launches it again (the name makes that idempotent).
-//! 5. **Record** each waiting job's skip reason (only when it changed).
+//! 5. **Record** each waiting job's skip reason when its code changes (`CAPACITY:…`,
+//!    `PRIORITY:…`: the text before ` - `). The figures after it (instances free, when a head
+//!    should start) move from cycle to cycle; rewriting every waiting head whenever they do would
+//!    cost a store write per head per cycle, so the text shows them as of when the job began
+//!    waiting for that reason.
 //! 6. **Account** fair-share usage: each share's decayed instance-seconds advance to now with
 //!    the instances it held since the last cycle.
 //!
@@ -49,9 +54,9 @@ use trainyard_scheduler::{
 
 use crate::error::AppError;
 use crate::ports::{
-    BackendError, CapacityHolder, EnvironmentUsage, Event, EventSink, RunnableOrder,
+    BackendError, CapacityHolder, EnvironmentUsage, Event, EventSink, RunnableHead, RunnableOrder,
     ShareUsageRecord, Store, StoreError, TrainingBackend, TrainingJobState, TrainingStatus,
-    Versioned, Write, share_key,
+    Versioned, Write,
 };
 use crate::service::Service;
 
@@ -204,10 +209,21 @@ pub struct DueReport {
     pub reconciled: usize,
 }
 
-/// The planner's view of the world, plus the stored jobs it refers to.
+/// What a cycle remembers of a pending job it handed the planner, to act on the plan.
+struct Waiting {
+    /// The version the snapshot read: a dispatch or reason write expects it.
+    version: u64,
+    /// The status reason stored then.
+    status_reason: Option<String>,
+    /// Whether its queue has `jobStateTimeLimitActions` (then every skip reads the job whole).
+    time_limits: bool,
+}
+
+/// The planner's view of the world, plus what a cycle needs to act on the plan.
 struct Loaded {
     snapshot: Snapshot,
-    jobs: BTreeMap<String, Versioned<ServiceJob>>,
+    /// The pending jobs of the snapshot, by id.
+    waiting: BTreeMap<String, Waiting>,
     queues: BTreeMap<String, JobQueue>,
     usage: BTreeMap<String, Versioned<EnvironmentUsage>>,
     /// Instances held per fair share before this cycle's dispatches.
@@ -218,18 +234,29 @@ struct Loaded {
     share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>>,
 }
 
-fn pending(job: &ServiceJob) -> PendingJob {
-    let share = share_key(job);
-    PendingJob {
-        job_id: job.job_id.clone(),
-        queue: job.job_queue.clone(),
-        share: (!share.is_empty()).then(|| share.to_owned()),
-        priority: job.priority(),
-        runnable_at_ms: job.runnable_at.unwrap_or(job.created_at),
-        instances: job.training.instances.clone(),
-        max_runtime_s: job.training.max_runtime_s,
-        not_before_ms: job.not_before,
-    }
+/// The code of a status reason: the text before ` - ` (all of it when there is none).
+fn reason_code(reason: &str) -> &str {
+    reason.split_once(" - ").map_or(reason, |(code, _)| code)
+}
+
+/// The planner's view of a head, and what the cycle keeps of it.
+fn pending(head: RunnableHead, time_limits: bool) -> (PendingJob, Waiting) {
+    let waiting = Waiting {
+        version: head.version,
+        status_reason: head.status_reason,
+        time_limits,
+    };
+    let job = PendingJob {
+        job_id: head.job_id,
+        queue: head.job_queue,
+        share: (!head.share.is_empty()).then_some(head.share),
+        priority: head.priority,
+        runnable_at_ms: head.runnable_at,
+        instances: head.instances,
+        max_runtime_s: head.max_runtime_s,
+        not_before_ms: head.not_before,
+    };
+    (job, waiting)
 }
 
 fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
@@ -299,8 +326,19 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
         // 3 and 4. Commit each dispatch, then launch it.
         for dispatch in &plan.dispatches {
-            let Some(stored) = loaded.jobs.get(&dispatch.job_id).cloned() else {
+            let Some(waiting) = loaded.waiting.get(&dispatch.job_id) else {
                 continue;
+            };
+            // The job as the snapshot saw it, or a conflict: it changed since (another cycle
+            // dispatched it, it was terminated), and the plan's assumption no longer holds.
+            let stored = match self.store.get_job(&dispatch.job_id).await? {
+                Some(stored) if stored.version == waiting.version => stored,
+                _ => {
+                    report.conflicts += 1;
+                    self.reread_usage(&mut loaded, &dispatch.environment)
+                        .await?;
+                    continue;
+                }
             };
             let usage = loaded
                 .usage
@@ -313,7 +351,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                     },
                     version: 0,
                 });
-            let mut job = stored.value.clone();
+            let mut job = stored.value;
             let n = job.attempts.len() + 1;
             if job.transition(JobStatus::Scheduled, None, now).is_err() {
                 continue;
@@ -337,15 +375,8 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 Ok(()) => {}
                 Err(StoreError::Conflict) => {
                     report.conflicts += 1;
-                    // Another writer changed the job or the environment: re-read the usage so
-                    // the rest of this cycle checks against what is really stored.
-                    let fresh = self
-                        .store
-                        .get_document::<EnvironmentUsage>(&dispatch.environment)
+                    self.reread_usage(&mut loaded, &dispatch.environment)
                         .await?;
-                    if let Some(fresh) = fresh {
-                        loaded.usage.insert(dispatch.environment.clone(), fresh);
-                    }
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -380,31 +411,36 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
         // 5. Record why the others wait, and apply the queues' time limits to them.
         for skip in &plan.skips {
-            let Some(stored) = loaded.jobs.get(&skip.job_id) else {
+            let Some(waiting) = loaded.waiting.get(&skip.job_id) else {
                 continue;
             };
             // During a capacity backoff Batch's CAPACITY reason says more than "backing off".
             let capacity_wait =
                 matches!(skip.reason, trainyard_scheduler::SkipReason::Backoff { .. })
-                    && stored
-                        .value
+                    && waiting
                         .status_reason
                         .as_deref()
                         .is_some_and(retry::is_capacity_reason);
-            let reason = (!capacity_wait).then(|| skip.reason.to_string());
+            // A reason is rewritten when its code changes, not its figures (see step 5).
+            let stored_code = waiting.status_reason.as_deref().map(reason_code);
+            let changed = !capacity_wait && stored_code != Some(skip.reason.code());
+            // Most waiting jobs keep their reason and their queue has no time limits: nothing
+            // to write, so spare the read of the job.
+            if !changed && !waiting.time_limits {
+                continue;
+            }
+            // Changed since the snapshot: the next cycle sees the new state.
+            let stored = match self.store.get_job(&skip.job_id).await? {
+                Some(stored) if stored.version == waiting.version => stored,
+                _ => continue,
+            };
             let actions = loaded
                 .queues
                 .get(&stored.value.job_queue)
                 .map_or(&[][..], |q| &q.job_state_time_limit_actions[..]);
-            // Most waiting jobs keep their reason and their queue has no time limits: nothing
-            // to write, so spare the copy of the job.
-            let unchanged = reason.is_none() || reason == stored.value.status_reason;
-            if unchanged && actions.is_empty() {
-                continue;
-            }
             let mut job = stored.value.clone();
-            if let Some(reason) = reason {
-                job.status_reason = Some(reason);
+            if changed {
+                job.status_reason = Some(skip.reason.to_string());
             }
             let limit = retry::time_limit_action(actions, &job, now);
             if let Some(reason) = limit {
@@ -416,7 +452,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 }
                 continue;
             }
-            if stored.value.status_reason == job.status_reason {
+            if !changed {
                 continue;
             }
             match self.store.update_job(&job, stored.version).await {
@@ -430,6 +466,20 @@ impl<S: Store, E: EventSink> Service<S, E> {
         // 6. Fair-share usage.
         self.account_usage(&loaded, now).await?;
         Ok(report)
+    }
+
+    /// After a conflicting dispatch: another writer changed the job or the environment, so the
+    /// environment's usage is read again and the rest of the cycle checks against what is
+    /// really stored.
+    async fn reread_usage(&self, loaded: &mut Loaded, environment: &str) -> Result<(), AppError> {
+        let fresh = self
+            .store
+            .get_document::<EnvironmentUsage>(environment)
+            .await?;
+        if let Some(fresh) = fresh {
+            loaded.usage.insert(environment.to_owned(), fresh);
+        }
+        Ok(())
     }
 
     async fn load_snapshot(&self, config: &CycleConfig) -> Result<Loaded, AppError> {
@@ -498,7 +548,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             });
         }
 
-        let mut jobs = BTreeMap::new();
+        let mut waiting = BTreeMap::new();
         let mut fair_queues = BTreeMap::new();
         let mut queue_map = BTreeMap::new();
         for queue in queues {
@@ -535,7 +585,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             let heads = match policy {
                 QueuePolicy::Fifo => {
                     self.store
-                        .runnable_jobs(&name, None, RunnableOrder::Fifo, limit)
+                        .runnable_heads(&name, None, RunnableOrder::Fifo, limit)
                         .await?
                 }
                 QueuePolicy::FairShare(_) | QueuePolicy::QuotaShare(_) => {
@@ -543,16 +593,18 @@ impl<S: Store, E: EventSink> Service<S, E> {
                     for share in self.store.runnable_shares(&name).await? {
                         let share_heads = self
                             .store
-                            .runnable_jobs(&name, Some(&share), RunnableOrder::Priority, limit)
+                            .runnable_heads(&name, Some(&share), RunnableOrder::Priority, limit)
                             .await?;
                         heads.extend(share_heads);
                     }
                     heads
                 }
             };
-            for job in heads {
-                snapshot.pending.push(pending(&job.value));
-                jobs.insert(job.value.job_id.clone(), job);
+            let time_limits = !queue.job_state_time_limit_actions.is_empty();
+            for head in heads {
+                let (job, head) = pending(head, time_limits);
+                waiting.insert(job.job_id.clone(), head);
+                snapshot.pending.push(job);
             }
             snapshot.queues.push(QueueState {
                 name: name.clone(),
@@ -563,18 +615,26 @@ impl<S: Store, E: EventSink> Service<S, E> {
             queue_map.insert(name, queue);
         }
 
-        let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
         // Summaries, not whole jobs: every cycle reads all of them.
-        for job in self.store.capacity_holders().await? {
-            if !job.share.is_empty() {
-                let key = ShareKey {
-                    queue: job.job_queue.clone(),
-                    share: job.share.clone(),
-                };
-                *held.entry(key).or_insert(0) += job.total_instances();
-            }
-            snapshot.running.push(running(job, &config.planner));
+        let holders = self.store.capacity_holders().await?;
+        let mut held_by: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        for job in holders.iter().filter(|j| !j.share.is_empty()) {
+            *held_by.entry((&job.job_queue, &job.share)).or_insert(0) += job.total_instances();
         }
+        let held: BTreeMap<ShareKey, u64> = held_by
+            .into_iter()
+            .map(|((queue, share), n)| {
+                let key = ShareKey {
+                    queue: queue.to_owned(),
+                    share: share.to_owned(),
+                };
+                (key, n)
+            })
+            .collect();
+        snapshot.running = holders
+            .into_iter()
+            .map(|job| running(job, &config.planner))
+            .collect();
         let share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>> = self
             .store
             .list_documents::<ShareUsageRecord>()
@@ -594,7 +654,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             .collect();
         Ok(Loaded {
             snapshot,
-            jobs,
+            waiting,
             queues: queue_map,
             usage,
             held,
