@@ -159,13 +159,16 @@ def test_both_templates_declare_the_same_parameters(sam_source, cdk):
     assert set(sam_source["Parameters"]) == cdk_params
 
 
-def test_both_tables_have_the_same_keys_indexes_ttl_and_recovery(sam, cdk):
+def test_both_tables_have_the_same_keys_indexes_projections_ttl_and_recovery(sam, cdk):
     def shape(template):
         (table,) = by_type(template, "AWS::DynamoDB::Table").values()
         p = table["Properties"]
         return {
             "keys": p["KeySchema"],
-            "indexes": sorted((g["IndexName"], json.dumps(g["KeySchema"])) for g in p["GlobalSecondaryIndexes"]),
+            "indexes": sorted(
+                (g["IndexName"], json.dumps(g["KeySchema"]), json.dumps(g["Projection"], sort_keys=True))
+                for g in p["GlobalSecondaryIndexes"]
+            ),
             "attributes": sorted(a["AttributeName"] for a in p["AttributeDefinitions"]),
             "ttl": p["TimeToLiveSpecification"],
             "pitr": p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"],

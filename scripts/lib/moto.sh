@@ -1,7 +1,8 @@
 # moto helpers for scripts/test (sourced, not executed; needs scripts/lib/common.sh first).
 #
 # `run_dynamodb_contract` starts a moto server from the conformance virtualenv on a free loopback
-# port, runs the DynamoDB store's contract tests against it, and stops it, whatever happened.
+# port, runs the AWS adapters' moto tests against it (the DynamoDB store's contract, its units per
+# job, the EventBridge sink), and stops it, whatever happened.
 # Nothing is installed here: moto is pinned in tests/conformance/requirements.txt, which
 # scripts/test's `python_env` phase installs. Uses VENV and WORK_DIR when scripts/test set them.
 
@@ -90,12 +91,14 @@ run_dynamodb_contract() {
   local rc=0
   if start_moto "$venv" "$log_dir/moto.log" 30; then
     echo "moto is serving at $MOTO_URL (pid $MOTO_PID)"
-    AWS_ENDPOINT_URL_DYNAMODB=$MOTO_URL \
+    # moto serves DynamoDB, EventBridge and SQS on one endpoint.
+    AWS_ENDPOINT_URL=$MOTO_URL \
       AWS_ACCESS_KEY_ID=test \
       AWS_SECRET_ACCESS_KEY=test \
       AWS_REGION=us-east-1 \
       AWS_EC2_METADATA_DISABLED=true \
-      cargo test -p trainyard-aws --features moto-tests --locked --test dynamodb_contract || rc=$?
+      cargo test -p trainyard-aws --features moto-tests --locked \
+        --test dynamodb_contract --test dynamodb_units --test eventbridge -- --nocapture || rc=$?
   else
     rc=1
   fi

@@ -19,17 +19,26 @@ const s3assets = require('aws-cdk-lib/aws-s3-assets');
 const sns = require('aws-cdk-lib/aws-sns');
 const sqs = require('aws-cdk-lib/aws-sqs');
 
-/** The table's indexes: must match shared/aws/src/dynamodb/schema.rs (names are stored data). */
+/**
+ * The table's indexes: must match shared/aws/src/dynamodb/schema.rs (names are stored data).
+ * [name, partition, sort, projection]. None holds the job document (readers fetch jobs with
+ * BatchGetItem); the listing indexes include the attributes ListServiceJobs filters on.
+ */
+const KEYS_ONLY = { projectionType: 'KEYS_ONLY' };
+const LISTING = {
+  projectionType: 'INCLUDE',
+  nonKeyAttributes: ['share_identifier', 'quota_share_name', 'name_lower'],
+};
 const INDEXES = [
-  ['runnable-fifo', 'rq', 'rfifo'],
-  ['runnable-priority', 'rq', 'rprio'],
-  ['runnable-share-fifo', 'rq', 'rsfifo'],
-  ['runnable-share-priority', 'rq', 'rsprio'],
-  ['by-queue', 'lq', 'lsk'],
-  ['by-queue-status', 'lqs', 'lsk'],
-  ['by-status', 'ls', 'lsk'],
-  ['by-created', 'la', 'lsk'],
-  ['dispatched', 'dp', 'job_id'],
+  ['runnable-fifo', 'rq', 'rfifo', KEYS_ONLY],
+  ['runnable-priority', 'rq', 'rprio', KEYS_ONLY],
+  ['runnable-share-fifo', 'rq', 'rsfifo', KEYS_ONLY],
+  ['runnable-share-priority', 'rq', 'rsprio', KEYS_ONLY],
+  ['by-queue', 'lq', 'lsk', LISTING],
+  ['by-queue-status', 'lqs', 'lsk', LISTING],
+  ['by-status', 'ls', 'lsk', LISTING],
+  ['by-created', 'la', 'lsk', LISTING],
+  ['dispatched', 'dp', 'job_id', KEYS_ONLY],
 ];
 
 const DLQ_RETENTION_SECONDS = 1209600;
@@ -96,13 +105,13 @@ class TrainyardStack extends cdk.Stack {
         { attributeName: 'sk', keyType: 'RANGE' },
       ],
       attributeDefinitions: attributes.map((a) => ({ attributeName: a, attributeType: 'S' })),
-      globalSecondaryIndexes: INDEXES.map(([indexName, hash, range]) => ({
+      globalSecondaryIndexes: INDEXES.map(([indexName, hash, range, projection]) => ({
         indexName,
         keySchema: [
           { attributeName: hash, keyType: 'HASH' },
           { attributeName: range, keyType: 'RANGE' },
         ],
-        projection: { projectionType: 'ALL' },
+        projection,
       })),
     });
     table.applyRemovalPolicy(cdk.RemovalPolicy.RETAIN);

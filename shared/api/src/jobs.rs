@@ -377,6 +377,12 @@ struct JobDetail<'a> {
     capacity_usage: Vec<Capacity>,
 }
 
+/// `job` exactly as `DescribeServiceJob` renders it (without Trainyard's `trainyard` extension
+/// member), for other renderings of a job such as EventBridge's state-change events.
+pub fn job_detail_value(arns: &ArnContext, job: &ServiceJob) -> Result<Value, ApiError> {
+    to_value(&job_detail(arns, job))
+}
+
 fn job_detail<'a>(arns: &ArnContext, job: &'a ServiceJob) -> JobDetail<'a> {
     JobDetail {
         job_id: &job.job_id,

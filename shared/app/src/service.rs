@@ -7,9 +7,12 @@
 //!   queue snapshot.
 //! - `environments`, `queues`, `policies`, `quota_shares`: configuration CRUD with Batch's rules.
 //! - `tags`: tagging any resource by ARN.
+//! - `scheduling`: the cycle, SageMaker state changes, and the periodic pass for due work.
+//! - `lease`: the scheduler lease (a fencing token for single-writer hosts such as Lambda).
 
 pub mod environments;
 pub mod jobs;
+pub mod lease;
 pub mod policies;
 pub mod queues;
 pub mod quota_shares;

@@ -6,12 +6,17 @@
 //! by `pk`/`sk` (see `schema` and `docs/storage-dynamodb.md`). Sparse global secondary indexes
 //! answer the scheduler's reads (RUNNABLE jobs per queue and share in dispatch order; jobs holding
 //! capacity) and `ListServiceJobs` (by queue, queue and status, status, or everything, newest
-//! first), so no read scans the table.
+//! first), so no read scans the table. The indexes hold keys (and, for listing, the attributes
+//! its filters need), never the job's document: a reader takes the keys from the index and the
+//! jobs from the table with `BatchGetItem`. Whole-item copies would cost a write unit per KB in
+//! every index on every job write (the measurements are in the docs).
 //!
 //! # Consistency
 //!
-//! Versions are checked with condition expressions; multi-item steps (`insert_job` with a token,
-//! `commit`) are one `TransactWriteItems`. Reads by key are strongly consistent. Index reads
+//! A job is two items: the job item, rewritten on every change, and its request item (payload
+//! and other fields set once), written with it at submit, so that the rewritten item stays within
+//! one write unit. Versions are checked with condition expressions; multi-item steps
+//! (`insert_job`, `commit`) are one `TransactWriteItems`. Reads by key are strongly consistent. Index reads
 //! (`list_jobs`, `runnable_jobs`, `runnable_shares`, `dispatched_jobs`) are eventually
 //! consistent, as every GSI is: the scheduler tolerates that because each dispatch is committed
 //! with a version check on the job it read.
@@ -23,23 +28,28 @@
 //! timeouts and everything else are [`StoreError::Unavailable`] with the SDK error kept.
 
 mod schema;
+mod units;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    AttributeValue, KeysAndAttributes, Put, ReturnConsumedCapacity,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use trainyard_app::ports::{
     ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
     RunnableOrder, Store, StoreError, Versioned, Write,
 };
-use trainyard_domain::job::ServiceJob;
+use trainyard_domain::job::{JobStatus, ServiceJob};
 
 pub use schema::{CreateTableError, create_table};
 use schema::{Item, SEP, n, s};
+pub use units::{Consumed, Units, item_size};
 
 /// `TransactWriteItems` takes at most this many actions.
 const MAX_TRANSACTION_ITEMS: usize = 100;
@@ -49,6 +59,8 @@ const MAX_TRANSACTION_ITEMS: usize = 100;
 pub struct DynamoStore {
     client: Client,
     table: String,
+    /// Capacity accounting, when turned on ([`DynamoStore::with_accounting`]); shared by clones.
+    accounting: Option<Arc<units::Accounting>>,
 }
 
 /// The `ExclusiveStartKey` of the next page of a query, if any.
@@ -57,7 +69,49 @@ type StartKey = Option<Item>;
 impl DynamoStore {
     /// A store on `table` (which must exist, with the shape [`create_table`] gives it).
     pub fn new(client: Client, table: String) -> Self {
-        Self { client, table }
+        Self {
+            client,
+            table,
+            accounting: None,
+        }
+    }
+
+    /// The same store, asking DynamoDB for `ConsumedCapacity` on every request and keeping the
+    /// figures (reported, and estimated by AWS's rules: see [`Consumed`]) for
+    /// [`DynamoStore::consumed`]. For measurements; off by default.
+    pub fn with_accounting(mut self) -> Self {
+        self.accounting = Some(Arc::new(units::Accounting::default()));
+        self
+    }
+
+    /// The capacity consumed since accounting was turned on or last reset (zeros when off).
+    pub fn consumed(&self) -> Consumed {
+        self.accounting
+            .as_ref()
+            .map(|a| a.consumed())
+            .unwrap_or_default()
+    }
+
+    /// The sizes in bytes, by DynamoDB's rules, of the two items `job` is stored as: its own
+    /// item (rewritten on every change: writes are billed per started KB of it) and its request
+    /// item (written once). For cost estimates.
+    pub fn job_item_sizes(job: &ServiceJob) -> Result<(usize, usize), StoreError> {
+        let items = schema::job_items(job, 1)?;
+        Ok((item_size(&items.job), item_size(&items.request)))
+    }
+
+    /// Starts the accounting figures again from zero.
+    pub fn reset_consumed(&self) {
+        if let Some(accounting) = &self.accounting {
+            accounting.reset();
+        }
+    }
+
+    /// `ReturnConsumedCapacity` for a request: per index while accounting, else not asked.
+    fn capacity_mode(&self) -> Option<ReturnConsumedCapacity> {
+        self.accounting
+            .as_ref()
+            .map(|_| ReturnConsumedCapacity::Indexes)
     }
 
     /// The table's name.
@@ -96,13 +150,25 @@ impl DynamoStore {
                 source: None,
             }));
         }
-        self.client
+        let written: Option<Vec<Item>> = self.accounting.as_ref().map(|_| {
+            items
+                .iter()
+                .filter_map(|i| i.put().map(|p| p.item().clone()))
+                .collect()
+        });
+        let output = self
+            .client
             .transact_write_items()
             .set_transact_items(Some(items))
+            .set_return_consumed_capacity(self.capacity_mode())
             .send()
             .await
-            .map(|_| ())
-            .map_err(classify_transaction)
+            .map_err(classify_transaction)?;
+        if let (Some(accounting), Some(written)) = (&self.accounting, &written) {
+            let written: Vec<&Item> = written.iter().collect();
+            accounting.wrote(&written, true, output.consumed_capacity());
+        }
+        Ok(())
     }
 
     /// Runs a query to the end of its pages or until `enough` items are kept, keeping those
@@ -116,7 +182,11 @@ impl DynamoStore {
         let mut kept = Vec::new();
         let mut start: StartKey = None;
         loop {
-            let output = build(start.take()).send().await.map_err(classify)?;
+            let request = build(start.take()).set_return_consumed_capacity(self.capacity_mode());
+            let source = request.get_index_name().clone();
+            let consistent = request.get_consistent_read().unwrap_or(false);
+            let output = request.send().await.map_err(classify)?;
+            self.account_query(source.as_deref(), consistent, &output);
             for item in output.items() {
                 if kept.len() < enough && keep(item) {
                     kept.push(item.clone());
@@ -126,6 +196,26 @@ impl DynamoStore {
                 Some(last) if kept.len() < enough => start = Some(last.clone()),
                 _ => return Ok(kept),
             }
+        }
+    }
+
+    /// Accounts one page of a query, when accounting.
+    fn account_query(
+        &self,
+        index: Option<&str>,
+        consistent: bool,
+        output: &aws_sdk_dynamodb::operation::query::QueryOutput,
+    ) {
+        if let Some(accounting) = &self.accounting {
+            let source = format!("Query {}", index.unwrap_or("table"));
+            // Items of an index are projections, not what is stored in the table.
+            accounting.read(
+                &source,
+                output.items(),
+                consistent,
+                index.is_none(),
+                output.consumed_capacity(),
+            );
         }
     }
 
@@ -157,19 +247,107 @@ impl DynamoStore {
             .table_name(&self.table)
             .set_key(Some(schema::key(pk, sk)))
             .consistent_read(true)
+            .set_return_consumed_capacity(self.capacity_mode())
             .send()
             .await
             .map_err(classify)?;
+        if let Some(accounting) = &self.accounting {
+            let items: Vec<Item> = output.item.iter().cloned().collect();
+            accounting.read("GetItem", &items, true, true, output.consumed_capacity());
+        }
         Ok(output.item)
+    }
+
+    /// The jobs whose keys `index_items` (items of a keys-only or include index) carry, read
+    /// from the table with `BatchGetItem` (eventually consistent, as the index read before it
+    /// was), in the order of `index_items`. A job missing from the table is left out.
+    async fn fetch_jobs(
+        &self,
+        index_items: &[Item],
+    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        /// `BatchGetItem` takes at most this many keys.
+        const MAX_BATCH_KEYS: usize = 100;
+        /// Rounds of `UnprocessedKeys` (throttling) before giving up as unavailable.
+        const MAX_ROUNDS: usize = 8;
+        let mut keys: Vec<Item> = Vec::with_capacity(index_items.len());
+        let mut order: Vec<String> = Vec::with_capacity(index_items.len());
+        for item in index_items {
+            let pk = schema::text("an index item", item, schema::PK)?;
+            let sk = schema::text("an index item", item, schema::SK)?;
+            // Index items are job items, whose request item shares their partition.
+            if !order.iter().any(|seen| seen == pk) {
+                order.push(pk.to_owned());
+                keys.push(schema::key(pk.to_owned(), sk));
+                keys.push(schema::key(pk.to_owned(), schema::REQUEST_SK));
+            }
+        }
+        let mut found: HashMap<(String, String), Item> = HashMap::with_capacity(keys.len());
+        for chunk in keys.chunks(MAX_BATCH_KEYS) {
+            let mut pending: Vec<Item> = chunk.to_vec();
+            let mut rounds = 0;
+            while !pending.is_empty() {
+                rounds += 1;
+                if rounds > MAX_ROUNDS {
+                    return Err(StoreError::Unavailable {
+                        message: format!(
+                            "BatchGetItem left {} keys unprocessed after {MAX_ROUNDS} rounds",
+                            pending.len()
+                        ),
+                        source: None,
+                    });
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .consistent_read(false)
+                    .build()
+                    .map_err(|e| unavailable("cannot build a BatchGetItem request", e))?;
+                let output = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .set_return_consumed_capacity(self.capacity_mode())
+                    .send()
+                    .await
+                    .map_err(classify)?;
+                let items: &[Item] = output
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .map_or(&[], Vec::as_slice);
+                if let Some(accounting) = &self.accounting {
+                    accounting.read_batch(items, false, output.consumed_capacity());
+                }
+                for item in items {
+                    if let (Ok(pk), Ok(sk)) = (
+                        schema::text("a job item", item, schema::PK),
+                        schema::text("a job item", item, schema::SK),
+                    ) {
+                        found.insert((pk.to_owned(), sk.to_owned()), item.clone());
+                    }
+                }
+                if let Some(left) = output.unprocessed_keys().and_then(|u| u.get(&self.table)) {
+                    pending = left.keys().to_vec();
+                }
+            }
+        }
+        let part = |pk: &String, sk: &str| found.get(&(pk.clone(), sk.to_owned()));
+        order
+            .iter()
+            .filter_map(|pk| {
+                part(pk, schema::JOB_SK)
+                    .map(|job| schema::decode_job(job, part(pk, schema::REQUEST_SK)))
+            })
+            .collect()
     }
 
     /// Puts `item` if the stored version is `expected_version` (0: it must not exist).
     async fn put_versioned(&self, item: Item, expected_version: u64) -> Result<(), StoreError> {
+        let written = self.accounting.as_ref().map(|_| item.clone());
         let mut request = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item));
+            .set_item(Some(item))
+            .set_return_consumed_capacity(self.capacity_mode());
         request = if expected_version == 0 {
             request.condition_expression("attribute_not_exists(pk)")
         } else {
@@ -177,7 +355,11 @@ impl DynamoStore {
                 .condition_expression("version = :expected")
                 .expression_attribute_values(":expected", n(expected_version))
         };
-        request.send().await.map_err(classify)?;
+        let output = request.send().await.map_err(classify)?;
+        if let (Some(accounting), Some(written)) = (&self.accounting, &written) {
+            let capacity: Vec<_> = output.consumed_capacity().into_iter().cloned().collect();
+            accounting.wrote(&[written], false, &capacity);
+        }
         Ok(())
     }
 
@@ -186,18 +368,18 @@ impl DynamoStore {
         job: &ServiceJob,
         token: Option<&ClientTokenRecord>,
     ) -> Result<InsertJob, StoreError> {
-        let item = schema::job_item(job, 1)?;
-        let Some(token) = token else {
-            return match self.put_versioned(item, 0).await {
-                Err(StoreError::Conflict) => Err(StoreError::AlreadyExists),
-                other => other.map(|()| InsertJob::Inserted),
-            };
-        };
-        let writes = vec![
-            self.put(item, "attribute_not_exists(pk)", None, None)?,
+        let items = schema::job_items(job, 1)?;
+        // The job's two items go together or not at all (a request item alone would make the
+        // id look taken); with a token, the token goes with them.
+        let mut writes = vec![
+            self.put(items.job, "attribute_not_exists(pk)", None, None)?,
+            self.put(items.request, "attribute_not_exists(pk)", None, None)?,
+        ];
+        const TOKEN_WRITE: usize = 2;
+        if let Some(token) = token {
             // An expired token (its TTL passed, DynamoDB has not deleted it yet) is free again:
             // the new record's time is now, and `ttl` is a reserved word.
-            self.put(
+            writes.push(self.put(
                 schema::token_item(token),
                 "attribute_not_exists(pk) OR #ttl < :now",
                 Some(HashMap::from([(
@@ -205,15 +387,17 @@ impl DynamoStore {
                     n(token.created_at.div_euclid(1000)),
                 )])),
                 Some(HashMap::from([("#ttl".to_owned(), schema::TTL.to_owned())])),
-            )?,
-        ];
+            )?);
+        }
         match self.transact(writes).await {
             Ok(()) => Ok(InsertJob::Inserted),
             Err(Cancelled::Failed(e)) => Err(e),
             Err(Cancelled::Conditions(reasons)) => {
                 // The token is checked first, as the other stores do: a reused token answers with
                 // its record even when the job id is taken too.
-                if let Some(reason) = reasons.get(1).filter(|r| r.failed) {
+                if let (Some(token), Some(reason)) =
+                    (token, reasons.get(TOKEN_WRITE).filter(|r| r.failed))
+                {
                     let existing = match &reason.old {
                         Some(old) => old.clone(),
                         None => self
@@ -231,24 +415,169 @@ impl DynamoStore {
         }
     }
 
+    /// The condition of a job write: the version, and that the request item holds this request
+    /// (its fingerprint in the stored job item matches). The second part fails only when a job's
+    /// request changed or its item predates the split; the write then goes again with the
+    /// request item (see [`DynamoStore::request_was_the_difference`]).
+    fn job_condition(
+        &self,
+        items: &schema::JobItems,
+        expected: u64,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let fingerprint = items
+            .job
+            .get(schema::REQUEST_HASH)
+            .cloned()
+            .unwrap_or_else(|| s(""));
+        self.put(
+            items.job.clone(),
+            "version = :expected AND rh = :rh",
+            Some(HashMap::from([
+                (":expected".to_owned(), n(expected)),
+                (":rh".to_owned(), fingerprint),
+            ])),
+            None,
+        )
+    }
+
+    /// Whether a job write refused with `old` as the stored item failed only on the request
+    /// fingerprint: the version matched.
+    fn request_was_the_difference(old: Option<&Item>, expected: u64) -> bool {
+        old.and_then(|old| schema::item_version("a job item", old).ok()) == Some(expected)
+    }
+
     async fn update_job_now(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
         // Version 0 is never stored and u64::MAX cannot be bumped: neither can match.
         let next = match expected.checked_add(1) {
             Some(next) if expected > 0 => next,
             _ => return Err(StoreError::Conflict),
         };
-        self.put_versioned(schema::job_item(job, next)?, expected)
-            .await?;
-        Ok(next)
+        let items = schema::job_items(job, next)?;
+        let fingerprint = items
+            .job
+            .get(schema::REQUEST_HASH)
+            .cloned()
+            .unwrap_or_else(|| s(""));
+        let written = self.accounting.as_ref().map(|_| items.job.clone());
+        // The common case: one plain put of the job's own item.
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(items.job.clone()))
+            .condition_expression("version = :expected AND rh = :rh")
+            .expression_attribute_values(":expected", n(expected))
+            .expression_attribute_values(":rh", fingerprint)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .set_return_consumed_capacity(self.capacity_mode())
+            .send()
+            .await;
+        match result {
+            Ok(output) => {
+                if let (Some(accounting), Some(written)) = (&self.accounting, &written) {
+                    let capacity: Vec<_> =
+                        output.consumed_capacity().into_iter().cloned().collect();
+                    accounting.wrote(&[written], false, &capacity);
+                }
+                Ok(next)
+            }
+            Err(error) => {
+                let refused = match error.as_service_error() {
+                    Some(PutItemError::ConditionalCheckFailedException(e)) => Some(e.item()),
+                    _ => None,
+                };
+                match refused {
+                    None => Err(classify(error)),
+                    Some(old) if Self::request_was_the_difference(old, expected) => {
+                        // The request changed: both items, in one transaction.
+                        let writes = vec![
+                            self.job_condition_version_only(&items, expected)?,
+                            self.put_unconditional(items.request)?,
+                        ];
+                        match self.transact(writes).await {
+                            Ok(()) => Ok(next),
+                            Err(Cancelled::Failed(e)) => Err(e),
+                            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
+                        }
+                    }
+                    Some(_) => Err(StoreError::Conflict),
+                }
+            }
+        }
+    }
+
+    /// A job write conditioned on the version alone (it goes with its request item).
+    fn job_condition_version_only(
+        &self,
+        items: &schema::JobItems,
+        expected: u64,
+    ) -> Result<TransactWriteItem, StoreError> {
+        self.put(
+            items.job.clone(),
+            "version = :expected",
+            Some(HashMap::from([(":expected".to_owned(), n(expected))])),
+            None,
+        )
+    }
+
+    /// A `Put` without a condition, for a transaction.
+    fn put_unconditional(&self, item: Item) -> Result<TransactWriteItem, StoreError> {
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .build()
+            .map_err(|e| unavailable("cannot build a transaction item", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
     }
 
     async fn commit_now(&self, writes: &[Write]) -> Result<(), StoreError> {
         if writes.is_empty() {
             return Ok(());
         }
-        let mut items = Vec::with_capacity(writes.len());
-        for write in writes {
-            let (item, expected) = match write {
+        // First with every job's request as stored; if a job's request turns out to have
+        // changed, once more writing those request items too.
+        let items = self.commit_items(writes, &[])?;
+        let reasons = match self.transact(items).await {
+            Ok(()) => return Ok(()),
+            Err(Cancelled::Failed(e)) => return Err(e),
+            Err(Cancelled::Conditions(reasons)) => reasons,
+        };
+        let mut changed_requests = Vec::new();
+        for (i, (write, reason)) in writes.iter().zip(&reasons).enumerate() {
+            if !reason.failed {
+                continue;
+            }
+            match write {
+                Write::Job {
+                    expected_version, ..
+                } if Self::request_was_the_difference(reason.old.as_ref(), *expected_version) => {
+                    changed_requests.push(i);
+                }
+                _ => return Err(StoreError::Conflict),
+            }
+        }
+        if changed_requests.is_empty() {
+            return Err(StoreError::Conflict);
+        }
+        let items = self.commit_items(writes, &changed_requests)?;
+        match self.transact(items).await {
+            Ok(()) => Ok(()),
+            Err(Cancelled::Failed(e)) => Err(e),
+            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
+        }
+    }
+
+    /// The transaction of a commit: one put per write, in order, then the request items of the
+    /// jobs at `with_request` (indexes into `writes`).
+    fn commit_items(
+        &self,
+        writes: &[Write],
+        with_request: &[usize],
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let mut items = Vec::with_capacity(writes.len() + with_request.len());
+        let mut requests = Vec::new();
+        for (i, write) in writes.iter().enumerate() {
+            match write {
                 Write::Job {
                     job,
                     expected_version,
@@ -259,7 +588,13 @@ impl DynamoStore {
                     else {
                         return Err(StoreError::Conflict);
                     };
-                    (schema::job_item(job, next)?, *expected_version)
+                    let job_items = schema::job_items(job, next)?;
+                    if with_request.contains(&i) {
+                        items.push(self.job_condition_version_only(&job_items, *expected_version)?);
+                        requests.push(self.put_unconditional(job_items.request)?);
+                    } else {
+                        items.push(self.job_condition(&job_items, *expected_version)?);
+                    }
                 }
                 Write::Document {
                     kind,
@@ -272,25 +607,24 @@ impl DynamoStore {
                     };
                     let doc = schema::encode(key, doc)?;
                     let item = schema::document_item(schema::document_pk(kind), key, next, doc);
-                    (item, *expected_version)
+                    items.push(if *expected_version == 0 {
+                        self.put(item, "attribute_not_exists(pk)", None, None)?
+                    } else {
+                        self.put(
+                            item,
+                            "version = :expected",
+                            Some(HashMap::from([(
+                                ":expected".to_owned(),
+                                n(*expected_version),
+                            )])),
+                            None,
+                        )?
+                    });
                 }
-            };
-            items.push(if expected == 0 {
-                self.put(item, "attribute_not_exists(pk)", None, None)?
-            } else {
-                self.put(
-                    item,
-                    "version = :expected",
-                    Some(HashMap::from([(":expected".to_owned(), n(expected))])),
-                    None,
-                )?
-            });
+            }
         }
-        match self.transact(items).await {
-            Ok(()) => Ok(()),
-            Err(Cancelled::Failed(e)) => Err(e),
-            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
-        }
+        items.extend(requests);
+        Ok(items)
     }
 
     async fn list_jobs_now(
@@ -335,16 +669,29 @@ impl DynamoStore {
             )
             .await?;
         let more = items.len() > limit;
-        let jobs = items
-            .iter()
-            .take(limit)
-            .map(schema::decode::<ServiceJob>)
-            .collect::<Result<Vec<_>, _>>()?;
-        let next = match (more, jobs.last()) {
-            (true, Some(last)) => Some(JobCursor {
-                created_at: last.value.created_at,
-                job_id: last.value.job_id.clone(),
-            }),
+        let listed = &items[..items.len().min(limit)];
+        // The page's end comes from the index (the job may have moved since), so that the next
+        // page starts where this one stopped even if a job is left out below.
+        let last = match listed.last() {
+            Some(item) => {
+                let key = schema::text("an index item", item, schema::LIST_SK)?;
+                Some(
+                    schema::parse_list_sort_key(key).ok_or_else(|| StoreError::Corrupt {
+                        key: key.to_owned(),
+                        message: "not a listing sort key".to_owned(),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let mut jobs = self.fetch_jobs(listed).await?;
+        // A job that changed status after the (eventually consistent) index read is not one of
+        // this status any more.
+        if let Some(status) = query.status {
+            jobs.retain(|job| job.value.status == status);
+        }
+        let next = match (more, last) {
+            (true, Some((created_at, job_id))) => Some(JobCursor { created_at, job_id }),
             _ => None,
         };
         Ok(Page { items: jobs, next })
@@ -387,7 +734,10 @@ impl DynamoStore {
                 |_| true,
             )
             .await?;
-        items.iter().map(schema::decode).collect()
+        let mut jobs = self.fetch_jobs(&items).await?;
+        // Left since the index was read: no longer this queue's to run.
+        jobs.retain(|job| job.value.status == JobStatus::Runnable && job.value.job_queue == queue);
+        Ok(jobs)
     }
 
     /// A skip scan of the `runnable-share-fifo` index: one query of one item per share, each
@@ -412,7 +762,12 @@ impl DynamoStore {
                     .expression_attribute_names("#s", schema::RUNNABLE_SHARE_FIFO_SK)
                     .expression_attribute_values(":after", s(after)),
             };
-            let output = request.send().await.map_err(classify)?;
+            let output = request
+                .set_return_consumed_capacity(self.capacity_mode())
+                .send()
+                .await
+                .map_err(classify)?;
+            self.account_query(Some(schema::index::RUNNABLE_SHARE_FIFO), false, &output);
             // No filter, so `Limit 1` finds an item whenever one is left in the range.
             let Some(item) = output.items().first() else {
                 break;
@@ -447,7 +802,14 @@ impl DynamoStore {
                 |_| true,
             )
             .await?;
-        items.iter().map(schema::decode).collect()
+        let mut jobs = self.fetch_jobs(&items).await?;
+        jobs.retain(|job| {
+            matches!(
+                job.value.status,
+                JobStatus::Scheduled | JobStatus::Starting | JobStatus::Running
+            )
+        });
+        Ok(jobs)
     }
 }
 
@@ -640,9 +1002,15 @@ impl Store for DynamoStore {
     }
 
     async fn get_job(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
-        self.get_item(schema::job_pk(job_id), "JOB")
-            .await?
-            .map(|item| schema::decode(&item))
+        // The job's partition holds its two items: one strongly consistent query reads both,
+        // billed as one read of their summed size.
+        let items = self.partition(schema::job_pk(job_id)).await?;
+        let sk = |item: &Item, want: &str| item.get(schema::SK) == Some(&s(want));
+        let request = items.iter().find(|i| sk(i, schema::REQUEST_SK));
+        items
+            .iter()
+            .find(|i| sk(i, schema::JOB_SK))
+            .map(|job| schema::decode_job(job, request))
             .transpose()
     }
 
@@ -700,15 +1068,21 @@ impl Store for DynamoStore {
         key: &str,
         expected_version: u64,
     ) -> Result<(), StoreError> {
-        self.client
+        let item_key = schema::key(schema::resource_pk(R::KIND), key);
+        let output = self
+            .client
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(schema::key(schema::resource_pk(R::KIND), key)))
+            .set_key(Some(item_key.clone()))
             .condition_expression("version = :expected")
             .expression_attribute_values(":expected", n(expected_version))
+            .set_return_consumed_capacity(self.capacity_mode())
             .send()
             .await
             .map_err(classify)?;
+        if let Some(accounting) = &self.accounting {
+            accounting.deleted(&item_key, output.consumed_capacity());
+        }
         Ok(())
     }
 

@@ -8,6 +8,10 @@
 //!
 //! - [`dynamodb`]: the store, on one DynamoDB table.
 //! - [`sagemaker`]: the training backend, on SageMaker's API.
+//! - [`eventbridge`]: the event sink, on an EventBridge bus.
+//! - [`metrics`]: CloudWatch metrics as Embedded Metric Format log lines.
 
 pub mod dynamodb;
+pub mod eventbridge;
+pub mod metrics;
 pub mod sagemaker;

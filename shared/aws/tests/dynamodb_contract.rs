@@ -1,8 +1,8 @@
 //! The store contract, run against [`DynamoStore`] on a moto server.
 //!
-//! Needs `AWS_ENDPOINT_URL_DYNAMODB` (and dummy credentials and a region) pointing at moto;
-//! `run_dynamodb_contract` in `scripts/lib/moto.sh` starts one and runs this file. Every case
-//! gets a fresh table with a unique name, so cases never see each other's items.
+//! Needs `AWS_ENDPOINT_URL_DYNAMODB` or `AWS_ENDPOINT_URL` (and dummy credentials and a region)
+//! pointing at moto; `run_dynamodb_contract` in `scripts/lib/moto.sh` starts one and runs this
+//! file. Every case gets a fresh table with a unique name, so cases never see each other's items.
 #![cfg(feature = "moto-tests")]
 // Test support: a broken set-up should fail loudly where it broke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,10 +23,15 @@ const ENDPOINT_VARIABLE: &str = "AWS_ENDPOINT_URL_DYNAMODB";
 /// The store's client is loaded there too but makes its first request on the case's runtime, so
 /// its connections belong to that runtime.
 fn fresh(case: &'static str) -> DynamoStore {
-    let endpoint = std::env::var(ENDPOINT_VARIABLE).unwrap_or_default();
+    // The SDK takes the DynamoDB-specific variable first, then the general one.
+    let endpoint = [ENDPOINT_VARIABLE, "AWS_ENDPOINT_URL"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_default();
     assert!(
         !endpoint.is_empty(),
-        "{ENDPOINT_VARIABLE} is not set: these tests need a moto server; run them with \
+        "neither {ENDPOINT_VARIABLE} nor AWS_ENDPOINT_URL is set: these tests need a moto \
+         server; run them with \
          `source scripts/lib/common.sh; source scripts/lib/moto.sh; run_dynamodb_contract`"
     );
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
@@ -193,4 +198,95 @@ async fn a_client_token_past_its_ttl_is_free_again() {
         InsertJob::TokenExists(at(1_000 + 3 * DAY_MS, "j3")),
         "the new record replaced the expired one"
     );
+}
+
+/// The scheduler lease over DynamoDB: two takers racing for a free lease, and two racing for a
+/// lapsed one, each leave exactly one holder, and the stored lease is the winner's.
+#[tokio::test]
+async fn concurrent_lease_takers_leave_exactly_one_holder() {
+    use std::sync::Arc;
+
+    use trainyard_app::Service;
+    use trainyard_app::ports::NoEvents;
+    use trainyard_app::service::lease::Lease;
+    use trainyard_app::testing::{ManualClock, SequentialIds};
+
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let service = Service::new(
+        fresh("lease_race"),
+        NoEvents,
+        clock.clone(),
+        Arc::new(SequentialIds::default()),
+        trainyard_domain::arn::ArnContext::default(),
+    );
+    // (case, token the winner must hold)
+    for (case, token) in [("free lease", 1), ("lapsed lease", 2)] {
+        let (a, b) = tokio::join!(
+            service.acquire_lease("scheduler", "a", 30_000),
+            service.acquire_lease("scheduler", "b", 30_000),
+        );
+        let winners: Vec<Lease> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
+        assert_eq!(winners.len(), 1, "{case}: {winners:?}");
+        assert_eq!(winners[0].token, token, "{case}");
+        let stored = service
+            .store()
+            .get_document::<Lease>("scheduler")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.value, winners[0], "{case}");
+        clock.advance(30_000);
+    }
+}
+
+/// A job is two items: the job item (rewritten on every change) and a request item written at
+/// submit (payload, parsed training request, other fields set once). No use-case changes the
+/// request, but if a write ever does, the job item's request fingerprint fails the plain write
+/// and the store writes both items instead: the change is kept, never silently dropped, and a
+/// stale version is still a conflict.
+#[tokio::test]
+async fn a_write_that_changes_the_request_keeps_it_through_update_and_commit() {
+    use trainyard_app::ports::Write;
+    let store = fresh("request_changes");
+    let mut j = job("j1").build();
+    j.service_request_payload = r#"{"TrainingJobName":"first"}"#.to_owned();
+    store.insert_job(&j, None).await.unwrap();
+
+    // An ordinary update (the request unchanged) and one that changes it.
+    j.status = JobStatus::Runnable;
+    let v2 = store.update_job(&j, 1).await.unwrap();
+    j.service_request_payload = r#"{"TrainingJobName":"second"}"#.to_owned();
+    let v3 = store.update_job(&j, v2).await.unwrap();
+    assert_eq!(v3, 3);
+    let read = store.get_job("j1").await.unwrap().unwrap();
+    assert_eq!((read.value.clone(), read.version), (j.clone(), 3));
+
+    // A stale version with a changed request is a conflict, and changes nothing.
+    let mut stale = j.clone();
+    stale.service_request_payload = r#"{"TrainingJobName":"stale"}"#.to_owned();
+    assert!(matches!(
+        store.update_job(&stale, 2).await,
+        Err(trainyard_app::ports::StoreError::Conflict)
+    ));
+
+    // The same through a commit, which lists and batch-reads see too.
+    j.service_request_payload = r#"{"TrainingJobName":"third"}"#.to_owned();
+    store
+        .commit(&[Write::Job {
+            job: Box::new(j.clone()),
+            expected_version: 3,
+        }])
+        .await
+        .unwrap();
+    let read = store.get_job("j1").await.unwrap().unwrap();
+    assert_eq!((read.value.clone(), read.version), (j.clone(), 4));
+    let listed = store.list_jobs(&query(10)).await.unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].value, j);
+    let runnable = store
+        .runnable_jobs("q", None, RunnableOrder::Fifo, 10)
+        .await
+        .unwrap();
+    assert_eq!(runnable.len(), 1);
+    assert_eq!(runnable[0].value, j);
 }

@@ -26,6 +26,24 @@ pub(crate) const SK: &str = "sk";
 pub(crate) const VERSION: &str = "version";
 /// The JSON document (string).
 pub(crate) const DOC: &str = "doc";
+/// Jobs: the sort key of the job's own item (what changes) and of its request item (written once).
+pub(crate) const JOB_SK: &str = "JOB";
+pub(crate) const REQUEST_SK: &str = "REQUEST";
+/// Jobs: a fingerprint of the request item's document, kept in the job item so that a write of
+/// a job whose request changed (or an item from before the split) is caught by its condition.
+pub(crate) const REQUEST_HASH: &str = "rh";
+/// The job's JSON fields kept in the request item: set at submit and never changed by any
+/// use-case (the fingerprint makes a change safe anyway), the payload and its parsed form above
+/// all. What is left, the job item, is rewritten on every change and stays near 1 KB.
+pub(crate) const REQUEST_FIELDS: [&str; 7] = [
+    "serviceRequestPayload",
+    "training",
+    "serviceJobType",
+    "clientToken",
+    "retryStrategy",
+    "timeoutConfig",
+    "preemptionConfiguration",
+];
 /// Client tokens: epoch seconds after which DynamoDB may delete the item.
 pub(crate) const TTL: &str = "ttl";
 
@@ -79,6 +97,77 @@ pub(crate) mod index {
     pub(crate) const DISPATCHED: &str = "dispatched";
 }
 
+/// What an index holds besides the keys (the table's `pk`/`sk` and its own).
+///
+/// No index holds the job's document: an index copy is written on every change of the item it
+/// copies, at the size of that copy, so whole-item copies made each job write cost a write unit
+/// per KB per index. Readers take the keys from the index and fetch the items from the table
+/// (`BatchGetItem`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Projected {
+    /// Only the keys: the runnable and dispatched indexes, read for their keys alone.
+    KeysOnly,
+    /// The keys and these attributes: the listing indexes, whose queries filter on them.
+    Include(&'static [&'static str]),
+}
+
+/// The attributes `list_jobs` filters on, projected into the listing indexes. None of them
+/// changes after submit, so they never cause an index write by themselves.
+pub(crate) const LIST_FILTERS: &[&str] = &[SHARE_IDENTIFIER, QUOTA_SHARE_NAME, NAME_LOWER];
+
+/// Every global secondary index: (name, partition attribute, sort attribute, projection).
+pub(crate) const INDEXES: [(&str, &str, &str, Projected); 9] = [
+    (
+        index::RUNNABLE_FIFO,
+        RUNNABLE_QUEUE,
+        RUNNABLE_FIFO_SK,
+        Projected::KeysOnly,
+    ),
+    (
+        index::RUNNABLE_PRIORITY,
+        RUNNABLE_QUEUE,
+        RUNNABLE_PRIORITY_SK,
+        Projected::KeysOnly,
+    ),
+    (
+        index::RUNNABLE_SHARE_FIFO,
+        RUNNABLE_QUEUE,
+        RUNNABLE_SHARE_FIFO_SK,
+        Projected::KeysOnly,
+    ),
+    (
+        index::RUNNABLE_SHARE_PRIORITY,
+        RUNNABLE_QUEUE,
+        RUNNABLE_SHARE_PRIORITY_SK,
+        Projected::KeysOnly,
+    ),
+    (
+        index::BY_QUEUE,
+        LIST_QUEUE,
+        LIST_SK,
+        Projected::Include(LIST_FILTERS),
+    ),
+    (
+        index::BY_QUEUE_STATUS,
+        LIST_QUEUE_STATUS,
+        LIST_SK,
+        Projected::Include(LIST_FILTERS),
+    ),
+    (
+        index::BY_STATUS,
+        LIST_STATUS,
+        LIST_SK,
+        Projected::Include(LIST_FILTERS),
+    ),
+    (
+        index::BY_CREATED,
+        LIST_ALL,
+        LIST_SK,
+        Projected::Include(LIST_FILTERS),
+    ),
+    (index::DISPATCHED, DISPATCHED, JOB_ID, Projected::KeysOnly),
+];
+
 /// How long a client token is kept before DynamoDB may expire it: the contract allows forgetting
 /// after a day; a second day covers TTL deletion being lazy in the other direction (never early).
 const TOKEN_TTL_S: i64 = 2 * 24 * 3600;
@@ -100,6 +189,13 @@ fn inverted_priority(priority: u32) -> String {
 /// The `lsk` of a job, also the key of a [`JobCursor`](trainyard_app::ports::JobCursor).
 pub(crate) fn list_sort_key(created_at: i64, job_id: &str) -> String {
     format!("{}{SEP}{job_id}", sortable_time(created_at))
+}
+
+/// Reads an `lsk` back into the creation time and job id it was built from.
+pub(crate) fn parse_list_sort_key(key: &str) -> Option<(i64, String)> {
+    let (time, id) = key.split_once(SEP)?;
+    let bits: u64 = time.parse().ok()?;
+    Some(((bits ^ (1_u64 << 63)).cast_signed(), id.to_owned()))
 }
 
 /// The partition key of a job.
@@ -147,12 +243,55 @@ pub(crate) fn key(pk: String, sk: &str) -> Item {
     HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
 }
 
-/// A whole job item at `version`: the document, the filter attributes and the sparse index
-/// attributes its status calls for. Updates put the whole item, so an attribute the new status
-/// does not call for disappears, and the job leaves that index.
-pub(crate) fn job_item(job: &ServiceJob, version: u64) -> Result<Item, StoreError> {
-    let doc = encode(&job.job_id, job)?;
-    let mut item = key(job_pk(&job.job_id), "JOB");
+/// A job as stored: its own item (the mutable fields and every index attribute) and its request
+/// item (the [`REQUEST_FIELDS`], written with the job at submit and read back with it).
+pub(crate) struct JobItems {
+    pub(crate) job: Item,
+    pub(crate) request: Item,
+}
+
+/// A 64-bit FNV-1a fingerprint, in hex: stable across builds and platforms (unlike `Hasher`s).
+fn fingerprint(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Splits `job` at `version` into its two items.
+pub(crate) fn job_items(job: &ServiceJob, version: u64) -> Result<JobItems, StoreError> {
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt {
+        key: job.job_id.clone(),
+        message: format!("cannot encode: {e}"),
+    };
+    let mut value = serde_json::to_value(job).map_err(corrupt)?;
+    let mut request = serde_json::Map::new();
+    if let Some(fields) = value.as_object_mut() {
+        for field in REQUEST_FIELDS {
+            if let Some(v) = fields.remove(field) {
+                request.insert(field.to_owned(), v);
+            }
+        }
+    }
+    let request_doc = serde_json::to_string(&request).map_err(corrupt)?;
+    let job_doc = serde_json::to_string(&value).map_err(corrupt)?;
+    let mut job_item = job_item_with(job, version, job_doc);
+    job_item.insert(REQUEST_HASH.to_owned(), s(fingerprint(&request_doc)));
+    let mut request_item = key(job_pk(&job.job_id), REQUEST_SK);
+    request_item.insert(DOC.to_owned(), s(request_doc));
+    Ok(JobItems {
+        job: job_item,
+        request: request_item,
+    })
+}
+
+/// A job's own item at `version` with the document `doc`: the filter attributes and the sparse
+/// index attributes its status calls for. Updates put the whole item, so an attribute the new
+/// status does not call for disappears, and the job leaves that index.
+fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
+    let mut item = key(job_pk(&job.job_id), JOB_SK);
     let mut put = |name: &str, value: AttributeValue| {
         item.insert(name.to_owned(), value);
     };
@@ -200,7 +339,46 @@ pub(crate) fn job_item(job: &ServiceJob, version: u64) -> Result<Item, StoreErro
     ) {
         put(DISPATCHED, s(DISPATCHED_VALUE));
     }
-    Ok(item)
+    item
+}
+
+/// Reads a job back from its own item and its request item (`None` for an item written before
+/// the split, whose document holds every field). A field in both is taken from the job item.
+pub(crate) fn decode_job(
+    job: &Item,
+    request: Option<&Item>,
+) -> Result<trainyard_app::ports::Versioned<ServiceJob>, StoreError> {
+    let key = match job.get(PK) {
+        Some(AttributeValue::S(pk)) => pk.clone(),
+        _ => "(a job item without a key)".to_owned(),
+    };
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt {
+        key: key.clone(),
+        message: e.to_string(),
+    };
+    let version = item_version(&key, job)?;
+    let mut value: serde_json::Value =
+        serde_json::from_str(text(&key, job, DOC)?).map_err(corrupt)?;
+    if let (Some(request), Some(fields)) = (request, value.as_object_mut()) {
+        let request: serde_json::Value =
+            serde_json::from_str(text(&key, request, DOC)?).map_err(corrupt)?;
+        if let serde_json::Value::Object(request) = request {
+            for (name, v) in request {
+                fields.entry(name).or_insert(v);
+            }
+        }
+    }
+    let value = serde_json::from_value(value).map_err(corrupt)?;
+    Ok(trainyard_app::ports::Versioned { value, version })
+}
+
+/// An item's `version`.
+pub(crate) fn item_version(key: &str, item: &Item) -> Result<u64, StoreError> {
+    let version = number(key, item, VERSION)?;
+    u64::try_from(version).map_err(|_| StoreError::Corrupt {
+        key: key.to_owned(),
+        message: format!("negative version {version}"),
+    })
 }
 
 /// The runnable index and sort attribute for an order, with or without a share.
@@ -267,11 +445,7 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
         (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) => format!("{pk}/{sk}"),
         _ => "(an item without a key)".to_owned(),
     };
-    let version = number(&key, item, VERSION)?;
-    let version = u64::try_from(version).map_err(|_| StoreError::Corrupt {
-        key: key.clone(),
-        message: format!("negative version {version}"),
-    })?;
+    let version = item_version(&key, item)?;
     let value = serde_json::from_str(text(&key, item, DOC)?).map_err(|e| StoreError::Corrupt {
         key: key.clone(),
         message: e.to_string(),
@@ -322,7 +496,7 @@ pub enum CreateTableError {
 /// How long [`create_table`] waits for the table to become ACTIVE.
 const TABLE_ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Creates `table` (on-demand capacity, every index, TTL on client tokens) and waits until it is
+/// Creates `table` (on-demand capacity, every index with its projection, TTL on client tokens) and waits until it is
 /// ACTIVE. Used by tests and, later, by the infrastructure.
 pub async fn create_table(client: &Client, table: &str) -> Result<(), CreateTableError> {
     let string_attr = |name: &str| {
@@ -345,31 +519,8 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), CreateTabl
             element(range, KeyType::Range)?,
         ])
     };
-    let indexes = [
-        (index::RUNNABLE_FIFO, RUNNABLE_QUEUE, RUNNABLE_FIFO_SK),
-        (
-            index::RUNNABLE_PRIORITY,
-            RUNNABLE_QUEUE,
-            RUNNABLE_PRIORITY_SK,
-        ),
-        (
-            index::RUNNABLE_SHARE_FIFO,
-            RUNNABLE_QUEUE,
-            RUNNABLE_SHARE_FIFO_SK,
-        ),
-        (
-            index::RUNNABLE_SHARE_PRIORITY,
-            RUNNABLE_QUEUE,
-            RUNNABLE_SHARE_PRIORITY_SK,
-        ),
-        (index::BY_QUEUE, LIST_QUEUE, LIST_SK),
-        (index::BY_QUEUE_STATUS, LIST_QUEUE_STATUS, LIST_SK),
-        (index::BY_STATUS, LIST_STATUS, LIST_SK),
-        (index::BY_CREATED, LIST_ALL, LIST_SK),
-        (index::DISPATCHED, DISPATCHED, JOB_ID),
-    ];
     let mut attributes = vec![PK, SK];
-    for (_, hash, range) in indexes {
+    for (_, hash, range, _) in INDEXES {
         for name in [hash, range] {
             if !attributes.contains(&name) {
                 attributes.push(name);
@@ -384,16 +535,18 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), CreateTabl
     for name in attributes {
         request = request.attribute_definitions(string_attr(name)?);
     }
-    for (name, hash, range) in indexes {
+    for (name, hash, range, projected) in INDEXES {
+        let projection = match projected {
+            Projected::KeysOnly => Projection::builder().projection_type(ProjectionType::KeysOnly),
+            Projected::Include(attributes) => Projection::builder()
+                .projection_type(ProjectionType::Include)
+                .set_non_key_attributes(Some(attributes.iter().map(|a| (*a).to_owned()).collect())),
+        };
         request = request.global_secondary_indexes(
             GlobalSecondaryIndex::builder()
                 .index_name(name)
                 .set_key_schema(Some(key_schema(hash, range)?))
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::All)
-                        .build(),
-                )
+                .projection(projection.build())
                 .build()
                 .map_err(CreateTableError::Build)?,
         );
@@ -446,6 +599,52 @@ mod tests {
             );
             assert_eq!(sortable_time(pair[0]).len(), 20);
         }
+    }
+
+    #[test]
+    fn list_sort_keys_read_back_to_their_time_and_id() {
+        for (time, id) in [
+            (0, "a"),
+            (-5, "b-1"),
+            (1_700_000_000_000, "uuid-x"),
+            (i64::MAX, "z"),
+        ] {
+            assert_eq!(
+                parse_list_sort_key(&list_sort_key(time, id)),
+                Some((time, id.to_owned()))
+            );
+        }
+        assert_eq!(parse_list_sort_key("not a key"), None);
+    }
+
+    #[test]
+    fn a_job_splits_into_its_own_item_and_a_request_item_and_reads_back_whole() {
+        let mut job = trainyard_app::contract::job("j1").build();
+        job.service_request_payload = r#"{"TrainingJobName":"x","Hyper":"y"}"#.to_owned();
+        let items = job_items(&job, 3).unwrap();
+        let own = text("j1", &items.job, DOC).unwrap();
+        let request = text("j1", &items.request, DOC).unwrap();
+        // The request fields moved (a serde rename would leave them behind silently).
+        for field in ["serviceRequestPayload", "training", "serviceJobType"] {
+            assert!(!own.contains(&format!("\"{field}\"")), "{field} in {own}");
+            assert!(
+                request.contains(&format!("\"{field}\"")),
+                "{field} not in {request}"
+            );
+        }
+        let back = decode_job(&items.job, Some(&items.request)).unwrap();
+        assert_eq!((back.value, back.version), (job.clone(), 3));
+
+        // A different request, a different fingerprint: the write condition tells them apart.
+        let mut changed = job.clone();
+        changed.service_request_payload.push(' ');
+        let other = job_items(&changed, 3).unwrap();
+        assert_ne!(items.job[REQUEST_HASH], other.job[REQUEST_HASH]);
+
+        // An item from before the split (the whole document in the job item) reads alone.
+        let mut whole = job_item_with(&job, 2, encode("j1", &job).unwrap());
+        whole.remove(REQUEST_HASH);
+        assert_eq!(decode_job(&whole, None).unwrap().value, job);
     }
 
     #[test]
