@@ -179,6 +179,22 @@ def test_both_tables_have_the_same_keys_indexes_projections_ttl_and_recovery(sam
     assert shape(sam)["pitr"] is True and shape(sam)["retained"] == "Retain"
 
 
+def test_every_function_gets_the_same_configuration_in_both_templates(sam, cdk):
+    def variables(template):
+        found = set()
+        for fn in by_type(template, "AWS::Lambda::Function").values():
+            found.add(tuple(sorted(fn["Properties"]["Environment"]["Variables"])))
+        # The same variables for every function of a template.
+        assert len(found) == 1, found
+        return set(found.pop())
+
+    # What functions/common/src/config.rs requires at cold start, and what names ARNs and metrics.
+    required = {"TRAINYARD_TABLE", "TRAINYARD_EVENT_BUS", "TRAINYARD_TRAINING_ROLE_ARNS"}
+    explicit = {"TRAINYARD_STACK_NAME", "TRAINYARD_ACCOUNT_ID"}
+    assert variables(sam) == variables(cdk)
+    assert required | explicit <= variables(sam)
+
+
 @pytest.mark.parametrize("which", ["sam", "cdk"])
 def test_every_function_is_an_arm64_al2023_bootstrap(which, request):
     functions = by_type(request.getfixturevalue(which), "AWS::Lambda::Function")

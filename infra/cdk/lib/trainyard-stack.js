@@ -160,6 +160,8 @@ class TrainyardStack extends cdk.Stack {
       TRAINYARD_INITIAL_MAX_INSTANCES: initialMaxInstances.valueAsString,
       TRAINYARD_INITIAL_QUEUE: initialQueue.valueAsString,
       TRAINYARD_INITIAL_QUEUE_PRIORITY: initialQueuePriority.valueAsString,
+      TRAINYARD_STACK_NAME: Aws.STACK_NAME,
+      TRAINYARD_ACCOUNT_ID: Aws.ACCOUNT_ID,
     };
 
     const fn = (prefix, dir, { statements, timeout = 30, memorySize = 256, dlq: deadLetters, reserved }) => {

@@ -1,0 +1,59 @@
+//! The production adapters, built once per cold start: the DynamoDB store, SageMaker and the
+//! EventBridge sink, over one `aws-config` load (region, credentials and the standard
+//! `AWS_ENDPOINT_URL_*` endpoint variables all come from the environment).
+
+use std::sync::Arc;
+
+use trainyard_app::Service;
+use trainyard_app::ports::{RandomIds, SystemClock};
+use trainyard_aws::dynamodb::DynamoStore;
+use trainyard_aws::eventbridge::EventBridgeSink;
+use trainyard_aws::metrics::{MetricsSink, Recorder};
+use trainyard_aws::sagemaker::SageMakerBackend;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+
+/// The service every function runs on: events go to EventBridge and are counted for metrics.
+pub type AwsService = Service<DynamoStore, MetricsSink<EventBridgeSink>>;
+
+/// The clients of one cold start.
+#[derive(Debug, Clone)]
+pub struct Adapters {
+    /// The store on `TRAINYARD_TABLE`.
+    pub store: DynamoStore,
+    /// Job and internal events on `TRAINYARD_EVENT_BUS`.
+    pub events: EventBridgeSink,
+    /// SageMaker (only the scheduler and retry functions call it).
+    pub sagemaker: SageMakerBackend,
+}
+
+impl Adapters {
+    /// Loads the AWS configuration and builds every client.
+    pub async fn load(config: &Config) -> Self {
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self {
+            store: DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.table.clone()),
+            events: EventBridgeSink::new(
+                aws_sdk_eventbridge::Client::new(&sdk),
+                config.event_bus.clone(),
+                config.arns.clone(),
+            ),
+            sagemaker: SageMakerBackend::new(aws_sdk_sagemaker::Client::new(&sdk)),
+        }
+    }
+
+    /// The use-cases over these adapters, with the system clock and random job ids, and the
+    /// metrics their events are counted into.
+    pub fn service(&self, config: &Config) -> (Arc<AwsService>, Metrics) {
+        let metrics = Metrics::new(Arc::new(Recorder::new()), config.stack.clone());
+        let service = Arc::new(Service::new(
+            self.store.clone(),
+            MetricsSink::new(self.events.clone(), metrics.recorder().clone()),
+            Arc::new(SystemClock),
+            Arc::new(RandomIds),
+            config.arns.clone(),
+        ));
+        (service, metrics)
+    }
+}

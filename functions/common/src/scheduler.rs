@@ -1,0 +1,260 @@
+//! The `scheduler` function's handler: EventBridge's `Job Submitted` and `Capacity Released`
+//! (source `trainyard`) and the schedule (`{"trigger":"schedule"}`) each run one pass:
+//!
+//! 1. **Lease.** Take the `scheduler` lease (a fencing token; see
+//!    `trainyard_app::service::lease`). If another invocation holds it, poll for a bounded
+//!    time (well inside the function timeout) instead of dropping the trigger: the holder may
+//!    have taken its snapshot before this trigger's job existed. If it is still held after
+//!    that, the invocation ends without work; the holder's repeat cycles and the next schedule
+//!    tick cover it.
+//! 2. **Accept** SUBMITTED jobs into their queues, in batches, until a batch comes back short
+//!    (bounded by [`MAX_ACCEPT_BATCHES`]).
+//! 3. **Cycle**, again while the last one dispatched (capacity may remain for jobs a
+//!    conflict or a per-cycle bound left waiting), at most [`MAX_CYCLES`] times.
+//! 4. **Release** the lease, whatever happened in 2 and 3.
+//!
+//! The lease only saves duelling work: two passes at once are still correct, because each
+//! dispatch commits with version checks on the job and the environment's usage.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+use trainyard_app::ports::{EventSink, Store, TrainingBackend};
+use trainyard_app::service::lease::Lease;
+use trainyard_app::service::scheduling::CycleConfig;
+use trainyard_app::{AppError, Service};
+
+use crate::error::FunctionError;
+
+/// The lease's name in the store.
+pub const LEASE_NAME: &str = "scheduler";
+/// How long a taken lease lasts: longer than the function's 60 s timeout, so a live pass never
+/// loses it; a crashed holder blocks others for at most this long.
+pub const LEASE_TTL_MS: i64 = 70_000;
+/// The longest an invocation waits for a held lease (the function times out at 60 s).
+pub const LEASE_WAIT: Duration = Duration::from_secs(15);
+/// Time an invocation keeps for its own pass: the lease wait ends this long before the
+/// invocation's deadline at the latest.
+pub const PASS_RESERVE: Duration = Duration::from_secs(30);
+/// Time between attempts to take a held lease.
+pub const LEASE_POLL: Duration = Duration::from_millis(500);
+/// Jobs per `accept_submitted` call.
+pub const ACCEPT_BATCH: usize = 100;
+/// Most `accept_submitted` calls per invocation (bounds one pass at 5,000 jobs accepted).
+pub const MAX_ACCEPT_BATCHES: usize = 50;
+/// Most cycles per invocation.
+pub const MAX_CYCLES: usize = 5;
+/// The `detail-type`s of Trainyard's internal events that trigger a pass.
+pub const TRIGGER_DETAIL_TYPES: [&str; 2] = ["Job Submitted", "Capacity Released"];
+/// The `source` of Trainyard's own events.
+pub const TRAINYARD_SOURCE: &str = "trainyard";
+
+/// What woke the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trigger {
+    /// A job was submitted.
+    JobSubmitted,
+    /// A job gave its instances back.
+    CapacityReleased,
+    /// The periodic schedule (bounds the delay of any lost event).
+    Schedule,
+}
+
+/// Reads a trigger: `{"trigger":"schedule"}`, EventBridge's own `Scheduled Event`, or one of
+/// Trainyard's internal events; anything else is described in the error.
+pub fn parse_trigger(event: &Value) -> Result<Trigger, String> {
+    if event.get("trigger").and_then(Value::as_str) == Some("schedule") {
+        return Ok(Trigger::Schedule);
+    }
+    let text = |k: &str| event.get(k).and_then(Value::as_str);
+    match (text("source"), text("detail-type")) {
+        (Some("aws.events"), Some("Scheduled Event")) => Ok(Trigger::Schedule),
+        (Some(TRAINYARD_SOURCE), Some("Job Submitted")) => Ok(Trigger::JobSubmitted),
+        (Some(TRAINYARD_SOURCE), Some("Capacity Released")) => Ok(Trigger::CapacityReleased),
+        (source, detail_type) => Err(format!(
+            "not a scheduler trigger (source {source:?}, detail-type {detail_type:?}); expected \
+             {{\"trigger\":\"schedule\"}} or source {TRAINYARD_SOURCE:?} with detail-type one of \
+             {TRIGGER_DETAIL_TYPES:?}"
+        )),
+    }
+}
+
+/// How an invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PassOutcome {
+    /// The pass ran.
+    Ran,
+    /// Another invocation held the lease for the whole wait.
+    LeaseBusy,
+    /// The event was not a trigger; acknowledged without work.
+    Ignored,
+}
+
+/// What one invocation did (the function's response, and its log line).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PassReport {
+    /// What woke it (absent when ignored).
+    pub trigger: Option<Trigger>,
+    /// How it ended.
+    pub outcome: Option<PassOutcome>,
+    /// The lease's fencing token, when taken.
+    pub lease_token: Option<u64>,
+    /// Jobs moved SUBMITTED → RUNNABLE.
+    pub accepted: usize,
+    /// Cycles run.
+    pub cycles: usize,
+    /// Jobs dispatched over all cycles.
+    pub dispatched: usize,
+    /// Attempts SageMaker accepted.
+    pub launched: usize,
+    /// Dispatches refused by a version check (another writer got there first).
+    pub conflicts: usize,
+    /// Launches refused for lack of capacity.
+    pub capacity_errors: usize,
+    /// Why the event was ignored.
+    pub reason: Option<String>,
+}
+
+/// The scheduler's handler over any store, event sink and training backend.
+pub struct SchedulerFunction<S: Store, E: EventSink, B: TrainingBackend> {
+    service: Arc<Service<S, E>>,
+    backend: B,
+    cycle: CycleConfig,
+    /// This process's id: with the request id it names the lease holder.
+    instance: String,
+    lease_wait: Duration,
+}
+
+impl<S: Store, E: EventSink, B: TrainingBackend> SchedulerFunction<S, E, B> {
+    /// A handler that waits up to [`LEASE_WAIT`] for a held lease.
+    pub fn new(service: Arc<Service<S, E>>, backend: B, cycle: CycleConfig) -> Self {
+        Self {
+            service,
+            backend,
+            cycle,
+            instance: uuid::Uuid::new_v4().to_string(),
+            lease_wait: LEASE_WAIT,
+        }
+    }
+
+    /// The same with another bound on the lease wait.
+    pub fn with_lease_wait(mut self, wait: Duration) -> Self {
+        self.lease_wait = wait;
+        self
+    }
+
+    /// The service (for hosts and tests).
+    pub fn service(&self) -> &Arc<Service<S, E>> {
+        &self.service
+    }
+
+    /// Handles one event. `request_id` names this invocation in the lease; `deadline` (the
+    /// invocation's) shortens the lease wait when less time is left.
+    pub async fn handle(
+        &self,
+        event: &Value,
+        request_id: &str,
+        deadline: Option<Instant>,
+    ) -> Result<PassReport, FunctionError> {
+        let trigger = match parse_trigger(event) {
+            Ok(trigger) => trigger,
+            Err(reason) => {
+                tracing::warn!(%reason, "ignored an event that is not a scheduler trigger");
+                return Ok(PassReport {
+                    outcome: Some(PassOutcome::Ignored),
+                    reason: Some(reason),
+                    ..PassReport::default()
+                });
+            }
+        };
+        let mut report = PassReport {
+            trigger: Some(trigger),
+            ..PassReport::default()
+        };
+        let holder = format!("{}/{request_id}", self.instance);
+        let Some(lease) = self.take_lease(&holder, deadline).await? else {
+            tracing::warn!(
+                ?trigger,
+                wait_ms = u64::try_from(self.lease_wait.as_millis()).unwrap_or(u64::MAX),
+                "the scheduler lease stayed held; its holder and the next tick cover this trigger"
+            );
+            report.outcome = Some(PassOutcome::LeaseBusy);
+            return Ok(report);
+        };
+        report.lease_token = Some(lease.token);
+        let worked = self.pass(&mut report).await;
+        // Give the lease back whether or not the pass failed; a failed release only delays
+        // the next pass until the lease expires.
+        if let Err(error) = self.service.release_lease(&lease).await {
+            tracing::warn!(%error, token = lease.token, "releasing the scheduler lease failed");
+        }
+        worked?;
+        report.outcome = Some(PassOutcome::Ran);
+        tracing::info!(
+            ?trigger,
+            lease_token = lease.token,
+            accepted = report.accepted,
+            cycles = report.cycles,
+            dispatched = report.dispatched,
+            launched = report.launched,
+            conflicts = report.conflicts,
+            capacity_errors = report.capacity_errors,
+            "scheduler pass"
+        );
+        Ok(report)
+    }
+
+    /// Takes the lease, polling while another holder has it, until the wait (or the
+    /// invocation's time, less a margin for the pass itself) runs out.
+    async fn take_lease(
+        &self,
+        holder: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, AppError> {
+        let mut give_up = Instant::now() + self.lease_wait;
+        if let Some(deadline) = deadline {
+            give_up = give_up.min(deadline.checked_sub(PASS_RESERVE).unwrap_or(deadline));
+        }
+        loop {
+            if let Some(lease) = self
+                .service
+                .acquire_lease(LEASE_NAME, holder, LEASE_TTL_MS)
+                .await?
+            {
+                return Ok(Some(lease));
+            }
+            if Instant::now() + LEASE_POLL > give_up {
+                return Ok(None);
+            }
+            tokio::time::sleep(LEASE_POLL).await;
+        }
+    }
+
+    async fn pass(&self, report: &mut PassReport) -> Result<(), AppError> {
+        for _ in 0..MAX_ACCEPT_BATCHES {
+            let moved = self.service.accept_submitted(ACCEPT_BATCH, 0).await?;
+            report.accepted += moved;
+            if moved < ACCEPT_BATCH {
+                break;
+            }
+        }
+        for _ in 0..MAX_CYCLES {
+            let cycle = self.service.run_cycle(&self.backend, &self.cycle).await?;
+            report.cycles += 1;
+            report.dispatched += cycle.dispatched;
+            report.launched += cycle.launched;
+            report.conflicts += cycle.conflicts;
+            report.capacity_errors += cycle.capacity_errors;
+            if cycle.dispatched == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+}

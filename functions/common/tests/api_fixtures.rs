@@ -1,0 +1,140 @@
+//! The `api` function's sample events (API Gateway HTTP API, payload v2) through `lambda_http`'s
+//! own decoding and the function's router, over the memory store.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use trainyard_app::Service;
+use trainyard_app::memory::MemoryStore;
+use trainyard_app::ports::NoEvents;
+use trainyard_app::testing::{ManualClock, SequentialIds};
+use trainyard_domain::arn::ArnContext;
+use trainyard_functions::config::InitialSetup;
+use trainyard_functions::setup::ensure_initial_setup;
+
+const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
+
+async fn router() -> axum::Router {
+    let service = Arc::new(Service::new(
+        MemoryStore::new(),
+        NoEvents,
+        Arc::new(ManualClock::new(1_795_996_800_000)),
+        Arc::new(SequentialIds::default()),
+        ArnContext {
+            partition: "aws".into(),
+            region: "us-east-1".into(),
+            account: "123456789012".into(),
+        },
+    ));
+    let setup = InitialSetup {
+        environment: "default".into(),
+        max_instances: 4,
+        queue: "default".into(),
+        queue_priority: 1,
+    };
+    ensure_initial_setup(service.store(), &setup, 0)
+        .await
+        .unwrap();
+    trainyard_functions::api::router(service, vec![ROLE.to_owned()])
+}
+
+fn fixture_text(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../events/api")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"))
+}
+
+/// Sends an HTTP API v2 event through `lambda_http`'s decoding and the router.
+async fn invoke(router: &axum::Router, event: &str) -> (u16, Option<String>, Value) {
+    let request = lambda_http::request::from_str(event).unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let error_type = response
+        .headers()
+        .get("x-amzn-ErrorType")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, error_type, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn api_requests_are_served_as_batch_answers_them() {
+    let router = router().await;
+    let job_id = "00000000-0000-4000-8000-000000000001";
+    // (fixture, HTTP status, error type, what the body must contain)
+    let steps: [(&str, u16, Option<&str>, Value); 4] = [
+        (
+            "submit.json",
+            200,
+            None,
+            json!({"jobId": job_id, "jobName": "resnet"}),
+        ),
+        (
+            "describe.json",
+            200,
+            None,
+            json!({"jobId": job_id, "status": "SUBMITTED"}),
+        ),
+        ("list.json", 200, None, json!({})),
+        (
+            "bad-request.json",
+            400,
+            Some("ClientException"),
+            json!({"__type": "ClientException"}),
+        ),
+    ];
+    let mut checked = BTreeSet::new();
+    for (file, status, error_type, expected) in steps {
+        let (got_status, got_type, body) = invoke(&router, &fixture_text(file)).await;
+        assert_eq!(got_status, status, "{file}: {body}");
+        assert_eq!(got_type.as_deref(), error_type, "{file}");
+        for (key, value) in expected.as_object().unwrap() {
+            assert_eq!(&body[key], value, "{file}: {key} in {body}");
+        }
+        if file == "list.json" {
+            let ids: Vec<&str> = body["jobSummaryList"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["jobId"].as_str().unwrap())
+                .collect();
+            assert_eq!(ids, [job_id], "{body}");
+        }
+        checked.insert(file.to_owned());
+    }
+    let present: BTreeSet<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/api"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+    assert_eq!(
+        present, checked,
+        "every api sample event is a checked fixture"
+    );
+}
+
+#[tokio::test]
+async fn a_job_naming_a_role_outside_the_training_roles_is_refused_at_submit() {
+    let router = router().await;
+    let mut event: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
+    let body = event["body"].as_str().unwrap().to_owned();
+    let other = "arn:aws:iam::123456789012:role/Admin";
+    event["body"] = json!(body.replace("role/SageMakerRole", "role/Admin"));
+    let (status, error_type, body) = invoke(&router, &event.to_string()).await;
+    assert_eq!(
+        (status, error_type.as_deref()),
+        (400, Some("ClientException"))
+    );
+    assert!(body["message"].as_str().unwrap().contains(other), "{body}");
+
+    // Nothing was stored: the list stays empty.
+    let (_, _, listed) = invoke(&router, &fixture_text("list.json")).await;
+    assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
+}

@@ -1,0 +1,591 @@
+//! Every file in `events/` as a test fixture: each function's handler is run on its events over
+//! the memory store and the SageMaker emulator's model, and what it did is checked. A fixture
+//! nobody checks fails the test, so a new sample event must come with its expectation.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use trainyard_app::Service;
+use trainyard_app::memory::MemoryStore;
+use trainyard_app::ports::{
+    BackendError, Clock, NoEvents, Store, TrainingBackend, TrainingJobState,
+};
+use trainyard_app::service::jobs::SubmitJob;
+use trainyard_app::service::scheduling::{CycleConfig, attempt_name};
+use trainyard_app::testing::{ManualClock, SequentialIds};
+use trainyard_domain::arn::ArnContext;
+use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, TimeFormat};
+use trainyard_functions::config::InitialSetup;
+use trainyard_functions::retry::RetryFunction;
+use trainyard_functions::scheduler::{LEASE_TTL_MS, PassOutcome, SchedulerFunction, Trigger};
+use trainyard_functions::setup::ensure_initial_setup;
+use trainyard_functions::training_events::{EventOutcome, TrainingEventsFunction};
+
+const T0: i64 = 1_795_996_800_000;
+const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
+
+/// The emulator's model as a [`TrainingBackend`], on the test's clock.
+#[derive(Clone)]
+struct EmulatedSageMaker {
+    emulator: Arc<Mutex<Emulator>>,
+    clock: Arc<ManualClock>,
+}
+
+fn classify(e: SageMakerError) -> BackendError {
+    match e {
+        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
+        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
+        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
+        SageMakerError::ValidationException(m) => BackendError::Rejected {
+            code: "ValidationException".into(),
+            message: m,
+        },
+    }
+}
+
+impl TrainingBackend for EmulatedSageMaker {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        let now = self.clock.now_ms();
+        let mut emulator = self.emulator.lock().unwrap();
+        emulator
+            .create_training_job(&request, now)
+            .map_err(classify)
+    }
+
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        let mut emulator = self.emulator.lock().unwrap();
+        emulator.advance(self.clock.now_ms());
+        let detail = emulator
+            .describe_training_job(name, TimeFormat::EpochMillis)
+            .map_err(classify)?;
+        Ok(TrainingJobState::from_sagemaker(&detail).unwrap())
+    }
+
+    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+        let now = self.clock.now_ms();
+        let mut emulator = self.emulator.lock().unwrap();
+        match emulator.stop_training_job(name, now) {
+            Err(SageMakerError::ValidationException(_)) => Ok(()),
+            other => other.map_err(classify),
+        }
+    }
+}
+
+/// A deployment's worth of Trainyard over the memory store: the initial setup, the three
+/// event-driven handlers, and an emulated SageMaker.
+struct World {
+    service: Arc<Service<MemoryStore, NoEvents>>,
+    clock: Arc<ManualClock>,
+    sagemaker: EmulatedSageMaker,
+    scheduler: SchedulerFunction<MemoryStore, NoEvents, EmulatedSageMaker>,
+    training_events: TrainingEventsFunction<MemoryStore, NoEvents>,
+    retry: RetryFunction<MemoryStore, NoEvents, EmulatedSageMaker>,
+}
+
+impl World {
+    async fn new() -> Self {
+        let clock = Arc::new(ManualClock::new(T0));
+        let service = Arc::new(Service::new(
+            MemoryStore::new(),
+            NoEvents,
+            clock.clone(),
+            Arc::new(SequentialIds::default()),
+            ArnContext {
+                partition: "aws".into(),
+                region: "us-east-1".into(),
+                account: "123456789012".into(),
+            },
+        ));
+        let setup = InitialSetup {
+            environment: "default".into(),
+            max_instances: 4,
+            queue: "default".into(),
+            queue_priority: 1,
+        };
+        ensure_initial_setup(service.store(), &setup, T0)
+            .await
+            .unwrap();
+        let sagemaker = EmulatedSageMaker {
+            emulator: Arc::new(Mutex::new(Emulator::new(EmulatorConfig::default()))),
+            clock: clock.clone(),
+        };
+        let cycle = CycleConfig::default();
+        Self {
+            scheduler: SchedulerFunction::new(service.clone(), sagemaker.clone(), cycle.clone())
+                .with_lease_wait(Duration::ZERO),
+            training_events: TrainingEventsFunction::new(service.clone(), cycle.clone()),
+            retry: RetryFunction::new(service.clone(), sagemaker.clone(), cycle, 60_000),
+            service,
+            clock,
+            sagemaker,
+        }
+    }
+
+    async fn submit(&self, name: &str) -> String {
+        let payload = json!({
+            "TrainingJobName": name,
+            "RoleArn": ROLE,
+            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+            "HyperParameters": {"emulator_duration_s": "600"},
+            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
+        });
+        let cmd = SubmitJob {
+            job_name: name.into(),
+            job_queue: "default".into(),
+            service_job_type: Default::default(),
+            service_request_payload: payload.to_string(),
+            share_identifier: None,
+            quota_share_name: None,
+            scheduling_priority: None,
+            retry_strategy: None,
+            timeout_config: None,
+            preemption_configuration: None,
+            tags: Default::default(),
+            client_token: None,
+        };
+        self.service.submit(cmd).await.unwrap().job_id
+    }
+
+    async fn job(&self, id: &str) -> ServiceJob {
+        self.service
+            .store()
+            .get_job(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+    }
+}
+
+fn events_dir(function: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../events")
+        .join(function)
+}
+
+fn fixture(function: &str, file: &str) -> Value {
+    let path = events_dir(function).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?} is not JSON: {e}"))
+}
+
+/// Fails unless `checked` names every file in `events/<function>/`.
+fn assert_all_checked(function: &str, checked: &BTreeSet<&str>) {
+    let present: BTreeSet<String> = std::fs::read_dir(events_dir(function))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let checked: BTreeSet<String> = checked.iter().map(|s| (*s).to_owned()).collect();
+    assert_eq!(
+        present, checked,
+        "every sample event of {function} is a checked fixture"
+    );
+}
+
+#[tokio::test]
+async fn training_events_apply_once_in_any_order_and_foreign_or_malformed_ones_are_acknowledged() {
+    let w = World::new().await;
+    let ids = [
+        w.submit("resnet").await,
+        w.submit("bert").await,
+        w.submit("gpt").await,
+    ];
+    let pass = w
+        .scheduler
+        .handle(&json!({"trigger": "schedule"}), "req-1", None)
+        .await
+        .unwrap();
+    assert_eq!((pass.accepted, pass.dispatched, pass.launched), (3, 3, 3));
+    // The fixtures name the attempts the scheduler just launched.
+    for (id, file) in ids.iter().zip([
+        "in-progress-training.json",
+        "failed-capacity-error.json",
+        "out-of-order-completed.json",
+    ]) {
+        let name = fixture("training-events", file)["detail"]["TrainingJobName"].clone();
+        assert_eq!(name, json!(attempt_name(&w.job(id).await, 1)), "{file}");
+    }
+
+    // (fixture, expected outcome, expected status of its job afterwards)
+    let applied = |status| Some(status);
+    let steps: [(&str, &str, Option<JobStatus>); 8] = [
+        (
+            "in-progress-training.json",
+            "applied",
+            applied(JobStatus::Running),
+        ),
+        (
+            "in-progress-training-duplicate.json",
+            "ignored",
+            applied(JobStatus::Running),
+        ),
+        ("completed.json", "applied", applied(JobStatus::Succeeded)),
+        // A capacity failure requeues without using an attempt.
+        (
+            "failed-capacity-error.json",
+            "applied",
+            applied(JobStatus::Runnable),
+        ),
+        // Completed arrives before Training: the late Training changes nothing.
+        (
+            "out-of-order-completed.json",
+            "applied",
+            applied(JobStatus::Succeeded),
+        ),
+        (
+            "out-of-order-training.json",
+            "ignored",
+            applied(JobStatus::Succeeded),
+        ),
+        ("foreign-training-job.json", "foreign", None),
+        ("invalid-shape.json", "malformed", None),
+    ];
+    let mut checked = BTreeSet::new();
+    for (file, outcome, status) in steps {
+        let event = fixture("training-events", file);
+        let got = w.training_events.handle(&event).await.unwrap();
+        let encoded = serde_json::to_value(&got).unwrap();
+        assert_eq!(encoded["outcome"], outcome, "{file}: {encoded}");
+        if let EventOutcome::Applied { status: s, .. } = got {
+            assert_eq!(Some(s), status, "{file}");
+        }
+        if let Some(status) = status {
+            let name = event["detail"]["TrainingJobName"].as_str().unwrap();
+            let (id, _) = trainyard_app::service::scheduling::parse_attempt_name(name).unwrap();
+            let job = w.job(&id).await;
+            assert_eq!(job.status, status, "{file}");
+        }
+        checked.insert(file);
+    }
+    assert_all_checked("training-events", &checked);
+
+    let bert = w.job(&ids[1]).await;
+    assert!(
+        bert.status_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("CAPACITY:")),
+        "{:?}",
+        bert.status_reason
+    );
+    // Replaying everything again changes no job: duplicates are absorbed.
+    let before: Vec<ServiceJob> = futures_all(&w, &ids).await;
+    for file in &checked {
+        w.training_events
+            .handle(&fixture("training-events", file))
+            .await
+            .unwrap();
+    }
+    assert_eq!(futures_all(&w, &ids).await, before);
+}
+
+async fn futures_all(w: &World, ids: &[String]) -> Vec<ServiceJob> {
+    let mut jobs = Vec::new();
+    for id in ids {
+        jobs.push(w.job(id).await);
+    }
+    jobs
+}
+
+#[tokio::test]
+async fn scheduler_triggers_run_a_pass_under_the_lease_and_other_events_are_ignored() {
+    let w = World::new().await;
+    let id = w.submit("resnet").await;
+    assert_eq!(
+        fixture("scheduler", "job-submitted.json")["detail"]["jobId"],
+        json!(id),
+        "the fixture names the first job"
+    );
+
+    // (fixture, trigger, outcome, jobs accepted, jobs dispatched, lease token)
+    let steps = [
+        (
+            "job-submitted.json",
+            Some(Trigger::JobSubmitted),
+            PassOutcome::Ran,
+            1,
+            1,
+            Some(1),
+        ),
+        // Released at the end of each pass, so the next one starts a new term.
+        (
+            "capacity-released.json",
+            Some(Trigger::CapacityReleased),
+            PassOutcome::Ran,
+            0,
+            0,
+            Some(2),
+        ),
+        (
+            "schedule.json",
+            Some(Trigger::Schedule),
+            PassOutcome::Ran,
+            0,
+            0,
+            Some(3),
+        ),
+        ("invalid.json", None, PassOutcome::Ignored, 0, 0, None),
+    ];
+    let mut checked = BTreeSet::new();
+    for (file, trigger, outcome, accepted, dispatched, token) in steps {
+        let report = w
+            .scheduler
+            .handle(&fixture("scheduler", file), file, None)
+            .await
+            .unwrap();
+        assert_eq!(report.trigger, trigger, "{file}");
+        assert_eq!(report.outcome, Some(outcome), "{file}");
+        assert_eq!(
+            (report.accepted, report.dispatched, report.lease_token),
+            (accepted, dispatched, token),
+            "{file}: {report:?}"
+        );
+        checked.insert(file);
+    }
+    assert_all_checked("scheduler", &checked);
+    assert_eq!(w.job(&id).await.status, JobStatus::Scheduled);
+}
+
+#[tokio::test]
+async fn a_held_lease_defers_the_pass_until_it_expires() {
+    let w = World::new().await;
+    let id = w.submit("resnet").await;
+    let other = w
+        .service
+        .acquire_lease("scheduler", "another-invocation", LEASE_TTL_MS)
+        .await
+        .unwrap()
+        .unwrap();
+    let schedule = fixture("scheduler", "schedule.json");
+
+    let busy = w.scheduler.handle(&schedule, "req-1", None).await.unwrap();
+    assert_eq!(busy.outcome, Some(PassOutcome::LeaseBusy));
+    assert_eq!(
+        w.job(&id).await.status,
+        JobStatus::Submitted,
+        "no work without the lease"
+    );
+
+    w.clock.advance(LEASE_TTL_MS);
+    let ran = w.scheduler.handle(&schedule, "req-2", None).await.unwrap();
+    assert_eq!(ran.outcome, Some(PassOutcome::Ran));
+    assert_eq!(
+        ran.lease_token,
+        Some(other.token + 1),
+        "a new term fences the old holder"
+    );
+    assert_eq!(w.job(&id).await.status, JobStatus::Scheduled);
+}
+
+#[tokio::test]
+async fn the_retry_schedule_stops_a_terminated_attempt_and_reconciles_its_end() {
+    let w = World::new().await;
+    let id = w.submit("resnet").await;
+    w.scheduler
+        .handle(&fixture("scheduler", "schedule.json"), "req-1", None)
+        .await
+        .unwrap();
+    w.service
+        .terminate_job(&id, "no longer needed")
+        .await
+        .unwrap();
+
+    let tick = fixture("retry", "schedule.json");
+    let first = w.retry.handle(&tick).await.unwrap();
+    assert_eq!(first.stops_requested, 1, "{first:?}");
+
+    // The Stopped event is lost; after the quiet period the next tick describes the attempt.
+    w.clock.advance(120_000);
+    let later = w.retry.handle(&tick).await.unwrap();
+    assert_eq!(later.reconciled, 1, "{later:?}");
+    let job = w.job(&id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    assert!(job.is_terminated);
+    let name = attempt_name(&job, 1);
+    let described = w.sagemaker.describe_training_job(&name).await.unwrap();
+    assert_eq!(
+        described.status,
+        trainyard_app::ports::TrainingStatus::Stopped
+    );
+    assert_all_checked("retry", &BTreeSet::from(["schedule.json"]));
+}
+
+#[tokio::test]
+async fn a_pass_records_its_dispatches_and_a_tick_reports_the_gauges_the_alarm_watches() {
+    use trainyard_aws::metrics::{MetricsSink, Recorder};
+    use trainyard_functions::metrics::{Metrics, schedule_lines};
+
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Metrics::new(Arc::new(Recorder::new()), "prod".into());
+    let service = Arc::new(Service::new(
+        MemoryStore::new(),
+        MetricsSink::new(NoEvents, metrics.recorder().clone()),
+        clock.clone(),
+        Arc::new(SequentialIds::default()),
+        ArnContext::default(),
+    ));
+    let setup = InitialSetup {
+        environment: "default".into(),
+        max_instances: 1,
+        queue: "default".into(),
+        queue_priority: 1,
+    };
+    ensure_initial_setup(service.store(), &setup, T0)
+        .await
+        .unwrap();
+    let sagemaker = EmulatedSageMaker {
+        emulator: Arc::new(Mutex::new(Emulator::new(EmulatorConfig::default()))),
+        clock: clock.clone(),
+    };
+    let scheduler = SchedulerFunction::new(service.clone(), sagemaker, CycleConfig::default());
+    for name in ["a", "b"] {
+        let payload = json!({
+            "TrainingJobName": name, "RoleArn": ROLE,
+            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50}
+        });
+        let cmd: SubmitJob = SubmitJob {
+            job_name: name.into(),
+            job_queue: "default".into(),
+            service_job_type: Default::default(),
+            service_request_payload: payload.to_string(),
+            share_identifier: None,
+            quota_share_name: None,
+            scheduling_priority: None,
+            retry_strategy: None,
+            timeout_config: None,
+            preemption_configuration: None,
+            tags: Default::default(),
+            client_token: None,
+        };
+        service.submit(cmd).await.unwrap();
+    }
+    clock.advance(5_000);
+    let pass = scheduler
+        .handle(&fixture("scheduler", "schedule.json"), "req", None)
+        .await
+        .unwrap();
+    assert_eq!(pass.dispatched, 1, "one instance: one job dispatched");
+
+    let recorded = metrics.drain(clock.now_ms()).join("\n");
+    assert!(recorded.contains("\"Dispatches\""), "{recorded}");
+    assert!(metrics.drain(clock.now_ms()).is_empty(), "drained once");
+
+    clock.advance(60_000);
+    let tick: Vec<Value> = schedule_lines(service.store(), "prod", clock.now_ms())
+        .await
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let oldest = tick
+        .iter()
+        .find(|l| l.get("JobQueue").is_none() && l.get("OldestRunnableJobAgeSeconds").is_some())
+        .unwrap_or_else(|| panic!("{tick:?}"));
+    assert_eq!(oldest["Stack"], "prod");
+    // b became RUNNABLE when the pass accepted it, 60 s ago (it was submitted 5 s before).
+    assert_eq!(
+        oldest["OldestRunnableJobAgeSeconds"],
+        json!(60.0),
+        "{oldest}"
+    );
+    assert!(
+        tick.iter().any(|l| l["InstancesInUse"] == json!(1)),
+        "{tick:?}"
+    );
+}
+
+#[tokio::test]
+async fn two_scheduler_invocations_at_once_share_the_lease_and_never_overrun_capacity() {
+    use trainyard_app::ports::EnvironmentUsage;
+    use trainyard_app::testing::Interleaving;
+
+    let clock = Arc::new(ManualClock::new(T0));
+    let service = Arc::new(Service::new(
+        Interleaving::new(MemoryStore::new()),
+        NoEvents,
+        clock.clone(),
+        Arc::new(SequentialIds::default()),
+        ArnContext::default(),
+    ));
+    let setup = InitialSetup {
+        environment: "default".into(),
+        max_instances: 2,
+        queue: "default".into(),
+        queue_priority: 1,
+    };
+    ensure_initial_setup(service.store(), &setup, T0)
+        .await
+        .unwrap();
+    let sagemaker = EmulatedSageMaker {
+        emulator: Arc::new(Mutex::new(Emulator::new(EmulatorConfig::default()))),
+        clock: clock.clone(),
+    };
+    for name in ["a", "b", "c", "d"] {
+        let payload = json!({
+            "TrainingJobName": name, "RoleArn": ROLE,
+            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50}
+        });
+        service
+            .submit(SubmitJob {
+                job_name: name.into(),
+                job_queue: "default".into(),
+                service_job_type: Default::default(),
+                service_request_payload: payload.to_string(),
+                share_identifier: None,
+                quota_share_name: None,
+                scheduling_priority: None,
+                retry_strategy: None,
+                timeout_config: None,
+                preemption_configuration: None,
+                tags: Default::default(),
+                client_token: None,
+            })
+            .await
+            .unwrap();
+    }
+    // Two instances of the function (two processes, as after a deployment or a retry).
+    let first = SchedulerFunction::new(service.clone(), sagemaker.clone(), CycleConfig::default())
+        .with_lease_wait(Duration::ZERO);
+    let second = SchedulerFunction::new(service.clone(), sagemaker.clone(), CycleConfig::default())
+        .with_lease_wait(Duration::ZERO);
+    let tick = fixture("scheduler", "schedule.json");
+    let (a, b) = tokio::join!(
+        first.handle(&tick, "req-a", None),
+        second.handle(&tick, "req-b", None)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let outcomes = BTreeSet::from([a.outcome.unwrap(), b.outcome.unwrap()]);
+    assert_eq!(
+        outcomes,
+        BTreeSet::from([PassOutcome::Ran, PassOutcome::LeaseBusy]),
+        "{a:?} {b:?}"
+    );
+    assert_eq!(
+        a.dispatched + b.dispatched,
+        2,
+        "two instances, two dispatches"
+    );
+    let usage = service
+        .store()
+        .list_documents::<EnvironmentUsage>()
+        .await
+        .unwrap();
+    assert_eq!(usage.iter().map(|u| u.value.total()).sum::<u64>(), 2);
+    let launched = sagemaker
+        .emulator
+        .lock()
+        .unwrap()
+        .list_training_jobs(None, None, 100)
+        .len();
+    assert_eq!(launched, 2, "nothing launched twice");
+}

@@ -1,0 +1,47 @@
+//! The `scheduler` function: EventBridge `Job Submitted` / `Capacity Released` (source
+//! `trainyard`) and the schedule (`{"trigger":"schedule"}`) → lease, accept, cycle, release.
+//! A composition root: configuration and clients once per cold start, then
+//! `trainyard_functions::scheduler` per event.
+
+use std::sync::Arc;
+
+use trainyard_functions::aws::Adapters;
+use trainyard_functions::scheduler::{SchedulerFunction, Trigger};
+use trainyard_functions::{metrics, runtime};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    let config = runtime::cold_start("scheduler")?;
+    let adapters = Adapters::load(&config).await;
+    let (service, metrics) = adapters.service(&config);
+    let handler = Arc::new(SchedulerFunction::new(
+        service,
+        adapters.sagemaker.clone(),
+        config.cycle(),
+    ));
+    let stack = metrics.stack().to_owned();
+    runtime::serve("scheduler", metrics, |event| {
+        let handler = handler.clone();
+        let stack = stack.clone();
+        async move {
+            let deadline = tokio::time::Instant::now()
+                + event
+                    .context
+                    .deadline()
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+            let report = handler
+                .handle(&event.payload, &event.context.request_id, Some(deadline))
+                .await?;
+            // The schedule tick also reports the gauges the stuck-queue alarm watches.
+            if report.trigger == Some(Trigger::Schedule) {
+                let service = handler.service();
+                let lines =
+                    metrics::schedule_lines(service.store(), &stack, service.now_ms()).await;
+                metrics::print_lines(&lines);
+            }
+            Ok(report)
+        }
+    })
+    .await
+}
