@@ -21,19 +21,26 @@ const sqs = require('aws-cdk-lib/aws-sqs');
 
 /**
  * The table's indexes: must match shared/aws/src/dynamodb/schema.rs (names are stored data).
- * [name, partition, sort, projection]. None holds the job document (readers fetch jobs with
- * BatchGetItem); the listing indexes include the attributes ListServiceJobs filters on.
+ * [name, partition, sort, projection]. None holds the job document: the runnable indexes include
+ * what a scheduling cycle's heads need (so it reads them alone), the listing indexes the
+ * attributes ListServiceJobs filters on; other readers fetch jobs with BatchGetItem.
  */
 const KEYS_ONLY = { projectionType: 'KEYS_ONLY' };
+const HEADS = {
+  projectionType: 'INCLUDE',
+  nonKeyAttributes: [
+    'job_id', 'version', 'share_identifier', 'quota_share_name', 'prio', 'sr', 'nb', 'ins', 'mrt',
+  ],
+};
 const LISTING = {
   projectionType: 'INCLUDE',
   nonKeyAttributes: ['share_identifier', 'quota_share_name', 'name_lower'],
 };
 const INDEXES = [
-  ['runnable-fifo', 'rq', 'rfifo', KEYS_ONLY],
-  ['runnable-priority', 'rq', 'rprio', KEYS_ONLY],
-  ['runnable-share-fifo', 'rq', 'rsfifo', KEYS_ONLY],
-  ['runnable-share-priority', 'rq', 'rsprio', KEYS_ONLY],
+  ['runnable-fifo', 'rq', 'rfifo', HEADS],
+  ['runnable-priority', 'rq', 'rprio', HEADS],
+  ['runnable-share-fifo', 'rq', 'rsfifo', HEADS],
+  ['runnable-share-priority', 'rq', 'rsprio', HEADS],
   ['by-queue', 'lq', 'lsk', LISTING],
   ['by-queue-status', 'lqs', 'lsk', LISTING],
   ['by-status', 'ls', 'lsk', LISTING],

@@ -6,10 +6,11 @@
 //! by `pk`/`sk` (see `schema` and `docs/storage-dynamodb.md`). Sparse global secondary indexes
 //! answer the scheduler's reads (RUNNABLE jobs per queue and share in dispatch order; jobs holding
 //! capacity) and `ListServiceJobs` (by queue, queue and status, status, or everything, newest
-//! first), so no read scans the table. The indexes hold keys (and, for listing, the attributes
-//! its filters need), never the job's document: a reader takes the keys from the index and the
-//! jobs from the table with `BatchGetItem`. Whole-item copies would cost a write unit per KB in
-//! every index on every job write (the measurements are in the docs).
+//! first), so no read scans the table. The indexes hold keys and a few small attributes, never
+//! the job's document: whole-item copies would cost a write unit per KB in every index on every
+//! job write (the measurements are in the docs). The runnable indexes project what a
+//! [`RunnableHead`] holds, so a cycle's `runnable_heads` is one query per queue or share; other
+//! readers take the keys from an index and the jobs from the table with `BatchGetItem`.
 //!
 //! # Consistency
 //!
@@ -17,7 +18,7 @@
 //! and other fields set once), written with it at submit, so that the rewritten item stays within
 //! one write unit. Versions are checked with condition expressions; multi-item steps
 //! (`insert_job`, `commit`) are one `TransactWriteItems`. Reads by key are strongly consistent. Index reads
-//! (`list_jobs`, `runnable_jobs`, `runnable_shares`, `dispatched_jobs`) are eventually
+//! (`list_jobs`, `runnable_jobs`, `runnable_heads`, `runnable_shares`, `dispatched_jobs`) are eventually
 //! consistent, as every GSI is: the scheduler tolerates that because each dispatch is committed
 //! with a version check on the job it read.
 //!
@@ -43,7 +44,7 @@ use aws_sdk_dynamodb::types::{
 };
 use trainyard_app::ports::{
     ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
-    RunnableOrder, Store, StoreError, Versioned, Write,
+    RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write,
 };
 use trainyard_domain::job::{JobStatus, ServiceJob};
 
@@ -704,6 +705,70 @@ impl DynamoStore {
         order: RunnableOrder,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        let items = self.runnable_entries(queue, share, order, limit).await?;
+        let mut jobs = self.fetch_jobs(&items).await?;
+        // Left since the index was read: no longer this queue's to run.
+        jobs.retain(|job| job.value.status == JobStatus::Runnable && job.value.job_queue == queue);
+        Ok(jobs)
+    }
+
+    /// The heads straight from the runnable index's entries, which project every field of a
+    /// [`RunnableHead`]: one query, no `BatchGetItem`. An entry written before the job item held
+    /// those fields is read whole instead (and kept only if still RUNNABLE in the queue, as
+    /// `runnable_jobs` does). The other entries are as fresh as the index: a job that left
+    /// RUNNABLE a moment ago may still show, and a write based on its head fails its version
+    /// check.
+    async fn runnable_heads_now(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<RunnableHead>, StoreError> {
+        let items = self.runnable_entries(queue, share, order, limit).await?;
+        let (_, sort) = schema::runnable_index(order, share.is_some());
+        let mut heads = Vec::with_capacity(items.len());
+        let mut old = Vec::new();
+        for item in &items {
+            let head = schema::runnable_head(item, sort)?;
+            if head.is_none() {
+                old.push(item.clone());
+            }
+            heads.push(head);
+        }
+        let mut read_whole: HashMap<String, RunnableHead> = HashMap::new();
+        if !old.is_empty() {
+            for job in self.fetch_jobs(&old).await? {
+                if job.value.status == JobStatus::Runnable && job.value.job_queue == queue {
+                    read_whole.insert(
+                        job.value.job_id.clone(),
+                        RunnableHead::of(&job.value, job.version),
+                    );
+                }
+            }
+        }
+        let mut ordered = Vec::with_capacity(heads.len());
+        for (head, item) in heads.into_iter().zip(&items) {
+            match head {
+                Some(head) => ordered.push(head),
+                None => {
+                    let id = schema::text("a runnable index entry", item, schema::JOB_ID)?;
+                    ordered.extend(read_whole.remove(id));
+                }
+            }
+        }
+        Ok(ordered)
+    }
+
+    /// The first `limit` entries of the runnable index for `order` (of `share`'s keys, with a
+    /// share), in the index's order.
+    async fn runnable_entries(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<Item>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -712,32 +777,27 @@ impl DynamoStore {
         let client = &self.client;
         let table = &self.table;
         let page = i32::try_from(limit).unwrap_or(i32::MAX);
-        let items = self
-            .query_items(
-                |start| {
-                    let request = client
-                        .query()
-                        .table_name(table)
-                        .index_name(index)
-                        .expression_attribute_values(":q", s(queue))
-                        .limit(page)
-                        .set_exclusive_start_key(start);
-                    match &prefix {
-                        None => request.key_condition_expression("rq = :q"),
-                        Some(prefix) => request
-                            .key_condition_expression("rq = :q AND begins_with(#s, :prefix)")
-                            .expression_attribute_names("#s", sort)
-                            .expression_attribute_values(":prefix", s(prefix)),
-                    }
-                },
-                limit,
-                |_| true,
-            )
-            .await?;
-        let mut jobs = self.fetch_jobs(&items).await?;
-        // Left since the index was read: no longer this queue's to run.
-        jobs.retain(|job| job.value.status == JobStatus::Runnable && job.value.job_queue == queue);
-        Ok(jobs)
+        self.query_items(
+            |start| {
+                let request = client
+                    .query()
+                    .table_name(table)
+                    .index_name(index)
+                    .expression_attribute_values(":q", s(queue))
+                    .limit(page)
+                    .set_exclusive_start_key(start);
+                match &prefix {
+                    None => request.key_condition_expression("rq = :q"),
+                    Some(prefix) => request
+                        .key_condition_expression("rq = :q AND begins_with(#s, :prefix)")
+                        .expression_attribute_names("#s", sort)
+                        .expression_attribute_values(":prefix", s(prefix)),
+                }
+            },
+            limit,
+            |_| true,
+        )
+        .await
     }
 
     /// A skip scan of the `runnable-share-fifo` index: one query of one item per share, each
@@ -1113,6 +1173,16 @@ impl Store for DynamoStore {
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         self.runnable_jobs_now(queue, share, order, limit).await
+    }
+
+    async fn runnable_heads(
+        &self,
+        queue: &str,
+        share: Option<&str>,
+        order: RunnableOrder,
+        limit: usize,
+    ) -> Result<Vec<RunnableHead>, StoreError> {
+        self.runnable_heads_now(queue, share, order, limit).await
     }
 
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {

@@ -290,3 +290,70 @@ async fn a_write_that_changes_the_request_keeps_it_through_update_and_commit() {
     assert_eq!(runnable.len(), 1);
     assert_eq!(runnable[0].value, j);
 }
+
+/// A job item written before the head attributes (its `doc` holding `statusReason` and
+/// `schedulingPriority`; no `ins`, `sr` or `prio`) is still a head, in its place:
+/// `runnable_heads` reads that job whole, the others from the index alone, and the job reads
+/// back as it was.
+#[tokio::test]
+async fn a_job_item_from_before_the_head_attributes_still_reads_as_a_head() {
+    use std::collections::HashMap;
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use trainyard_app::ports::RunnableHead;
+
+    let store = fresh("heads_before_attributes");
+    let mut old = job("a").runnable_at(10).priority(3).build();
+    old.status_reason = Some("PRIORITY:waiting for a higher queue".to_owned());
+    let new = job("b").runnable_at(20).priority(3).build();
+    for j in [&old, &new] {
+        store.insert_job(j, None).await.unwrap();
+    }
+
+    // Rewrite a's job item the way it was stored before: the fields in `doc`, no attributes.
+    let client = Client::new(&aws_config::defaults(BehaviorVersion::latest()).load().await);
+    let key = HashMap::from([
+        ("pk".to_owned(), AttributeValue::S("JOB#a".to_owned())),
+        ("sk".to_owned(), AttributeValue::S("JOB".to_owned())),
+    ]);
+    let item = client
+        .get_item()
+        .table_name(store.table())
+        .set_key(Some(key.clone()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let AttributeValue::S(doc) = &item["doc"] else {
+        panic!("doc is not a string: {item:?}");
+    };
+    let mut doc: serde_json::Value = serde_json::from_str(doc).unwrap();
+    assert!(doc.get("statusReason").is_none(), "moved out of doc: {doc}");
+    doc["statusReason"] = serde_json::json!(old.status_reason);
+    doc["schedulingPriority"] = serde_json::json!(3);
+    client
+        .update_item()
+        .table_name(store.table())
+        .set_key(Some(key))
+        .update_expression("SET #d = :d REMOVE #i, #s, #p")
+        .expression_attribute_names("#d", "doc")
+        .expression_attribute_names("#i", "ins")
+        .expression_attribute_names("#s", "sr")
+        .expression_attribute_names("#p", "prio")
+        .expression_attribute_values(":d", AttributeValue::S(doc.to_string()))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(store.get_job("a").await.unwrap().unwrap().value, old);
+    for order in [RunnableOrder::Fifo, RunnableOrder::Priority] {
+        let heads = store.runnable_heads("q", None, order, 10).await.unwrap();
+        assert_eq!(
+            heads,
+            vec![RunnableHead::of(&old, 1), RunnableHead::of(&new, 1)],
+            "{order:?}"
+        );
+    }
+}

@@ -233,6 +233,35 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
     // Reads grow with shares.
     assert!(one.estimated.read < four.estimated.read);
     assert!(four.estimated.read < sixteen.estimated.read);
+    // A steady cycle reads its heads from the runnable indexes alone (they project every field
+    // of a head): no job is fetched. Regression bound, with the figures in
+    // docs/storage-dynamodb.md: measured 7 + 1.5 RCU per share (6 of configuration partitions,
+    // 0.5 for `dispatched`; per share 0.5 for the skip scan's `Limit 1` query and 1 for its 16
+    // heads, about 300 bytes each, eventually consistent). The bound gives each share 2: the
+    // head entries may grow to 512 bytes; a `BatchGetItem` of the heads (16 RCU a share) fails.
+    for (shares, steady) in [(1, &one), (4, &four), (16, &sixteen)] {
+        assert!(
+            !steady.reads_by_source.contains_key("BatchGetItem"),
+            "{shares} shares: {:?}",
+            steady.reads_by_source
+        );
+        let bound = 7.0 + 2.0 * f64::from(shares);
+        assert!(
+            steady.estimated.read <= bound,
+            "a steady cycle over {shares} shares reads {} RCU (estimated), more than {bound}",
+            steady.estimated.read
+        );
+    }
+    // What that costs on the write side: the runnable entries hold the version and the status
+    // reason, so recording a skip reason rewrites the job item (1 WCU) and its four runnable
+    // entries (1 each), 5 WCU per head where keys-only indexes cost 1. The first cycle over 4
+    // shares records one on each of its 64 heads.
+    assert!(
+        four_first.estimated.write <= 5.0 * 64.0,
+        "first cycle: {} WCU (estimated) for 64 skip reasons: {:?}",
+        four_first.estimated.write,
+        four_first.writes_by_target
+    );
     // Once skip reasons are recorded, an idle cycle writes nothing for its heads.
     assert!(
         four.estimated.write < four_first.estimated.write,

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
     KeyType, Projection, ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
-use trainyard_app::ports::{ClientTokenRecord, StoreError, share_key};
+use trainyard_app::ports::{ClientTokenRecord, RunnableHead, StoreError, share_key};
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
 
@@ -52,6 +52,33 @@ pub(crate) const JOB_ID: &str = "job_id";
 pub(crate) const SHARE_IDENTIFIER: &str = "share_identifier";
 pub(crate) const QUOTA_SHARE_NAME: &str = "quota_share_name";
 pub(crate) const NAME_LOWER: &str = "name_lower";
+
+// Jobs: what a `RunnableHead` needs besides the runnable indexes' keys and the attributes
+// above, as attributes of the job item, so that the runnable indexes can project them and a cycle
+// reads its heads from the index alone. Short names: the job item is rewritten on every change
+// and billed per started KB, and must stay within one.
+
+/// `schedulingPriority` (N; absent when unset).
+pub(crate) const PRIORITY: &str = "prio";
+/// `statusReason` (S; absent when none).
+pub(crate) const STATUS_REASON: &str = "sr";
+/// `notBefore` (N, epoch ms; absent when none).
+pub(crate) const NOT_BEFORE: &str = "nb";
+/// The request's instances per instance type (M of N). A copy of the request item's
+/// `training.instances`, so always written, even empty: an item without it predates the head
+/// attributes and is read whole instead.
+pub(crate) const INSTANCES: &str = "ins";
+/// The request's `MaxRuntimeInSeconds` (N; absent when not given). A copy, as [`INSTANCES`].
+pub(crate) const MAX_RUNTIME_S: &str = "mrt";
+
+/// The job's JSON fields kept as attributes of the job item rather than in its `doc` (the head
+/// attributes above that the job owns; the two copies of the request are written beside it):
+/// (JSON field, attribute). Moved, not copied, so the item does not grow by them.
+const ATTRIBUTE_FIELDS: [(&str, &str); 3] = [
+    ("schedulingPriority", PRIORITY),
+    ("statusReason", STATUS_REASON),
+    ("notBefore", NOT_BEFORE),
+];
 
 /// Runnable indexes: partition attribute (the queue; present only while RUNNABLE).
 pub(crate) const RUNNABLE_QUEUE: &str = "rq";
@@ -101,15 +128,34 @@ pub(crate) mod index {
 ///
 /// No index holds the job's document: an index copy is written on every change of the item it
 /// copies, at the size of that copy, so whole-item copies made each job write cost a write unit
-/// per KB per index. Readers take the keys from the index and fetch the items from the table
-/// (`BatchGetItem`).
+/// per KB per index. Readers of the listing and dispatched indexes take the keys from the index
+/// and fetch the items from the table (`BatchGetItem`); the runnable indexes hold the head
+/// attributes, so the cycle reads them alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Projected {
-    /// Only the keys: the runnable and dispatched indexes, read for their keys alone.
+    /// Only the keys: the dispatched index, read for its keys alone.
     KeysOnly,
-    /// The keys and these attributes: the listing indexes, whose queries filter on them.
+    /// The keys and these attributes: the listing indexes (their queries filter on them) and the
+    /// runnable indexes (the heads are made of them).
     Include(&'static [&'static str]),
 }
+
+/// What the runnable indexes project: with their keys (queue, and the runnable time in every
+/// sort key), everything a [`RunnableHead`] holds, the version included, so that a write based
+/// on a head is still version-checked. Small (about 300 bytes an entry, one write unit), but it
+/// changes with every write of a RUNNABLE job (the version does), so such a write now rewrites
+/// the job's four runnable entries: one write unit each (`docs/storage-dynamodb.md`).
+pub(crate) const HEAD_ATTRIBUTES: &[&str] = &[
+    JOB_ID,
+    VERSION,
+    SHARE_IDENTIFIER,
+    QUOTA_SHARE_NAME,
+    PRIORITY,
+    STATUS_REASON,
+    NOT_BEFORE,
+    INSTANCES,
+    MAX_RUNTIME_S,
+];
 
 /// The attributes `list_jobs` filters on, projected into the listing indexes. None of them
 /// changes after submit, so they never cause an index write by themselves.
@@ -121,25 +167,25 @@ pub(crate) const INDEXES: [(&str, &str, &str, Projected); 9] = [
         index::RUNNABLE_FIFO,
         RUNNABLE_QUEUE,
         RUNNABLE_FIFO_SK,
-        Projected::KeysOnly,
+        Projected::Include(HEAD_ATTRIBUTES),
     ),
     (
         index::RUNNABLE_PRIORITY,
         RUNNABLE_QUEUE,
         RUNNABLE_PRIORITY_SK,
-        Projected::KeysOnly,
+        Projected::Include(HEAD_ATTRIBUTES),
     ),
     (
         index::RUNNABLE_SHARE_FIFO,
         RUNNABLE_QUEUE,
         RUNNABLE_SHARE_FIFO_SK,
-        Projected::KeysOnly,
+        Projected::Include(HEAD_ATTRIBUTES),
     ),
     (
         index::RUNNABLE_SHARE_PRIORITY,
         RUNNABLE_QUEUE,
         RUNNABLE_SHARE_PRIORITY_SK,
-        Projected::KeysOnly,
+        Projected::Include(HEAD_ATTRIBUTES),
     ),
     (
         index::BY_QUEUE,
@@ -191,11 +237,16 @@ pub(crate) fn list_sort_key(created_at: i64, job_id: &str) -> String {
     format!("{}{SEP}{job_id}", sortable_time(created_at))
 }
 
+/// Reads a [`sortable_time`] back.
+fn parse_sortable_time(text: &str) -> Option<i64> {
+    let bits: u64 = text.parse().ok()?;
+    Some((bits ^ (1_u64 << 63)).cast_signed())
+}
+
 /// Reads an `lsk` back into the creation time and job id it was built from.
 pub(crate) fn parse_list_sort_key(key: &str) -> Option<(i64, String)> {
     let (time, id) = key.split_once(SEP)?;
-    let bits: u64 = time.parse().ok()?;
-    Some(((bits ^ (1_u64 << 63)).cast_signed(), id.to_owned()))
+    Some((parse_sortable_time(time)?, id.to_owned()))
 }
 
 /// The partition key of a job.
@@ -274,6 +325,10 @@ pub(crate) fn job_items(job: &ServiceJob, version: u64) -> Result<JobItems, Stor
                 request.insert(field.to_owned(), v);
             }
         }
+        // `job_item_with` writes them as attributes, from the job itself.
+        for (field, _) in ATTRIBUTE_FIELDS {
+            fields.remove(field);
+        }
     }
     let request_doc = serde_json::to_string(&request).map_err(corrupt)?;
     let job_doc = serde_json::to_string(&value).map_err(corrupt)?;
@@ -304,6 +359,28 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
     }
     if let Some(quota_share) = &job.quota_share_name {
         put(QUOTA_SHARE_NAME, s(quota_share));
+    }
+    if let Some(priority) = job.scheduling_priority {
+        put(PRIORITY, n(priority));
+    }
+    if let Some(reason) = &job.status_reason {
+        put(STATUS_REASON, s(reason));
+    }
+    if let Some(not_before) = job.not_before {
+        put(NOT_BEFORE, n(not_before));
+    }
+    put(
+        INSTANCES,
+        AttributeValue::M(
+            job.training
+                .instances
+                .iter()
+                .map(|(instance_type, count)| (instance_type.clone(), n(count)))
+                .collect(),
+        ),
+    );
+    if let Some(max_runtime_s) = job.training.max_runtime_s {
+        put(MAX_RUNTIME_S, n(max_runtime_s));
     }
     put(LIST_QUEUE, s(&job.job_queue));
     put(
@@ -343,7 +420,9 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
 }
 
 /// Reads a job back from its own item and its request item (`None` for an item written before
-/// the split, whose document holds every field). A field in both is taken from the job item.
+/// the split, whose document holds every field). A field in both is taken from the job item; the
+/// [`ATTRIBUTE_FIELDS`] from its attributes, unless its document has them (an item written
+/// before they moved).
 pub(crate) fn decode_job(
     job: &Item,
     request: Option<&Item>,
@@ -359,6 +438,29 @@ pub(crate) fn decode_job(
     let version = item_version(&key, job)?;
     let mut value: serde_json::Value =
         serde_json::from_str(text(&key, job, DOC)?).map_err(corrupt)?;
+    if let Some(fields) = value.as_object_mut() {
+        for (field, attribute) in ATTRIBUTE_FIELDS {
+            let json = match job.get(attribute) {
+                None => continue,
+                Some(AttributeValue::S(text)) => serde_json::Value::String(text.clone()),
+                Some(AttributeValue::N(number)) => {
+                    serde_json::Value::Number(number.parse().map_err(|e: serde_json::Error| {
+                        StoreError::Corrupt {
+                            key: key.clone(),
+                            message: format!("attribute {attribute} is not a number: {e}"),
+                        }
+                    })?)
+                }
+                Some(other) => {
+                    return Err(StoreError::Corrupt {
+                        key: key.clone(),
+                        message: format!("attribute {attribute} has an unexpected type: {other:?}"),
+                    });
+                }
+            };
+            fields.entry(field).or_insert(json);
+        }
+    }
     if let (Some(request), Some(fields)) = (request, value.as_object_mut()) {
         let request: serde_json::Value =
             serde_json::from_str(text(&key, request, DOC)?).map_err(corrupt)?;
@@ -393,6 +495,63 @@ pub(crate) fn runnable_index(
         (Fifo, true) => (index::RUNNABLE_SHARE_FIFO, RUNNABLE_SHARE_FIFO_SK),
         (Priority, true) => (index::RUNNABLE_SHARE_PRIORITY, RUNNABLE_SHARE_PRIORITY_SK),
     }
+}
+
+/// The [`RunnableHead`] an item of a runnable index describes, `sort` being that index's sort
+/// attribute; `None` for the entry of a job item written before the head attributes (no
+/// [`INSTANCES`]), which the reader must read whole.
+pub(crate) fn runnable_head(item: &Item, sort: &str) -> Result<Option<RunnableHead>, StoreError> {
+    let key = match item.get(PK) {
+        Some(AttributeValue::S(pk)) => pk.clone(),
+        _ => "(a runnable index entry without a key)".to_owned(),
+    };
+    let corrupt = |message: String| StoreError::Corrupt {
+        key: key.clone(),
+        message,
+    };
+    let instances = match item.get(INSTANCES) {
+        None => return Ok(None),
+        Some(AttributeValue::M(map)) => map
+            .iter()
+            .map(|(instance_type, count)| match count {
+                AttributeValue::N(count) => count
+                    .parse()
+                    .map(|count| (instance_type.clone(), count))
+                    .map_err(|_| corrupt(format!("instance count {count} of {instance_type}"))),
+                other => Err(corrupt(format!(
+                    "instance count of {instance_type} is not a number: {other:?}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(corrupt(format!("{INSTANCES} is not a map: {other:?}"))),
+    };
+    let optional_text = |name: &str| match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::S(value)) => Ok(Some(value.clone())),
+        Some(other) => Err(corrupt(format!("{name} is not a string: {other:?}"))),
+    };
+    // Every runnable sort key ends `{runnableAt}#{jobId}` (ids and the fields before never
+    // contain the separator), and `runnableAt` there already falls back to `createdAt`.
+    let sort_key = text(&key, item, sort)?;
+    let runnable_at = sort_key
+        .rsplit(SEP)
+        .nth(1)
+        .and_then(parse_sortable_time)
+        .ok_or_else(|| corrupt(format!("{sort} {sort_key} has no runnable time")))?;
+    Ok(Some(RunnableHead {
+        job_id: text(&key, item, JOB_ID)?.to_owned(),
+        job_queue: text(&key, item, RUNNABLE_QUEUE)?.to_owned(),
+        share: optional_text(SHARE_IDENTIFIER)?
+            .or(optional_text(QUOTA_SHARE_NAME)?)
+            .unwrap_or_default(),
+        priority: optional_number(&key, item, PRIORITY)?.unwrap_or(0),
+        runnable_at,
+        instances,
+        max_runtime_s: optional_number(&key, item, MAX_RUNTIME_S)?,
+        not_before: optional_number(&key, item, NOT_BEFORE)?,
+        status_reason: optional_text(STATUS_REASON)?,
+        version: item_version(&key, item)?,
+    }))
 }
 
 /// A client-token item.
@@ -459,6 +618,27 @@ pub(crate) fn text<'a>(key: &str, item: &'a Item, name: &str) -> Result<&'a str,
         _ => Err(StoreError::Corrupt {
             key: key.to_owned(),
             message: format!("no string attribute {name}"),
+        }),
+    }
+}
+
+/// A number attribute that may be absent, parsed as `T`.
+fn optional_number<T: std::str::FromStr>(
+    key: &str,
+    item: &Item,
+    name: &str,
+) -> Result<Option<T>, StoreError> {
+    match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::N(value)) => {
+            value.parse().map(Some).map_err(|_| StoreError::Corrupt {
+                key: key.to_owned(),
+                message: format!("attribute {name} is out of range: {value}"),
+            })
+        }
+        Some(_) => Err(StoreError::Corrupt {
+            key: key.to_owned(),
+            message: format!("attribute {name} is not a number"),
         }),
     }
 }
@@ -621,6 +801,9 @@ mod tests {
     fn a_job_splits_into_its_own_item_and_a_request_item_and_reads_back_whole() {
         let mut job = trainyard_app::contract::job("j1").build();
         job.service_request_payload = r#"{"TrainingJobName":"x","Hyper":"y"}"#.to_owned();
+        job.status_reason = Some("CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting".to_owned());
+        job.not_before = Some(-7);
+        job.scheduling_priority = Some(42);
         let items = job_items(&job, 3).unwrap();
         let own = text("j1", &items.job, DOC).unwrap();
         let request = text("j1", &items.request, DOC).unwrap();
@@ -631,6 +814,12 @@ mod tests {
                 request.contains(&format!("\"{field}\"")),
                 "{field} not in {request}"
             );
+        }
+        // So did the fields kept as attributes: in neither document.
+        for (field, attribute) in ATTRIBUTE_FIELDS {
+            assert!(!own.contains(&format!("\"{field}\"")), "{field} in {own}");
+            assert!(!request.contains(&format!("\"{field}\"")), "{field}");
+            assert!(items.job.contains_key(attribute), "{attribute}");
         }
         let back = decode_job(&items.job, Some(&items.request)).unwrap();
         assert_eq!((back.value, back.version), (job.clone(), 3));
@@ -645,6 +834,79 @@ mod tests {
         let mut whole = job_item_with(&job, 2, encode("j1", &job).unwrap());
         whole.remove(REQUEST_HASH);
         assert_eq!(decode_job(&whole, None).unwrap().value, job);
+    }
+
+    /// A runnable job's item, as a runnable index would hold it: the table's keys, the index's
+    /// keys and the projected attributes.
+    fn entry(job: &ServiceJob, version: u64, order: RunnableOrder, by_share: bool) -> Item {
+        let item = job_items(job, version).unwrap().job;
+        let (_, sort) = runnable_index(order, by_share);
+        let projected = INDEXES
+            .iter()
+            .find(|(_, _, range, _)| *range == sort)
+            .map(|(_, _, _, projected)| *projected)
+            .unwrap();
+        let Projected::Include(attributes) = projected else {
+            panic!("{sort}: a runnable index projects the head attributes");
+        };
+        item.into_iter()
+            .filter(|(name, _)| {
+                [PK, SK, RUNNABLE_QUEUE, sort].contains(&name.as_str())
+                    || attributes.contains(&name.as_str())
+            })
+            .collect()
+    }
+
+    use trainyard_app::ports::RunnableOrder;
+
+    #[test]
+    fn every_runnable_index_entry_reads_back_as_the_jobs_head() {
+        use trainyard_app::contract::job;
+        let mut bare = job("plain").runnable_at(-3).build();
+        bare.training.instances.clear();
+        let mut detailed = job("detailed")
+            .runnable_at(1_700_000_000_000)
+            .priority(9_999)
+            .quota_share("team-a")
+            .build();
+        detailed.status_reason = Some("PRIORITY:a higher queue - waits for #1".to_owned());
+        detailed.not_before = Some(1_700_000_060_000);
+        detailed.training.max_runtime_s = Some(86_400);
+        detailed.training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5=odd;name", 1)]
+            .into_iter()
+            .map(|(t, c)| (t.to_owned(), c))
+            .collect();
+        let mut never_runnable_at = job("created").created_at(77).share("s").build();
+        never_runnable_at.runnable_at = None;
+        for job in [bare, detailed, never_runnable_at] {
+            for order in [RunnableOrder::Fifo, RunnableOrder::Priority] {
+                for by_share in [false, true] {
+                    let entry = entry(&job, 5, order, by_share);
+                    let (_, sort) = runnable_index(order, by_share);
+                    assert_eq!(
+                        runnable_head(&entry, sort).unwrap(),
+                        Some(RunnableHead::of(&job, 5)),
+                        "{} {order:?} {by_share}",
+                        job.job_id
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_entry_from_before_the_head_attributes_asks_to_be_read_whole() {
+        let job = trainyard_app::contract::job("old").build();
+        let mut item = entry(&job, 2, RunnableOrder::Fifo, false);
+        item.remove(INSTANCES);
+        assert_eq!(runnable_head(&item, RUNNABLE_FIFO_SK).unwrap(), None);
+        // A broken entry is corrupt, not a head with a guessed field.
+        let mut broken = entry(&job, 2, RunnableOrder::Fifo, false);
+        broken.insert(PRIORITY.to_owned(), s("high"));
+        assert!(matches!(
+            runnable_head(&broken, RUNNABLE_FIFO_SK),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 
     #[test]
