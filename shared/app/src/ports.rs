@@ -495,19 +495,25 @@ impl RunnableHead {
 
 /// A job holding capacity, as the scheduler sees it (see [`Store::capacity_holders`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Ids and instances are shared ([`SharedStr`], `Arc`): a store that keeps the summaries (the memory store does)
+/// hands every cycle the same ones, and the planner's [`RunningJob`] takes them as they are.
+///
+/// [`RunningJob`]: trainyard_scheduler::RunningJob
+/// [`SharedStr`]: trainyard_scheduler::SharedStr
 pub struct CapacityHolder {
     /// Job id.
-    pub job_id: String,
+    pub job_id: trainyard_scheduler::SharedStr,
     /// Queue name.
-    pub job_queue: String,
+    pub job_queue: trainyard_scheduler::SharedStr,
     /// Its fair share or quota share ([`share_key`]; empty when none).
-    pub share: String,
+    pub share: trainyard_scheduler::SharedStr,
     /// `schedulingPriority` (0 when unset).
     pub priority: u32,
     /// When its latest attempt started (the job's last update if the attempt has no start).
     pub started_at: i64,
     /// Instances held, per instance type.
-    pub instances: std::collections::BTreeMap<String, u32>,
+    pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
     /// `MaxRuntimeInSeconds` of the request, if given.
     pub max_runtime_s: Option<u64>,
 }
@@ -516,15 +522,15 @@ impl CapacityHolder {
     /// The summary of a dispatched job.
     pub fn of(job: &ServiceJob) -> Self {
         Self {
-            job_id: job.job_id.clone(),
-            job_queue: job.job_queue.clone(),
-            share: share_key(job).to_owned(),
+            job_id: job.job_id.as_str().into(),
+            job_queue: job.job_queue.as_str().into(),
+            share: share_key(job).into(),
             priority: job.priority(),
             started_at: job
                 .latest_attempt()
                 .and_then(|a| a.started_at)
                 .unwrap_or(job.updated_at),
-            instances: job.training.instances.clone(),
+            instances: std::sync::Arc::new(job.training.instances.clone()),
             max_runtime_s: job.training.max_runtime_s,
         }
     }

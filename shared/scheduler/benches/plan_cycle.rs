@@ -38,12 +38,12 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
     let one = |n: u32| BTreeMap::from([(GPU.to_owned(), n)]);
     let running = (0..running)
         .map(|i| RunningJob {
-            job_id: format!("run-{i:07}"),
+            job_id: format!("run-{i:07}").into(),
             queue: "research".into(),
-            share: Some(format!("team-{:04}", i % shares)),
+            share: Some(format!("team-{:04}", i % shares).into()),
             priority: 0,
             started_at_ms: NOW - 60_000,
-            instances: one(1),
+            instances: one(1).into(),
             expected_end_ms: NOW + 1000 * (60 + (i as i64 * 7919) % 86_400),
         })
         .collect();

@@ -57,5 +57,5 @@ pub use plan::{
 };
 pub use snapshot::{
     Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, QuotaShareState, RunningJob,
-    ShareKey, Snapshot,
+    ShareKey, SharedStr, Snapshot,
 };

@@ -443,10 +443,7 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         })
         .collect();
     for job in &snapshot.running {
-        if let Some(env) = queue_env
-            .get(job.queue.as_str())
-            .and_then(|e| envs.get_mut(e))
-        {
+        if let Some(env) = queue_env.get(&*job.queue).and_then(|e| envs.get_mut(e)) {
             env.pool.take(&job.instances);
             env.releases.push((job.expected_end_ms, &job.instances));
         }
@@ -584,7 +581,7 @@ fn plan_queue<'a>(
             // share of this queue (the running ones', then this cycle's dispatches).
             let mut active: BTreeSet<&str> = by_share.keys().copied().collect();
             let mut running_held: BTreeMap<&str, u64> = BTreeMap::new();
-            for job in snapshot.running.iter().filter(|r| r.queue == queue.name) {
+            for job in snapshot.running.iter().filter(|r| *r.queue == *queue.name) {
                 if let Some(share) = job.share.as_deref() {
                     active.insert(share);
                     *running_held.entry(share).or_insert(0) += total(&job.instances);

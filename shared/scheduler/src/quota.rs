@@ -116,7 +116,7 @@ pub fn borrowed_jobs<'a>(
         });
         let mut used: BTreeMap<&str, u64> = BTreeMap::new();
         for job in &jobs {
-            for (ty, n) in &job.instances {
+            for (ty, n) in job.instances.iter() {
                 *used.entry(ty.as_str()).or_insert(0) += u64::from(*n);
             }
         }
@@ -130,7 +130,7 @@ pub fn borrowed_jobs<'a>(
                 }
                 if let Some(n) = job.instances.get(ty).filter(|n| **n > 0) {
                     marked += u64::from(*n);
-                    borrowed.insert(job.job_id.clone());
+                    borrowed.insert(job.job_id.to_string());
                 }
             }
         }
@@ -166,7 +166,7 @@ impl<'a> Quota<'a> {
             .values()
             .flatten()
             .copied()
-            .filter(|r| self.borrowed.contains(&r.job_id))
+            .filter(|r| self.borrowed.contains(&*r.job_id))
             .collect();
     }
 
@@ -286,7 +286,7 @@ impl<'a> Quota<'a> {
         // the job needs. Ordered below by a total order, so the order they are gathered in does
         // not matter.
         let usable = |r: &&RunningJob| {
-            !self.victims.contains(r.job_id.as_str())
+            !self.victims.contains(&*r.job_id)
                 && r.instances.keys().any(|ty| job.instances.contains_key(ty))
         };
         let others = self
@@ -305,7 +305,7 @@ impl<'a> Quota<'a> {
             .copied()
             .filter(|r| r.priority < job.priority)
             .filter(usable)
-            .map(|r| (r, self.borrowed.contains(&r.job_id)));
+            .map(|r| (r, self.borrowed.contains(&*r.job_id)));
         let mut candidates: Vec<(&RunningJob, bool)> = others.chain(own).collect();
         if candidates.is_empty() {
             return None;
@@ -402,7 +402,7 @@ pub(crate) fn plan_quota_queue<'a>(
     let running: Vec<&RunningJob> = snapshot
         .running
         .iter()
-        .filter(|r| r.queue == queue.name)
+        .filter(|r| *r.queue == *queue.name)
         .collect();
     let min_age_ms = i64::try_from(config.min_runtime_before_preemption_s.saturating_mul(1000))
         .unwrap_or(i64::MAX);
@@ -547,13 +547,13 @@ fn decide<'a>(
     // Preempt: the job claims the victims' instances and the free ones it still needs.
     let mut claim = job.instances.clone();
     for victim in &victims {
-        for (ty, n) in &victim.instances {
+        for (ty, n) in victim.instances.iter() {
             if let Some(c) = claim.get_mut(ty) {
                 *c = c.saturating_sub(*n);
             }
         }
-        quota.victims.insert(victim.job_id.as_str());
-        let theirs = victim.share.clone().unwrap_or_default();
+        quota.victims.insert(&*victim.job_id);
+        let theirs = victim.share.as_deref().unwrap_or_default();
         let reason = if theirs == share.name {
             PreemptionReason::InSharePriority {
                 quota_share: share.name.clone(),
@@ -563,11 +563,11 @@ fn decide<'a>(
         } else {
             PreemptionReason::ReclaimBorrowed {
                 quota_share: share.name.clone(),
-                victim_quota_share: theirs,
+                victim_quota_share: theirs.to_owned(),
             }
         };
         plan.preemptions.push(Preemption {
-            victim_job_id: victim.job_id.clone(),
+            victim_job_id: victim.job_id.to_string(),
             for_job_id: job.job_id.clone(),
             reason,
         });
@@ -578,9 +578,9 @@ fn decide<'a>(
         .running
         .iter()
         .copied()
-        .filter(|r| !quota.victims.contains(r.job_id.as_str()));
+        .filter(|r| !quota.victims.contains(&*r.job_id));
     let borrowed = borrowed_jobs(quota.all, left);
     quota.set_borrowed(borrowed);
-    let victims = victims.iter().map(|v| v.job_id.clone()).collect();
+    let victims = victims.iter().map(|v| v.job_id.to_string()).collect();
     skip(plan, SkipReason::WaitingForPreemptedCapacity { victims })
 }

@@ -2,6 +2,7 @@
 //! Hosts build it from their store; the simulator builds it from virtual time.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::policy::FairsharePolicy;
@@ -11,6 +12,62 @@ use crate::fair_share::ShareUsage;
 
 /// Instances per instance type, e.g. `{"ml.p4d.24xlarge": 2}`.
 pub type Instances = BTreeMap<String, u32>;
+
+/// An immutable string shared by its clones: cloning copies a pointer, not the text. Running
+/// jobs name their job, queue and share with it, because every cycle passes every running job.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SharedStr(Arc<str>);
+
+impl SharedStr {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for SharedStr {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SharedStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for SharedStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(s: &str) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(s: String) -> Self {
+        Self(s.into())
+    }
+}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
 
 /// A service environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,20 +148,23 @@ pub struct QueueState {
 
 /// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.
 #[derive(Debug, Clone, PartialEq)]
+///
+/// Its ids and instances are shared ([`SharedStr`], `Arc`), not owned: every cycle passes every running job,
+/// and a host that keeps these summaries between cycles hands them over without copying.
 pub struct RunningJob {
     /// Job id.
-    pub job_id: String,
+    pub job_id: SharedStr,
     /// Queue name.
-    pub queue: String,
+    pub queue: SharedStr,
     /// Fair-share share or quota share, if any.
-    pub share: Option<String>,
+    pub share: Option<SharedStr>,
     /// `schedulingPriority` (0 when unset): in-share preemption only takes lower ones.
     pub priority: u32,
     /// When the attempt started (dispatch time): the minimum runtime before preemption counts
     /// from here, and borrowed capacity is attributed to the most recently started jobs.
     pub started_at_ms: i64,
     /// Instances held.
-    pub instances: Instances,
+    pub instances: Arc<Instances>,
     /// When the attempt will have ended at the latest (dispatch + max runtime).
     pub expected_end_ms: i64,
 }
@@ -176,5 +236,26 @@ impl Default for Config {
             default_runtime_s: 86_400,
             min_runtime_before_preemption_s: 600,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SharedStr;
+
+    /// The planner orders running jobs by id and compares queue names, so a shared name must
+    /// compare, order and print exactly as its text does.
+    #[test]
+    fn a_shared_name_behaves_as_its_text() {
+        let cases = [("a", "b"), ("job-10", "job-9"), ("", "x"), ("same", "same")];
+        for (a, b) in cases {
+            let (sa, sb) = (SharedStr::from(a), SharedStr::from(b.to_owned()));
+            assert_eq!(sa.cmp(&sb), a.cmp(b), "{a} vs {b}");
+            assert_eq!(sa == sb, a == b, "{a} vs {b}");
+            assert!(sa == a && sa == *a && sa.as_str() == a && &*sa == a);
+            assert_eq!(format!("{sa} {sa:?}"), format!("{a} {a:?}"));
+        }
+        let shared = SharedStr::from("q");
+        assert!(std::ptr::eq(shared.as_str(), shared.clone().as_str()));
     }
 }

@@ -69,12 +69,12 @@ fn generate(seed: u64) -> Snapshot {
         used += n;
         let q = rng.below(queue_count);
         running.push(RunningJob {
-            job_id: format!("r{i}"),
-            queue: format!("q{q}"),
-            share: Some(format!("s{}", rng.below(3))),
+            job_id: format!("r{i}").into(),
+            queue: format!("q{q}").into(),
+            share: Some(format!("s{}", rng.below(3)).into()),
             priority: 0,
             started_at_ms: NOW - 60_000,
-            instances: instances(n),
+            instances: instances(n).into(),
             expected_end_ms: NOW + 1000 * (1 + rng.below(10_000)) as i64,
         });
     }
@@ -330,12 +330,12 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
             let share = if d.job_id.starts_with('a') { "a" } else { "b" };
             next_id += 1;
             running.push(RunningJob {
-                job_id: format!("run{next_id}"),
+                job_id: format!("run{next_id}").into(),
                 queue: "q".into(),
                 share: Some(share.into()),
                 priority: 0,
                 started_at_ms: now,
-                instances: d.instances,
+                instances: d.instances.into(),
                 expected_end_ms: now + job_ms,
             });
         }

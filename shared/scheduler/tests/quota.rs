@@ -63,7 +63,7 @@ fn run(id: &str, share: &str, n: u32, started_hours_ago: i64) -> RunningJob {
         share: Some(share.into()),
         priority: 0,
         started_at_ms: NOW - started_hours_ago * HOUR_MS,
-        instances: BTreeMap::from([(GPU.to_owned(), n)]),
+        instances: BTreeMap::from([(GPU.to_owned(), n)]).into(),
         expected_end_ms: NOW + 10 * HOUR_MS,
     }
 }
@@ -532,7 +532,7 @@ fn a_reclaimed_job_starts_next_cycle_and_its_victims_cannot_preempt_it_back() {
     let later = NOW + HOUR_MS;
     let kept: Vec<RunningJob> = running
         .into_iter()
-        .filter(|r| r.job_id != "r7" && r.job_id != "r8")
+        .filter(|r| &*r.job_id != "r7" && &*r.job_id != "r8")
         .collect();
     let requeued = vec![
         PendingJob {

@@ -129,7 +129,12 @@ fn usage_after(
     let held = s
         .running
         .iter()
-        .map(|r| (r.share.clone().unwrap_or_default(), &r.instances))
+        .map(|r| {
+            (
+                r.share.as_deref().unwrap_or_default().to_owned(),
+                &*r.instances,
+            )
+        })
         .chain(plan.dispatches.iter().map(|d| {
             let share = pending[d.job_id.as_str()].share.clone().unwrap_or_default();
             (share, &d.instances)
@@ -177,7 +182,7 @@ fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<(), Str
         let victim = s
             .running
             .iter()
-            .find(|r| r.job_id == p.victim_job_id)
+            .find(|r| *r.job_id == *p.victim_job_id)
             .ok_or(format!("victim {} is not running", p.victim_job_id))?;
         if now - victim.started_at_ms < config.min_runtime_before_preemption_s as i64 * 1000 {
             return Err(format!("victim {} is too young", p.victim_job_id));
@@ -234,27 +239,27 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
             let job = s.pending.remove(i);
             let runtime_ms = job.max_runtime_s.unwrap_or(86_400) as i64 * 1000;
             s.running.push(RunningJob {
-                job_id: job.job_id,
-                queue: job.queue,
-                share: job.share,
+                job_id: job.job_id.into(),
+                queue: job.queue.into(),
+                share: job.share.map(Into::into),
                 priority: job.priority,
                 started_at_ms: now,
-                instances: job.instances,
+                instances: job.instances.into(),
                 expected_end_ms: if finite { now + runtime_ms } else { i64::MAX },
             });
         }
         for p in &plan.preemptions {
-            let Some(i) = s.running.iter().position(|r| r.job_id == p.victim_job_id) else {
+            let Some(i) = s.running.iter().position(|r| *r.job_id == *p.victim_job_id) else {
                 continue;
             };
             let victim = s.running.remove(i);
             s.pending.push(PendingJob {
-                job_id: victim.job_id,
-                queue: victim.queue,
-                share: victim.share,
+                job_id: victim.job_id.to_string(),
+                queue: victim.queue.to_string(),
+                share: victim.share.as_deref().map(str::to_owned),
                 priority: victim.priority,
                 runnable_at_ms: now,
-                instances: victim.instances,
+                instances: (*victim.instances).clone(),
                 max_runtime_s: Some(3600),
                 not_before_ms: None,
             });

@@ -619,7 +619,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
         let holders = self.store.capacity_holders().await?;
         let mut held_by: BTreeMap<(&str, &str), u64> = BTreeMap::new();
         for job in holders.iter().filter(|j| !j.share.is_empty()) {
-            *held_by.entry((&job.job_queue, &job.share)).or_insert(0) += job.total_instances();
+            *held_by.entry((&*job.job_queue, &*job.share)).or_insert(0) += job.total_instances();
         }
         let held: BTreeMap<ShareKey, u64> = held_by
             .into_iter()
