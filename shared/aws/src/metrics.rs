@@ -25,9 +25,9 @@ use trainyard_app::ports::{
     EnvironmentUsage, Event, EventSink, JobQuery, RunnableOrder, Store, StoreError, share_key,
 };
 use trainyard_domain::environment::ServiceEnvironment;
-use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::job::JobStatus;
 use trainyard_domain::queue::JobQueue;
-use trainyard_scheduler::retry::{CAPACITY_CODE, PREEMPTED_REASON};
+use trainyard_scheduler::retry::{Requeue, requeue_cause};
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "Trainyard";
@@ -43,9 +43,6 @@ const COUNT_PAGE: usize = 1_000;
 /// EMF accepts at most 100 values in one metric's array; samples beyond it in one invocation
 /// are dropped (the count metrics still count them).
 const MAX_SAMPLES: usize = 100;
-
-/// What SageMaker's `FailureReason` says when it could not provision instances.
-const CAPACITY_FAILURE: &str = "CapacityError";
 
 /// The statuses [`job_counts`] counts: every status a job can still leave.
 pub const COUNTED_STATUSES: [JobStatus; 5] = [
@@ -172,41 +169,6 @@ fn seconds_between(from_ms: i64, to_ms: i64) -> f64 {
     (to_ms.saturating_sub(from_ms).max(0)) as f64 / 1000.0
 }
 
-/// How a job that went back to RUNNABLE after an attempt gave its instances back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Requeue {
-    CapacityError,
-    Preemption,
-    Retry,
-}
-
-/// Classifies a return to RUNNABLE from the job's status reason and its latest attempt's reason
-/// (the job's own may already be a newer skip reason). `None`: no attempt, so a first accept.
-fn requeue(job: &ServiceJob) -> Option<Requeue> {
-    let attempt = job
-        .attempts
-        .last()
-        .and_then(|a| a.status_reason.as_deref())
-        .unwrap_or_default();
-    let job_reason = job.status_reason.as_deref().unwrap_or_default();
-    let preempted_prefix = PREEMPTED_REASON
-        .split(' ')
-        .next()
-        .unwrap_or(PREEMPTED_REASON);
-    if job_reason.starts_with(CAPACITY_CODE)
-        || attempt.starts_with(CAPACITY_CODE)
-        || attempt.contains(CAPACITY_FAILURE)
-    {
-        Some(Requeue::CapacityError)
-    } else if attempt.starts_with(preempted_prefix) {
-        Some(Requeue::Preemption)
-    } else if job.attempts.is_empty() {
-        None
-    } else {
-        Some(Requeue::Retry)
-    }
-}
-
 /// Counts transitions per (queue, share) until drained. Shared behind an [`Arc`] between the
 /// [`MetricsSink`] and whoever prints the lines.
 #[derive(Debug, Default)]
@@ -242,7 +204,7 @@ impl Recorder {
                     tally.wait_time_s.push(seconds_between(job.created_at, at));
                 }
             }
-            JobStatus::Runnable => match requeue(job) {
+            JobStatus::Runnable => match requeue_cause(job) {
                 Some(Requeue::CapacityError) => tally.capacity_errors = 1,
                 Some(Requeue::Preemption) => tally.preemptions = 1,
                 Some(Requeue::Retry) => tally.retries = 1,
@@ -540,9 +502,10 @@ mod tests {
     use trainyard_app::memory::MemoryStore;
     use trainyard_app::ports::Write;
     use trainyard_domain::environment::{CapacityLimit, ServiceEnvironmentType};
-    use trainyard_domain::job::Attempt;
+    use trainyard_domain::job::{Attempt, ServiceJob};
     use trainyard_domain::queue::{JobQueueType, ServiceEnvironmentOrder};
     use trainyard_domain::{ResourceStatus, State};
+    use trainyard_scheduler::retry::PREEMPTED_REASON;
 
     use super::*;
 

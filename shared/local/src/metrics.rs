@@ -20,6 +20,7 @@ use trainyard_app::ports::{
 };
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
 use trainyard_domain::job::JobStatus;
+use trainyard_scheduler::retry::{Requeue, requeue_cause};
 
 /// Upper bounds of the latency histograms' buckets, in seconds: from the loop's own reaction
 /// time (milliseconds) to a busy queue's wait (an hour).
@@ -29,15 +30,6 @@ pub const BUCKETS_S: [f64; 16] = [
 
 /// Page size when counting jobs for a scrape.
 const SCRAPE_PAGE: usize = 1_000;
-
-/// The `statusReason` prefix of a job put back to RUNNABLE for lack of capacity.
-const CAPACITY_REASON: &str = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY";
-
-/// What SageMaker's `FailureReason` says when it could not provision instances.
-const CAPACITY_FAILURE: &str = "CapacityError";
-
-/// The status-reason prefix of an attempt stopped to free capacity for another job.
-const PREEMPTED_REASON: &str = "PREEMPTED";
 
 /// A cumulative histogram over [`BUCKETS_S`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -147,29 +139,12 @@ impl Metrics {
                         .observe(seconds_between(job.created_at, now_ms));
                 }
             }
-            JobStatus::Runnable => {
-                // The job's reason may already be a newer skip reason (BACKOFF …) when this
-                // runs, so the attempt's own reason is read too.
-                let last_attempt = job
-                    .attempts
-                    .last()
-                    .and_then(|a| a.status_reason.as_deref())
-                    .unwrap_or_default();
-                let capacity = job
-                    .status_reason
-                    .as_deref()
-                    .is_some_and(|r| r.starts_with(CAPACITY_REASON))
-                    || last_attempt.contains(CAPACITY_FAILURE)
-                    || last_attempt.starts_with(CAPACITY_REASON);
-                let preempted = last_attempt.starts_with(PREEMPTED_REASON);
-                if capacity {
-                    counts.capacity_errors += 1;
-                } else if preempted {
-                    counts.preemptions += 1;
-                } else if !job.attempts.is_empty() {
-                    counts.retries += 1;
-                }
-            }
+            JobStatus::Runnable => match requeue_cause(job) {
+                Some(Requeue::CapacityError) => counts.capacity_errors += 1,
+                Some(Requeue::Preemption) => counts.preemptions += 1,
+                Some(Requeue::Retry) => counts.retries += 1,
+                None => {}
+            },
             _ => {}
         }
     }

@@ -316,6 +316,45 @@ pub fn is_capacity_reason(reason: &str) -> bool {
     })
 }
 
+/// Why a job that had attempts went back to RUNNABLE, as metrics count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// No capacity: [`CAPACITY_CODE`] on the job or its attempt, or SageMaker's `CapacityError`.
+    CapacityError,
+    /// The attempt was stopped to free capacity for another job.
+    Preemption,
+    /// Any other ended attempt with retries left.
+    Retry,
+}
+
+/// Classifies a return to RUNNABLE from the job's status reason and its latest attempt's reason
+/// (the job's own may already be a newer skip reason, such as a backoff). `None`: the job has no
+/// attempt, so this is its first accept, not a requeue.
+pub fn requeue_cause(job: &ServiceJob) -> Option<Requeue> {
+    let attempt = job
+        .attempts
+        .last()
+        .and_then(|a| a.status_reason.as_deref())
+        .unwrap_or_default();
+    let job_reason = job.status_reason.as_deref().unwrap_or_default();
+    let preempted_code = PREEMPTED_REASON
+        .split(' ')
+        .next()
+        .unwrap_or(PREEMPTED_REASON);
+    if job_reason.starts_with(CAPACITY_CODE)
+        || attempt.starts_with(CAPACITY_CODE)
+        || attempt.contains(CAPACITY_FAILURE_PREFIX)
+    {
+        Some(Requeue::CapacityError)
+    } else if attempt.starts_with(preempted_code) {
+        Some(Requeue::Preemption)
+    } else if job.attempts.is_empty() {
+        None
+    } else {
+        Some(Requeue::Retry)
+    }
+}
+
 /// Whether an ended attempt used up one of `retryStrategy.attempts`: every attempt does except
 /// capacity failures and preemptions, recognised by their stored reason. An attempt without a
 /// reason counts (when unsure, do not grant extra retries).
