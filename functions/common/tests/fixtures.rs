@@ -490,10 +490,11 @@ async fn a_pass_records_its_dispatches_and_a_tick_reports_the_gauges_the_alarm_w
         .find(|l| l.get("JobQueue").is_none() && l.get("OldestRunnableJobAgeSeconds").is_some())
         .unwrap_or_else(|| panic!("{tick:?}"));
     assert_eq!(oldest["Stack"], "prod");
-    // b became RUNNABLE when the pass accepted it, 60 s ago (it was submitted 5 s before).
+    // b was submitted 65 s ago; its wait counts from then, not from the pass that accepted it
+    // 5 s later.
     assert_eq!(
         oldest["OldestRunnableJobAgeSeconds"],
-        json!(60.0),
+        json!(65.0),
         "{oldest}"
     );
     assert!(

@@ -279,7 +279,8 @@ pub struct ServiceJob {
     pub preemption_summary: Option<PreemptionSummary>,
     /// Submission time.
     pub created_at: i64,
-    /// Last time the job entered RUNNABLE (for ordering and time limits).
+    /// The job's place in line: its submission time when it first enters RUNNABLE (so jobs
+    /// accepted together keep their submission order), the time of entry after a requeue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runnable_at: Option<i64>,
     /// First dispatch to SageMaker (SCHEDULED).
@@ -318,6 +319,9 @@ impl ServiceJob {
             });
         }
         match next {
+            JobStatus::Runnable if self.status == JobStatus::Submitted => {
+                self.runnable_at = Some(self.created_at.min(now_ms));
+            }
             JobStatus::Runnable => self.runnable_at = Some(now_ms),
             JobStatus::Scheduled => {
                 self.scheduled_at.get_or_insert(now_ms);
@@ -437,10 +441,15 @@ mod tests {
     fn transitions_stamp_their_timestamps() {
         let mut j = job();
         j.transition(Runnable, None, 2_000).unwrap();
-        assert_eq!(j.runnable_at, Some(2_000));
+        assert_eq!(
+            j.runnable_at,
+            Some(1_000),
+            "first entry keeps the submission time"
+        );
         j.transition(Scheduled, None, 3_000).unwrap();
         j.transition(Running, None, 4_000).unwrap();
         j.transition(Runnable, Some("retry".into()), 5_000).unwrap();
+        assert_eq!(j.runnable_at, Some(5_000), "a requeue goes to the back");
         j.transition(Scheduled, None, 6_000).unwrap();
         assert_eq!(j.scheduled_at, Some(3_000), "first dispatch is kept");
         j.transition(Succeeded, Some("done".into()), 7_000).unwrap();

@@ -1061,6 +1061,22 @@ mod tests {
     }
 
     #[test]
+    fn jobs_accepted_in_one_batch_keep_their_submission_order() {
+        // Ids that sort against submission order, all accepted at the same instant.
+        let jobs: Vec<ServiceJob> = ["z", "y", "x"]
+            .into_iter()
+            .zip([10, 20, 30])
+            .map(|(id, created_at)| {
+                let mut j = job(id, None, created_at, None);
+                j.status = JobStatus::Submitted;
+                j.transition(JobStatus::Runnable, None, 500).unwrap();
+                j
+            })
+            .collect();
+        assert_eq!(order(QueueOrdering::Fifo, jobs), ["z", "y", "x"]);
+    }
+
+    #[test]
     fn policy_queues_put_higher_priority_first_then_age() {
         let jobs = vec![
             job("old-low", Some(1), 10, Some(10)),
