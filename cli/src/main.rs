@@ -16,6 +16,11 @@
 //! - [`payload`]: the SageMaker `CreateTrainingJob` request `submit` builds from flags.
 //! - [`table`]: plain-text tables and timestamps for people.
 
+/// mimalloc rather than the system allocator: the simulator's cycles allocate and free small
+/// snapshots at a high rate, and malloc/free were ~40% of its profile (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod client;
 mod commands;
 mod emulator;

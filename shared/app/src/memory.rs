@@ -18,18 +18,27 @@ use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
 
 use crate::ports::{
-    CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
-    Resource, RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write, share_key,
+    CapacityHolder, ClientTokenRecord, Document, DocumentValue, InsertJob, JobCursor, JobQuery,
+    NameFilter, Page, Resource, RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write,
+    share_key,
 };
 use trainyard_domain::job::JobStatus;
 
 /// A decoded copy of a stored JSON value, of whatever type it was last read or written as.
 type Decoded = Option<Arc<dyn Any + Send + Sync>>;
 
+/// A stored value's JSON.
+enum Json {
+    /// Encoded.
+    Value(serde_json::Value),
+    /// A document a commit wrote: encoded only when read as another type than its own.
+    Later(DocumentValue),
+}
+
 /// A stored JSON value, its version, and its decoded copy.
 struct Stored {
     version: u64,
-    doc: serde_json::Value,
+    doc: Json,
     decoded: Decoded,
 }
 
@@ -42,7 +51,15 @@ impl Stored {
         if let Some(value) = self.decoded.as_ref().and_then(|d| d.downcast_ref::<T>()) {
             return Ok(value.clone());
         }
-        let value = T::deserialize(&self.doc).map_err(|e| corrupt(key.to_owned(), e))?;
+        let encoded;
+        let doc = match &self.doc {
+            Json::Value(doc) => doc,
+            Json::Later(doc) => {
+                encoded = doc.to_json().map_err(|e| corrupt(key.to_owned(), e))?;
+                &encoded
+            }
+        };
+        let value = T::deserialize(doc).map_err(|e| corrupt(key.to_owned(), e))?;
         self.decoded = Some(Arc::new(value.clone()));
         Ok(value)
     }
@@ -103,8 +120,9 @@ struct Indexes {
     by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
     /// RUNNABLE jobs per queue.
     runnable: BTreeMap<String, QueueRunnable>,
-    /// Every RUNNABLE job, summarised for the scheduler, which reads the heads every cycle.
-    heads: BTreeMap<String, RunnableHead>,
+    /// Every RUNNABLE job, summarised for the scheduler, which reads the heads every cycle
+    /// (hashed: looked up per head, never iterated).
+    heads: foldhash::HashMap<String, RunnableHead>,
     /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING), summarised for the scheduler,
     /// which reads them every cycle.
     dispatched: BTreeMap<String, CapacityHolder>,
@@ -219,7 +237,7 @@ impl Inner {
         // and its summary takes the new reason and version.
         if same_index_entries(&stored.value, job, group) {
             if let Some(head) = self.index.heads.get_mut(&job.job_id) {
-                head.status_reason.clone_from(&job.status_reason);
+                head.status_reason = job.status_reason.as_deref().map(Into::into);
                 head.version = version;
             }
         } else {
@@ -445,7 +463,7 @@ impl Store for MemoryStore {
             key,
             Stored {
                 version: 1,
-                doc,
+                doc: Json::Value(doc),
                 decoded,
             },
         );
@@ -492,7 +510,7 @@ impl Store for MemoryStore {
         match inner.resources.get_mut(&key) {
             Some(stored) if stored.version == expected_version => {
                 stored.version += 1;
-                stored.doc = doc;
+                stored.doc = Json::Value(doc);
                 stored.decoded = Some(Arc::new(resource.clone()));
                 Ok(stored.version)
             }
@@ -589,8 +607,8 @@ impl Store for MemoryStore {
                         (*kind, key.clone()),
                         Stored {
                             version: expected_version + 1,
-                            doc: doc.clone(),
-                            decoded: None,
+                            doc: Json::Later(doc.clone()),
+                            decoded: Some(doc.shared()),
                         },
                     );
                 }

@@ -261,8 +261,8 @@ pub enum Write {
         kind: &'static str,
         /// [`Document::key`].
         key: String,
-        /// The document, encoded.
-        doc: serde_json::Value,
+        /// The document.
+        doc: DocumentValue,
         /// The version read, or 0 to create.
         expected_version: u64,
     },
@@ -278,18 +278,80 @@ impl Write {
     }
 
     /// Puts `doc` if it is still at `expected_version` (0: create).
+    ///
+    /// The document is kept as its typed value and encoded by the stores that keep JSON when
+    /// they write it (a value that cannot be encoded is refused there, as `Corrupt`); the
+    /// memory store keeps the value itself. Never fails today; the `Result` leaves room for
+    /// checks at construction.
     pub fn document<D: Document>(doc: &D, expected_version: u64) -> Result<Self, StoreError> {
-        let key = doc.key();
-        let encoded = serde_json::to_value(doc).map_err(|e| StoreError::Corrupt {
-            key: key.clone(),
-            message: e.to_string(),
-        })?;
         Ok(Self::Document {
             kind: D::KIND,
-            key,
-            doc: encoded,
+            key: doc.key(),
+            doc: DocumentValue(std::sync::Arc::new(doc.clone())),
             expected_version,
         })
+    }
+}
+
+/// The document of a [`Write::Document`]: a typed value, shared, serialized on demand.
+///
+/// A scheduling cycle writes one document per fair share; keeping the value rather than its JSON
+/// spares the memory store (the simulator's) an encode and a decode per write.
+#[derive(Clone)]
+pub struct DocumentValue(std::sync::Arc<dyn ErasedDocument>);
+
+/// A [`Document`] with its type erased.
+trait ErasedDocument: Send + Sync {
+    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error>;
+    fn shared(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn std::any::Any + Send + Sync>;
+}
+
+impl<D: Document> ErasedDocument for D {
+    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::to_value(self)
+    }
+
+    fn shared(self: std::sync::Arc<Self>) -> std::sync::Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+impl DocumentValue {
+    /// The document as JSON.
+    pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        self.0.to_json()
+    }
+
+    /// The typed value, for a store that keeps values (downcast it to the document's type).
+    pub fn shared(&self) -> std::sync::Arc<dyn std::any::Any + Send + Sync> {
+        self.0.clone().shared()
+    }
+}
+
+impl Serialize for DocumentValue {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_json()
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
+    }
+}
+
+impl std::fmt::Debug for DocumentValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_json() {
+            Ok(json) => write!(f, "{json}"),
+            Err(e) => write!(f, "(a document that cannot be encoded: {e})"),
+        }
+    }
+}
+
+/// Two documents are equal when their JSON is.
+impl PartialEq for DocumentValue {
+    fn eq(&self, other: &Self) -> bool {
+        match (self.to_json(), other.to_json()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        }
     }
 }
 
@@ -451,26 +513,33 @@ pub trait Store: Send + Sync + 'static {
 
 /// A RUNNABLE job, as the scheduler sees it (see [`Store::runnable_heads`]): what the planner
 /// orders and fits, plus the status reason and version a cycle needs to record why it waits.
+///
+/// Its text and instances are shared ([`SharedStr`], `Arc`) like [`CapacityHolder`]'s: a store
+/// that keeps the summaries hands every cycle the same ones, and the planner's [`PendingJob`]
+/// takes them as they are.
+///
+/// [`PendingJob`]: trainyard_scheduler::PendingJob
+/// [`SharedStr`]: trainyard_scheduler::SharedStr
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnableHead {
     /// Job id.
-    pub job_id: String,
+    pub job_id: trainyard_scheduler::SharedStr,
     /// Queue name.
-    pub job_queue: String,
+    pub job_queue: trainyard_scheduler::SharedStr,
     /// Its fair share or quota share ([`share_key`]; empty when none).
-    pub share: String,
+    pub share: trainyard_scheduler::SharedStr,
     /// `schedulingPriority` (0 when unset).
     pub priority: u32,
-    /// When it last became RUNNABLE (its creation if never recorded).
+    /// Its place in line: its submission, or its last requeue (its creation if never recorded).
     pub runnable_at: i64,
     /// Instances it needs, per instance type.
-    pub instances: std::collections::BTreeMap<String, u32>,
+    pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
     /// `MaxRuntimeInSeconds` of the request, if given.
     pub max_runtime_s: Option<u64>,
     /// Not to be dispatched before this time (retry backoff).
     pub not_before: Option<i64>,
     /// The status reason stored on the job (the last skip reason recorded).
-    pub status_reason: Option<String>,
+    pub status_reason: Option<trainyard_scheduler::SharedStr>,
     /// The job's stored version: a write based on this summary expects it.
     pub version: u64,
 }
@@ -479,15 +548,15 @@ impl RunnableHead {
     /// The summary of a RUNNABLE job stored at `version`.
     pub fn of(job: &ServiceJob, version: u64) -> Self {
         Self {
-            job_id: job.job_id.clone(),
-            job_queue: job.job_queue.clone(),
-            share: share_key(job).to_owned(),
+            job_id: job.job_id.as_str().into(),
+            job_queue: job.job_queue.as_str().into(),
+            share: share_key(job).into(),
             priority: job.priority(),
             runnable_at: job.runnable_at.unwrap_or(job.created_at),
-            instances: job.training.instances.clone(),
+            instances: std::sync::Arc::new(job.training.instances.clone()),
             max_runtime_s: job.training.max_runtime_s,
             not_before: job.not_before,
-            status_reason: job.status_reason.clone(),
+            status_reason: job.status_reason.as_deref().map(Into::into),
             version,
         }
     }

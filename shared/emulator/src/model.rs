@@ -427,7 +427,7 @@ impl Emulator {
             end_ms: None,
             message: "Preparing the instances for training",
         });
-        self.emit(&job, now_ms);
+        self.emit(describe(&job, TimeFormat::EpochMillis), now_ms);
         self.jobs.insert(key, job);
         Ok(arn)
     }
@@ -461,8 +461,8 @@ impl Emulator {
                     "Stopping the training job",
                 );
                 job.next_at_ms = Some(now_ms.saturating_add(grace));
-                let job = job.clone();
-                self.emit(&job, now_ms);
+                let detail = describe(job, TimeFormat::EpochMillis);
+                self.emit(detail, now_ms);
                 Ok(())
             }
             done => Err(validation(format!(
@@ -529,8 +529,8 @@ impl Emulator {
                     break;
                 };
                 step(job, at, &self.config);
-                let job = job.clone();
-                self.emit(&job, at);
+                let detail = describe(job, TimeFormat::EpochMillis);
+                self.emit(detail, at);
             }
         }
     }
@@ -560,13 +560,15 @@ impl Emulator {
         })
     }
 
-    fn emit(&mut self, job: &Job, at_ms: i64) {
+    /// Queues the state change `detail` (the job's `DescribeTrainingJob` document) for delivery,
+    /// duplicated and delayed as configured.
+    fn emit(&mut self, mut detail: Value, at_ms: i64) {
         let copies = if self.rng.unit() < self.config.duplicate_event_rate {
             2
         } else {
             1
         };
-        for _ in 0..copies {
+        for copy in 1..=copies {
             let delay = if self.config.max_event_delay_ms > 0 {
                 (self.rng.next() % (self.config.max_event_delay_ms as u64 + 1)) as i64
             } else {
@@ -580,7 +582,11 @@ impl Emulator {
                     "{:08x}-emulated-{:012}",
                     self.config.seed as u32, self.event_seq
                 ),
-                detail: describe(job, TimeFormat::EpochMillis),
+                detail: if copy == copies {
+                    std::mem::take(&mut detail)
+                } else {
+                    detail.clone()
+                },
             };
             let pos = self
                 .events

@@ -49,12 +49,12 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
         .collect();
     let pending = (0..pending)
         .map(|i| PendingJob {
-            job_id: format!("job-{i:07}"),
+            job_id: format!("job-{i:07}").into(),
             queue: "research".into(),
-            share: Some(format!("team-{:04}", i % shares)),
+            share: Some(format!("team-{:04}", i % shares).into()),
             priority: (i % 5) as u32,
             runnable_at_ms: NOW - i as i64,
-            instances: one(1 + (i % 4) as u32),
+            instances: one(1 + (i % 4) as u32).into(),
             max_runtime_s: Some(600 + (i as u64 * 104_729) % 86_400),
             not_before_ms: None,
         })

@@ -8,19 +8,23 @@ use serde::Serialize;
 use crate::fair_share::{ShareUsage, reserved_instances, score};
 use crate::pool::{Fit, Pool};
 use crate::quota::plan_quota_queue;
-use crate::snapshot::{Config, Instances, PendingJob, QueuePolicy, QueueState, ShareKey, Snapshot};
+use std::sync::Arc;
+
+use crate::snapshot::{
+    Config, Instances, PendingJob, QueuePolicy, QueueState, ShareKey, SharedStr, Snapshot,
+};
 
 /// Launch an attempt for a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Dispatch {
     /// The job.
-    pub job_id: String,
+    pub job_id: SharedStr,
     /// Its queue.
-    pub queue: String,
+    pub queue: SharedStr,
     /// The environment whose capacity it takes.
-    pub environment: String,
+    pub environment: SharedStr,
     /// Instances taken.
-    pub instances: Instances,
+    pub instances: Arc<Instances>,
 }
 
 /// Stop a running attempt to make room for a waiting job (quota-managed queues only). The host
@@ -28,9 +32,9 @@ pub struct Dispatch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Preemption {
     /// The job whose attempt is stopped.
-    pub victim_job_id: String,
+    pub victim_job_id: SharedStr,
     /// The waiting job the capacity is for.
-    pub for_job_id: String,
+    pub for_job_id: SharedStr,
     /// Why this victim.
     pub reason: PreemptionReason,
 }
@@ -98,7 +102,7 @@ pub enum SkipReason {
     /// Not enough free capacity now.
     InsufficientCapacity {
         /// Environment.
-        environment: String,
+        environment: SharedStr,
         /// `NUM_INSTANCES` or an instance type.
         unit: String,
         /// Instances the job needs of the unit.
@@ -109,7 +113,7 @@ pub enum SkipReason {
     /// The job can never fit the environment as configured.
     ExceedsEnvironment {
         /// Environment.
-        environment: String,
+        environment: SharedStr,
         /// The unit it exceeds.
         unit: String,
         /// Instances it needs.
@@ -120,16 +124,16 @@ pub enum SkipReason {
     /// Capacity is held for the head job; starting this one would delay it.
     ReservedForHead {
         /// The waiting head job.
-        head_job_id: String,
+        head_job_id: SharedStr,
         /// Its queue.
-        head_queue: String,
+        head_queue: SharedStr,
         /// When it is expected to start at the latest (epoch ms).
         head_start_ms: i64,
     },
     /// A strict FIFO queue whose head is waiting.
     BehindHead {
         /// The waiting head job.
-        head_job_id: String,
+        head_job_id: SharedStr,
     },
     /// Kept free for fair shares that are not active yet (`computeReservation`).
     ComputeReservation {
@@ -144,7 +148,7 @@ pub enum SkipReason {
     /// The environment is disabled.
     EnvironmentDisabled {
         /// Environment.
-        environment: String,
+        environment: SharedStr,
     },
     /// The queue has no (existing) service environment.
     NoEnvironment,
@@ -212,7 +216,7 @@ pub enum SkipReason {
     /// Running jobs are being preempted for this one; it starts once their capacity is released.
     WaitingForPreemptedCapacity {
         /// The jobs being preempted.
-        victims: Vec<String>,
+        victims: Vec<SharedStr>,
     },
 }
 
@@ -349,7 +353,11 @@ impl std::fmt::Display for SkipReason {
             Self::WaitingForPreemptedCapacity { victims } => write!(
                 f,
                 "preempting {}; the job starts when their capacity is released",
-                victims.join(", ")
+                victims
+                    .iter()
+                    .map(SharedStr::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }
@@ -359,7 +367,7 @@ impl std::fmt::Display for SkipReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Skip {
     /// The job.
-    pub job_id: String,
+    pub job_id: SharedStr,
     /// Why.
     pub reason: SkipReason,
 }
@@ -377,8 +385,8 @@ pub struct Plan {
 
 /// The blocked head of an environment and the reservation it holds (EASY backfill).
 pub(crate) struct Head {
-    job_id: String,
-    queue: String,
+    job_id: SharedStr,
+    queue: SharedStr,
     /// When enough capacity will have freed for the head.
     shadow_ms: i64,
     /// Capacity left over at the shadow time once the head has started.
@@ -387,7 +395,7 @@ pub(crate) struct Head {
 
 /// Per-environment planning state. `'a` is the snapshot's: releases borrow its instances.
 pub(crate) struct EnvPlan<'a> {
-    pub(crate) name: String,
+    pub(crate) name: SharedStr,
     enabled: bool,
     pub(crate) pool: Pool,
     /// (expected end, instances) of every attempt holding capacity, incl. this cycle's.
@@ -399,7 +407,8 @@ impl EnvPlan<'_> {
     /// Rule 4: the earliest time `demand` fits, given the releases, and what is left then.
     fn reserve(&self, demand: &Instances) -> (i64, Pool) {
         let mut releases: Vec<&(i64, &Instances)> = self.releases.iter().collect();
-        releases.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        // Unstable is enough: releases that compare equal are interchangeable.
+        releases.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
         let mut pool = self.pool.clone();
         let mut shadow = i64::MIN;
         for (end, instances) in releases {
@@ -433,7 +442,7 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         .iter()
         .map(|e| {
             let plan = EnvPlan {
-                name: e.name.clone(),
+                name: e.name.as_str().into(),
                 enabled: e.enabled,
                 pool: Pool::new(&e.limits),
                 releases: Vec::new(),
@@ -547,7 +556,7 @@ fn plan_queue<'a>(
     match &queue.policy {
         QueuePolicy::Fifo => {
             jobs.sort_by(fifo);
-            let mut blocked_by: Option<String> = None;
+            let mut blocked_by: Option<SharedStr> = None;
             for job in jobs {
                 if let Some(head) = &blocked_by {
                     let reason = SkipReason::BehindHead {
@@ -605,7 +614,7 @@ fn plan_queue<'a>(
                 .map(|(share, mut list)| {
                     list.sort_by(within_share);
                     let key = ShareKey {
-                        queue: queue.name.clone(),
+                        queue: queue.name.as_str().into(),
                         share: share.to_owned(),
                     };
                     let usage = snapshot.usage.get(&key).copied().unwrap_or(ShareUsage {
@@ -686,7 +695,7 @@ fn consider<'a>(
                 let (shadow_ms, extra) = env.reserve(&job.instances);
                 env.head = Some(Head {
                     job_id: job.job_id.clone(),
-                    queue: queue.name.clone(),
+                    queue: queue.name.as_str().into(),
                     shadow_ms,
                     extra,
                 });
@@ -756,7 +765,7 @@ pub(crate) fn dispatch<'a>(
     env.releases.push((end_ms, &job.instances));
     plan.dispatches.push(Dispatch {
         job_id: job.job_id.clone(),
-        queue: queue.name.clone(),
+        queue: queue.name.as_str().into(),
         environment: env.name.clone(),
         instances: job.instances.clone(),
     });

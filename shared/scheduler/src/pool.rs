@@ -135,15 +135,23 @@ impl Pool {
     pub(crate) fn take(&mut self, demand: &Instances) {
         for (ty, n) in demand {
             self.total_used += u64::from(*n);
-            *self.type_used.entry(ty.clone()).or_insert(0) += u64::from(*n);
+            // Looked up before inserting: a cycle takes every running job's instances, and the
+            // entry API would copy the type's name each time.
+            match self.type_used.get_mut(ty) {
+                Some(used) => *used += u64::from(*n),
+                None => {
+                    self.type_used.insert(ty.clone(), u64::from(*n));
+                }
+            }
         }
     }
 
     pub(crate) fn give(&mut self, demand: &Instances) {
         for (ty, n) in demand {
             self.total_used = self.total_used.saturating_sub(u64::from(*n));
-            let used = self.type_used.entry(ty.clone()).or_insert(0);
-            *used = used.saturating_sub(u64::from(*n));
+            if let Some(used) = self.type_used.get_mut(ty) {
+                *used = used.saturating_sub(u64::from(*n));
+            }
         }
     }
 }

@@ -194,7 +194,7 @@ impl<'a> Quota<'a> {
         job: &PendingJob,
         env: &EnvPlan,
     ) -> Option<SkipReason> {
-        for (ty, n) in &job.instances {
+        for (ty, n) in job.instances.iter() {
             let needed = u64::from(*n);
             let limit = share.limit(ty);
             let claimed: u64 = self.shares.values().map(|s| s.limit(ty)).sum();
@@ -229,7 +229,7 @@ impl<'a> Quota<'a> {
 
     /// Pass 2: whether the share may borrow what the job needs beyond its limit.
     fn may_borrow(&self, share: &QuotaShareState, job: &PendingJob) -> Result<(), SkipReason> {
-        for (ty, n) in &job.instances {
+        for (ty, n) in job.instances.iter() {
             let needed = u64::from(*n);
             let in_use = self.used(&share.name, ty);
             let limit = share.limit(ty);
@@ -470,7 +470,7 @@ fn decide<'a>(
         .and_then(|s| quota.shares.get(s).copied());
     let Some(share) = found else {
         let reason = SkipReason::UnknownQuotaShare {
-            quota_share: job.share.clone().unwrap_or_default(),
+            quota_share: job.share.as_deref().unwrap_or_default().to_owned(),
         };
         return skip(plan, reason);
     };
@@ -545,7 +545,7 @@ fn decide<'a>(
     };
 
     // Preempt: the job claims the victims' instances and the free ones it still needs.
-    let mut claim = job.instances.clone();
+    let mut claim = (*job.instances).clone();
     for victim in &victims {
         for (ty, n) in victim.instances.iter() {
             if let Some(c) = claim.get_mut(ty) {
@@ -567,7 +567,7 @@ fn decide<'a>(
             }
         };
         plan.preemptions.push(Preemption {
-            victim_job_id: victim.job_id.to_string(),
+            victim_job_id: victim.job_id.clone(),
             for_job_id: job.job_id.clone(),
             reason,
         });
@@ -581,6 +581,6 @@ fn decide<'a>(
         .filter(|r| !quota.victims.contains(&*r.job_id));
     let borrowed = borrowed_jobs(quota.all, left);
     quota.set_borrowed(borrowed);
-    let victims = victims.iter().map(|v| v.job_id.to_string()).collect();
+    let victims = victims.iter().map(|v| v.job_id.clone()).collect();
     skip(plan, SkipReason::WaitingForPreemptedCapacity { victims })
 }

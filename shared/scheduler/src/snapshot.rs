@@ -45,6 +45,19 @@ impl std::fmt::Display for SharedStr {
     }
 }
 
+/// Maps keyed by shared names are looked up by `&str` (the order is the text's).
+impl std::borrow::Borrow<str> for SharedStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl serde::Serialize for SharedStr {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 impl From<&str> for SharedStr {
     fn from(s: &str) -> Self {
         Self(s.into())
@@ -169,21 +182,22 @@ pub struct RunningJob {
     pub expected_end_ms: i64,
 }
 
-/// A RUNNABLE job.
+/// A RUNNABLE job. Like [`RunningJob`], its text and instances are shared with the host's
+/// summary, so building a snapshot copies no strings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingJob {
     /// Job id (the final tie-breaker everywhere).
-    pub job_id: String,
+    pub job_id: SharedStr,
     /// Queue name.
-    pub queue: String,
+    pub queue: SharedStr,
     /// Fair-share share (or quota share), if any.
-    pub share: Option<String>,
+    pub share: Option<SharedStr>,
     /// `schedulingPriority` (0 when unset).
     pub priority: u32,
-    /// When it last became RUNNABLE.
+    /// Its place in line (its submission, or its last requeue).
     pub runnable_at_ms: i64,
     /// Instances it needs.
-    pub instances: Instances,
+    pub instances: Arc<Instances>,
     /// `MaxRuntimeInSeconds`, if the payload sets it.
     pub max_runtime_s: Option<u64>,
     /// Not to be dispatched before this time (retry backoff).

@@ -44,7 +44,7 @@ fn job(id: &str, queue: &str, instances: u32) -> PendingJob {
         share: None,
         priority: 0,
         runnable_at_ms: NOW - 1000,
-        instances: BTreeMap::from([(GPU.to_owned(), instances)]),
+        instances: BTreeMap::from([(GPU.to_owned(), instances)]).into(),
         max_runtime_s: Some(3600),
         not_before_ms: None,
     }
@@ -77,7 +77,7 @@ impl JobExt for PendingJob {
     }
     fn of(mut self, ty: &str) -> Self {
         let n = self.instances.values().sum();
-        self.instances = BTreeMap::from([(ty.to_owned(), n)]);
+        self.instances = BTreeMap::from([(ty.to_owned(), n)]).into();
         self
     }
 }

@@ -80,12 +80,12 @@ fn generate(seed: u64) -> Snapshot {
     }
     let pending = (0..rng.below(41))
         .map(|i| PendingJob {
-            job_id: format!("p{i:02}"),
-            queue: format!("q{}", rng.below(queue_count)),
-            share: Some(format!("s{}", rng.below(3))),
+            job_id: format!("p{i:02}").into(),
+            queue: format!("q{}", rng.below(queue_count)).into(),
+            share: Some(format!("s{}", rng.below(3)).into()),
             priority: rng.below(3) as u32,
             runnable_at_ms: NOW - 1000 * rng.below(1000) as i64,
-            instances: instances(1 + rng.below(6) as u32),
+            instances: instances(1 + rng.below(6) as u32).into(),
             max_runtime_s: if rng.below(4) == 0 {
                 None
             } else {
@@ -307,12 +307,12 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
             .iter()
             .flat_map(|share| {
                 (0..30).map(move |i| PendingJob {
-                    job_id: format!("{share}-{i:02}"),
+                    job_id: format!("{share}-{i:02}").into(),
                     queue: "q".into(),
                     share: Some((*share).into()),
                     priority: 0,
                     runnable_at_ms: NOW,
-                    instances: instances(1),
+                    instances: instances(1).into(),
                     max_runtime_s: Some(job_ms as u64 / 1000),
                     not_before_ms: None,
                 })
@@ -335,7 +335,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
                 share: Some(share.into()),
                 priority: 0,
                 started_at_ms: now,
-                instances: d.instances.into(),
+                instances: d.instances,
                 expected_end_ms: now + job_ms,
             });
         }

@@ -49,7 +49,7 @@ fn job(id: &str, share: &str, n: u32) -> PendingJob {
         share: Some(share.into()),
         priority: 0,
         runnable_at_ms: NOW - 1000,
-        instances: BTreeMap::from([(GPU.to_owned(), n)]),
+        instances: BTreeMap::from([(GPU.to_owned(), n)]).into(),
         max_runtime_s: Some(3600),
         not_before_ms: None,
     }

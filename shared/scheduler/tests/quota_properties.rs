@@ -72,12 +72,12 @@ fn world(seed: u64) -> (Snapshot, bool) {
                 instances.insert(other.to_owned(), 1);
             }
             PendingJob {
-                job_id: format!("j{i:02}"),
+                job_id: format!("j{i:02}").into(),
                 queue: "q".into(),
-                share: Some(format!("s{}", rng.below(share_count))),
+                share: Some(format!("s{}", rng.below(share_count)).into()),
                 priority: rng.below(4) as u32,
                 runnable_at_ms: NOW - 1000 * rng.below(100) as i64,
-                instances,
+                instances: instances.into(),
                 max_runtime_s: Some(600 + rng.below(20_000)),
                 not_before_ms: None,
             }
@@ -136,8 +136,11 @@ fn usage_after(
             )
         })
         .chain(plan.dispatches.iter().map(|d| {
-            let share = pending[d.job_id.as_str()].share.clone().unwrap_or_default();
-            (share, &d.instances)
+            let share = pending[d.job_id.as_str()]
+                .share
+                .as_deref()
+                .unwrap_or_default();
+            (share.to_owned(), &*d.instances)
         }));
     for (share, instances) in held {
         for (ty, n) in instances {
@@ -222,14 +225,14 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
         for p in &plan.preemptions {
             if edges
                 .iter()
-                .any(|(a, b)| *a == p.victim_job_id && *b == p.for_job_id)
+                .any(|(a, b)| *a == *p.victim_job_id && *b == *p.for_job_id)
             {
                 return Err(format!(
                     "cycle {cycle}: {} preempts {}, which preempted it",
                     p.for_job_id, p.victim_job_id
                 ));
             }
-            edges.push((p.for_job_id.clone(), p.victim_job_id.clone()));
+            edges.push((p.for_job_id.to_string(), p.victim_job_id.to_string()));
         }
         // Commit: start the dispatched jobs, stop the victims and requeue them.
         for d in &plan.dispatches {
@@ -239,12 +242,12 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
             let job = s.pending.remove(i);
             let runtime_ms = job.max_runtime_s.unwrap_or(86_400) as i64 * 1000;
             s.running.push(RunningJob {
-                job_id: job.job_id.into(),
-                queue: job.queue.into(),
-                share: job.share.map(Into::into),
+                job_id: job.job_id,
+                queue: job.queue,
+                share: job.share,
                 priority: job.priority,
                 started_at_ms: now,
-                instances: job.instances.into(),
+                instances: job.instances,
                 expected_end_ms: if finite { now + runtime_ms } else { i64::MAX },
             });
         }
@@ -254,12 +257,12 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
             };
             let victim = s.running.remove(i);
             s.pending.push(PendingJob {
-                job_id: victim.job_id.to_string(),
-                queue: victim.queue.to_string(),
-                share: victim.share.as_deref().map(str::to_owned),
+                job_id: victim.job_id,
+                queue: victim.queue,
+                share: victim.share,
                 priority: victim.priority,
                 runnable_at_ms: now,
-                instances: (*victim.instances).clone(),
+                instances: victim.instances,
                 max_runtime_s: Some(3600),
                 not_before_ms: None,
             });

@@ -49,7 +49,7 @@ use trainyard_scheduler::fair_share::ShareUsage;
 use trainyard_scheduler::retry::{self, AfterFailure, AttemptFailure, RetryConfig, StopCause};
 use trainyard_scheduler::{
     Config as PlannerConfig, EnvironmentState, PendingJob, QueuePolicy, QueueState,
-    QuotaShareState, RunningJob, ShareKey, Snapshot, plan_cycle,
+    QuotaShareState, RunningJob, ShareKey, SharedStr, Snapshot, plan_cycle,
 };
 
 use crate::error::AppError;
@@ -214,7 +214,7 @@ struct Waiting {
     /// The version the snapshot read: a dispatch or reason write expects it.
     version: u64,
     /// The status reason stored then.
-    status_reason: Option<String>,
+    status_reason: Option<SharedStr>,
     /// Whether its queue has `jobStateTimeLimitActions` (then every skip reads the job whole).
     time_limits: bool,
 }
@@ -222,8 +222,8 @@ struct Waiting {
 /// The planner's view of the world, plus what a cycle needs to act on the plan.
 struct Loaded {
     snapshot: Snapshot,
-    /// The pending jobs of the snapshot, by id.
-    waiting: BTreeMap<String, Waiting>,
+    /// The pending jobs of the snapshot, by id (hashed: only looked up, never iterated).
+    waiting: foldhash::HashMap<SharedStr, Waiting>,
     queues: BTreeMap<String, JobQueue>,
     usage: BTreeMap<String, Versioned<EnvironmentUsage>>,
     /// Instances held per fair share before this cycle's dispatches.
@@ -326,7 +326,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
         // 3 and 4. Commit each dispatch, then launch it.
         for dispatch in &plan.dispatches {
-            let Some(waiting) = loaded.waiting.get(&dispatch.job_id) else {
+            let Some(waiting) = loaded.waiting.get(dispatch.job_id.as_str()) else {
                 continue;
             };
             // The job as the snapshot saw it, or a conflict: it changed since (another cycle
@@ -342,11 +342,11 @@ impl<S: Store, E: EventSink> Service<S, E> {
             };
             let usage = loaded
                 .usage
-                .get(&dispatch.environment)
+                .get(dispatch.environment.as_str())
                 .cloned()
                 .unwrap_or(Versioned {
                     value: EnvironmentUsage {
-                        environment: dispatch.environment.clone(),
+                        environment: dispatch.environment.to_string(),
                         ..EnvironmentUsage::default()
                     },
                     version: 0,
@@ -363,7 +363,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 started_at: Some(now),
                 stopped_at: None,
                 status_reason: None,
-                service_environment: Some(dispatch.environment.clone()),
+                service_environment: Some(dispatch.environment.to_string()),
             });
             let mut new_usage = usage.value.clone();
             new_usage.add(&job.training.instances);
@@ -382,7 +382,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 Err(e) => return Err(e.into()),
             }
             loaded.usage.insert(
-                dispatch.environment.clone(),
+                dispatch.environment.to_string(),
                 Versioned {
                     value: new_usage,
                     version: usage.version + 1,
@@ -411,7 +411,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
         // 5. Record why the others wait, and apply the queues' time limits to them.
         for skip in &plan.skips {
-            let Some(waiting) = loaded.waiting.get(&skip.job_id) else {
+            let Some(waiting) = loaded.waiting.get(skip.job_id.as_str()) else {
                 continue;
             };
             // During a capacity backoff Batch's CAPACITY reason says more than "backing off".
@@ -548,7 +548,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             });
         }
 
-        let mut waiting = BTreeMap::new();
+        let mut waiting = foldhash::HashMap::default();
         let mut fair_queues = BTreeMap::new();
         let mut queue_map = BTreeMap::new();
         for queue in queues {
@@ -582,26 +582,29 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 .unwrap_or(usize::MAX)
                 .saturating_add(config.head_extra)
                 .min(config.max_heads);
-            let heads = match policy {
-                QueuePolicy::Fifo => {
+            // One list per share (one for a FIFO queue).
+            let mut heads = Vec::new();
+            match policy {
+                QueuePolicy::Fifo => heads.push(
                     self.store
                         .runnable_heads(&name, None, RunnableOrder::Fifo, limit)
-                        .await?
-                }
+                        .await?,
+                ),
                 QueuePolicy::FairShare(_) | QueuePolicy::QuotaShare(_) => {
-                    let mut heads = Vec::new();
                     for share in self.store.runnable_shares(&name).await? {
-                        let share_heads = self
-                            .store
-                            .runnable_heads(&name, Some(&share), RunnableOrder::Priority, limit)
-                            .await?;
-                        heads.extend(share_heads);
+                        heads.push(
+                            self.store
+                                .runnable_heads(&name, Some(&share), RunnableOrder::Priority, limit)
+                                .await?,
+                        );
                     }
-                    heads
                 }
-            };
+            }
             let time_limits = !queue.job_state_time_limit_actions.is_empty();
-            for head in heads {
+            let count = heads.iter().map(Vec::len).sum();
+            snapshot.pending.reserve(count);
+            waiting.reserve(count);
+            for head in heads.into_iter().flatten() {
                 let (job, head) = pending(head, time_limits);
                 waiting.insert(job.job_id.clone(), head);
                 snapshot.pending.push(job);

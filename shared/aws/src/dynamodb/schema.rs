@@ -509,7 +509,7 @@ pub(crate) fn runnable_head(item: &Item, sort: &str) -> Result<Option<RunnableHe
         key: key.clone(),
         message,
     };
-    let instances = match item.get(INSTANCES) {
+    let instances: std::collections::BTreeMap<String, u32> = match item.get(INSTANCES) {
         None => return Ok(None),
         Some(AttributeValue::M(map)) => map
             .iter()
@@ -539,17 +539,18 @@ pub(crate) fn runnable_head(item: &Item, sort: &str) -> Result<Option<RunnableHe
         .and_then(parse_sortable_time)
         .ok_or_else(|| corrupt(format!("{sort} {sort_key} has no runnable time")))?;
     Ok(Some(RunnableHead {
-        job_id: text(&key, item, JOB_ID)?.to_owned(),
-        job_queue: text(&key, item, RUNNABLE_QUEUE)?.to_owned(),
+        job_id: text(&key, item, JOB_ID)?.into(),
+        job_queue: text(&key, item, RUNNABLE_QUEUE)?.into(),
         share: optional_text(SHARE_IDENTIFIER)?
             .or(optional_text(QUOTA_SHARE_NAME)?)
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .into(),
         priority: optional_number(&key, item, PRIORITY)?.unwrap_or(0),
         runnable_at,
-        instances,
+        instances: std::sync::Arc::new(instances),
         max_runtime_s: optional_number(&key, item, MAX_RUNTIME_S)?,
         not_before: optional_number(&key, item, NOT_BEFORE)?,
-        status_reason: optional_text(STATUS_REASON)?,
+        status_reason: optional_text(STATUS_REASON)?.map(Into::into),
         version: item_version(&key, item)?,
     }))
 }
