@@ -765,6 +765,12 @@ pub enum Event {
 pub trait EventSink: Send + Sync + 'static {
     /// Publishes one event.
     fn publish(&self, event: Event) -> impl Future<Output = ()> + Send;
+
+    /// Whether published events go anywhere. A sink that drops them all says no, and the
+    /// use-cases then skip building them (a status change copies the whole job).
+    fn listening(&self) -> bool {
+        true
+    }
 }
 
 /// The system clock.
@@ -796,6 +802,10 @@ pub struct NoEvents;
 
 impl EventSink for NoEvents {
     async fn publish(&self, _event: Event) {}
+
+    fn listening(&self) -> bool {
+        false
+    }
 }
 
 /// A shared store is a store: several services (or hosts in one process) can use one.

@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use trainyard_domain::arn::ArnContext;
 
-use crate::ports::{Clock, EventSink, Ids, Store};
+use trainyard_domain::job::ServiceJob;
+
+use crate::ports::{Clock, Event, EventSink, Ids, Store};
 
 /// The use-cases, over a store `S` and an event sink `E`.
 pub struct Service<S, E> {
@@ -75,5 +77,21 @@ impl<S: Store, E: EventSink> Service<S, E> {
     /// A fresh job id.
     pub fn new_job_id(&self) -> String {
         self.ids.job_id()
+    }
+
+    /// Publishes the job's new status (the event carries the whole job, so it is built only
+    /// when the sink listens).
+    async fn publish_status(&self, job: &ServiceJob) {
+        if !self.events.listening() {
+            return;
+        }
+        self.events
+            .publish(Event::JobStatusChanged {
+                job_id: job.job_id.clone(),
+                job_queue: job.job_queue.clone(),
+                status: job.status,
+                job: Box::new(job.clone()),
+            })
+            .await;
     }
 }

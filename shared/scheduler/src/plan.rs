@@ -11,7 +11,8 @@ use crate::quota::plan_quota_queue;
 use std::sync::Arc;
 
 use crate::snapshot::{
-    Config, Instances, PendingJob, QueuePolicy, QueueState, ShareKey, SharedStr, Snapshot,
+    Config, Instances, PendingJob, QueuePolicy, QueueState, RunningJob, ShareKey, SharedStr,
+    Snapshot,
 };
 
 /// Launch an attempt for a job.
@@ -451,10 +452,18 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             (e.name.as_str(), plan)
         })
         .collect();
+    // Running jobs by queue (in snapshot order within each): the queues' plans read only
+    // their own.
+    let mut running_by_queue: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
     for job in &snapshot.running {
-        if let Some(env) = queue_env.get(&*job.queue).and_then(|e| envs.get_mut(e)) {
-            env.pool.take(&job.instances);
-            env.releases.push((job.expected_end_ms, &job.instances));
+        running_by_queue.entry(&job.queue).or_default().push(job);
+    }
+    for (queue, jobs) in &running_by_queue {
+        if let Some(env) = queue_env.get(queue).and_then(|e| envs.get_mut(e)) {
+            for job in jobs {
+                env.pool.take(&job.instances);
+                env.releases.push((job.expected_end_ms, &job.instances));
+            }
         }
     }
 
@@ -492,7 +501,12 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             skip_all(&mut plan, jobs, &reason);
             continue;
         }
-        plan_queue(&mut plan, queue, jobs, env, snapshot, now_ms, config);
+        let running = running_by_queue
+            .get(queue.name.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        plan_queue(
+            &mut plan, queue, jobs, running, env, snapshot, now_ms, config,
+        );
     }
 
     // Jobs of queues the snapshot does not know.
@@ -544,10 +558,13 @@ impl Ord for Ranked {
     }
 }
 
+/// Plans one queue: its pending `jobs` against `env`, knowing its `running` jobs.
+#[allow(clippy::too_many_arguments)]
 fn plan_queue<'a>(
     plan: &mut Plan,
     queue: &'a QueueState,
     mut jobs: Vec<&'a PendingJob>,
+    running: &[&'a RunningJob],
     env: &mut EnvPlan<'a>,
     snapshot: &'a Snapshot,
     now_ms: i64,
@@ -575,7 +592,7 @@ fn plan_queue<'a>(
             }
         }
         QueuePolicy::QuotaShare(shares) => {
-            plan_quota_queue(plan, queue, shares, jobs, env, snapshot, now_ms, config);
+            plan_quota_queue(plan, queue, shares, jobs, running, env, now_ms, config);
         }
         QueuePolicy::FairShare(policy) => {
             let half_life = policy.share_decay_s();
@@ -590,7 +607,7 @@ fn plan_queue<'a>(
             // share of this queue (the running ones', then this cycle's dispatches).
             let mut active: BTreeSet<&str> = by_share.keys().copied().collect();
             let mut running_held: BTreeMap<&str, u64> = BTreeMap::new();
-            for job in snapshot.running.iter().filter(|r| *r.queue == *queue.name) {
+            for job in running {
                 if let Some(share) = job.share.as_deref() {
                     active.insert(share);
                     *running_held.entry(share).or_insert(0) += total(&job.instances);

@@ -87,7 +87,7 @@ use crate::plan::{
     within_share,
 };
 use crate::pool::Fit;
-use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob, Snapshot};
+use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob};
 use trainyard_domain::quota_share::SharingStrategy;
 
 /// The jobs treated as borrowed: for each share and instance type in use above its own limit,
@@ -394,20 +394,15 @@ pub(crate) fn plan_quota_queue<'a>(
     queue: &QueueState,
     shares: &'a [QuotaShareState],
     mut jobs: Vec<&'a PendingJob>,
+    running: &[&'a RunningJob],
     env: &mut EnvPlan<'a>,
-    snapshot: &'a Snapshot,
     now_ms: i64,
     config: &Config,
 ) {
-    let running: Vec<&RunningJob> = snapshot
-        .running
-        .iter()
-        .filter(|r| *r.queue == *queue.name)
-        .collect();
     let min_age_ms = i64::try_from(config.min_runtime_before_preemption_s.saturating_mul(1000))
         .unwrap_or(i64::MAX);
     let mut preemptible: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
-    for job in &running {
+    for job in running {
         if let Some(share) = job.share.as_deref()
             && now_ms.saturating_sub(job.started_at_ms) >= min_age_ms
         {
@@ -422,7 +417,7 @@ pub(crate) fn plan_quota_queue<'a>(
         preemptible,
         preemptible_borrowed: Vec::new(),
         victims: BTreeSet::new(),
-        running,
+        running: running.to_vec(),
     };
     quota.set_borrowed(borrowed_jobs(shares, quota.running.iter().copied()));
     for job in quota.running.clone() {

@@ -539,14 +539,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 Err(e) => return Err(e.into()),
             }
             moved += 1;
-            self.events
-                .publish(Event::JobStatusChanged {
-                    job_id: job.job_id.clone(),
-                    job_queue: job.job_queue.clone(),
-                    status: next,
-                    job: Box::new(job.clone()),
-                })
-                .await;
+            self.publish_status(&job).await;
         }
         Ok(moved)
     }
@@ -664,14 +657,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             .await?;
         if changed {
             tracing::info!(job_id = %job.job_id, reason, status = %job.status, "job terminated");
-            self.events
-                .publish(Event::JobStatusChanged {
-                    job_id: job.job_id.clone(),
-                    job_queue: job.job_queue.clone(),
-                    status: job.status,
-                    job: Box::new(job.clone()),
-                })
-                .await;
+            self.publish_status(&job).await;
         }
         Ok(())
     }

@@ -54,7 +54,7 @@ use trainyard_scheduler::{
 
 use crate::error::AppError;
 use crate::ports::{
-    BackendError, CapacityHolder, EnvironmentUsage, Event, EventSink, RunnableHead, RunnableOrder,
+    BackendError, CapacityHolder, EnvironmentUsage, EventSink, RunnableHead, RunnableOrder,
     ShareUsageRecord, Store, StoreError, TrainingBackend, TrainingJobState, TrainingStatus,
     Versioned, Write,
 };
@@ -620,7 +620,8 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
         // Summaries, not whole jobs: every cycle reads all of them.
         let holders = self.store.capacity_holders().await?;
-        let mut held_by: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        // Hashed while counting (one entry per holder), ordered once per share.
+        let mut held_by: foldhash::HashMap<(&str, &str), u64> = foldhash::HashMap::default();
         for job in holders.iter().filter(|j| !j.share.is_empty()) {
             *held_by.entry((&*job.job_queue, &*job.share)).or_insert(0) += job.total_instances();
         }
@@ -1098,17 +1099,6 @@ impl<S: Store, E: EventSink> Service<S, E> {
             }
         }
         Ok(report)
-    }
-
-    async fn publish_status(&self, job: &ServiceJob) {
-        self.events
-            .publish(Event::JobStatusChanged {
-                job_id: job.job_id.clone(),
-                job_queue: job.job_queue.clone(),
-                status: job.status,
-                job: Box::new(job.clone()),
-            })
-            .await;
     }
 }
 
