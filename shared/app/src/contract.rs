@@ -98,6 +98,7 @@ contract_cases!($;
     runnable_shares_and_dispatched_jobs_follow_status,
     capacity_holders_summarise_the_dispatched_jobs,
     runnable_heads_summarise_the_runnable_jobs,
+    a_status_reason_is_set_alone_and_version_checked,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1395,4 +1396,65 @@ pub async fn runnable_heads_summarise_the_runnable_jobs<S: Store>(store: &S) {
         (Some("CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting"), 2),
         "a new reason and version, same place"
     );
+}
+
+pub async fn a_status_reason_is_set_alone_and_version_checked<S: Store>(store: &S) {
+    let runnable = job("w").runnable_at(10).share("s1").build();
+    let running = job("r").status(JobStatus::Running).share("s1").build();
+    insert(store, &runnable).await;
+    insert(store, &running).await;
+    let holders_before = store.capacity_holders().await.unwrap();
+    const WAITING: &str = "CAPACITY:SERVICE_ENVIRONMENT_FULL - needs 1 ml.g5.xlarge, 0 free";
+
+    assert_eq!(
+        store
+            .set_status_reason("w", 1, Some(WAITING.into()))
+            .await
+            .unwrap(),
+        2
+    );
+    let stored = store.get_job("w").await.unwrap().unwrap();
+    let mut expected = runnable.clone();
+    expected.status_reason = Some(WAITING.into());
+    assert_eq!(
+        (stored.value, stored.version),
+        (expected, 2),
+        "only the reason changed"
+    );
+    let heads = store
+        .runnable_heads("q", Some("s1"), RunnableOrder::Priority, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            heads.len(),
+            heads[0].status_reason.as_deref(),
+            heads[0].version
+        ),
+        (1, Some(WAITING), 2),
+        "the head carries the new reason and version"
+    );
+
+    // A stale version, or no such job: nothing is written.
+    for (id, version) in [("w", 1), ("w", 3), ("nobody", 1)] {
+        let refused = store.set_status_reason(id, version, None).await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict)),
+            "{id} at {version}: {refused:?}"
+        );
+    }
+    assert_eq!(store.get_job("w").await.unwrap().unwrap().version, 2);
+
+    // A job holding capacity stays among the holders as it was; a reason can be cleared.
+    assert_eq!(
+        store
+            .set_status_reason("r", 1, Some("stopping".into()))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(store.set_status_reason("r", 2, None).await.unwrap(), 3);
+    let stored = store.get_job("r").await.unwrap().unwrap();
+    assert_eq!((stored.value.status_reason, stored.version), (None, 3));
+    assert_eq!(store.capacity_holders().await.unwrap(), holders_before);
 }

@@ -397,6 +397,31 @@ impl Store for MemoryStore {
         }
     }
 
+    async fn set_status_reason(
+        &self,
+        job_id: &str,
+        expected_version: u64,
+        reason: Option<String>,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        let Inner { jobs, index, .. } = &mut *inner;
+        let Some(stored) = jobs
+            .get_mut(job_id)
+            .filter(|s| s.version == expected_version)
+        else {
+            return Err(StoreError::Conflict);
+        };
+        // Only the reason changes: no index entry moves, and a RUNNABLE job's summary takes
+        // the new reason and version (as `Inner::replace_job` does for such an update).
+        stored.version += 1;
+        if let Some(head) = index.heads.get_mut(job_id) {
+            head.status_reason = reason.as_deref().map(Into::into);
+            head.version = stored.version;
+        }
+        stored.value.status_reason = reason;
+        Ok(stored.version)
+    }
+
     async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         let inner = self.lock();
         let limit = query.limit.max(1);

@@ -509,6 +509,29 @@ pub trait Store: Send + Sync + 'static {
                 .collect())
         }
     }
+
+    /// Replaces a job's status reason, and nothing else, if its stored version is
+    /// `expected_version`; returns the new version. A cycle records why each waiting job waits
+    /// this way (hundreds of thousands of times in a simulated trace), so a store that can
+    /// change one field in place should; the default reads the job and writes it whole.
+    fn set_status_reason(
+        &self,
+        job_id: &str,
+        expected_version: u64,
+        reason: Option<String>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        async move {
+            let Some(stored) = self.get_job(job_id).await? else {
+                return Err(StoreError::Conflict);
+            };
+            if stored.version != expected_version {
+                return Err(StoreError::Conflict);
+            }
+            let mut job = stored.value;
+            job.status_reason = reason;
+            self.update_job(&job, expected_version).await
+        }
+    }
 }
 
 /// A RUNNABLE job, as the scheduler sees it (see [`Store::runnable_heads`]): what the planner
@@ -903,6 +926,16 @@ mod shared_store {
             limit: usize,
         ) -> Result<Vec<RunnableHead>, StoreError> {
             (**self).runnable_heads(queue, share, order, limit).await
+        }
+        async fn set_status_reason(
+            &self,
+            job_id: &str,
+            expected_version: u64,
+            reason: Option<String>,
+        ) -> Result<u64, StoreError> {
+            (**self)
+                .set_status_reason(job_id, expected_version, reason)
+                .await
         }
     }
 }

@@ -429,6 +429,21 @@ impl<S: Store, E: EventSink> Service<S, E> {
             if !changed && !waiting.time_limits {
                 continue;
             }
+            // Without time limits only the reason is written, in place.
+            if !waiting.time_limits {
+                let reason = Some(skip.reason.to_string());
+                match self
+                    .store
+                    .set_status_reason(&skip.job_id, waiting.version, reason)
+                    .await
+                {
+                    Ok(_) => report.reasons_updated += 1,
+                    // Changed since the snapshot: the next cycle sees the new state.
+                    Err(StoreError::Conflict) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                continue;
+            }
             // Changed since the snapshot: the next cycle sees the new state.
             let stored = match self.store.get_job(&skip.job_id).await? {
                 Some(stored) if stored.version == waiting.version => stored,
