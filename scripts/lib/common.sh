@@ -10,6 +10,25 @@ PHASE_SECONDS=()
 
 now_s() { date +%s.%N; }
 
+# make_venv VENV REQUIREMENTS — builds virtualenv VENV from the pinned REQUIREMENTS file, unless
+# its stamp (the file's hash and the Python version) says it is current.
+make_venv() {
+  local venv=$1 requirements=$2 python=${PYTHON:-python3}
+  local stamp="$venv/.requirements.sha256" want
+  want=$( { sha256sum "$requirements" | cut -d' ' -f1; "$python" --version 2>&1; } | sha256sum | cut -d' ' -f1)
+  if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "virtualenv $venv is current"
+    return 0
+  fi
+  echo "building virtualenv $venv from $requirements"
+  # Explicit `|| return 1`: errexit does not apply inside a function called from `&&`/`||`.
+  rm -rf "$venv"
+  "$python" -m venv "$venv" || return 1
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    -r "$requirements" || return 1
+  printf '%s\n' "$want" >"$stamp" || return 1
+}
+
 elapsed_since() { awk -v a="$1" -v b="$(now_s)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # Records a phase outcome without running anything (for skipped phases).

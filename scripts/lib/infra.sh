@@ -1,5 +1,6 @@
-# Infrastructure checks for scripts/test (sourced, not executed): `run_infra` lints and validates
-# infra/template.yaml (SAM) and the CDK app in infra/cdk, offline and without AWS credentials.
+# Infrastructure checks for scripts/test (sourced, not executed; needs scripts/lib/common.sh
+# first): `run_infra` lints and validates infra/template.yaml (SAM) and the CDK app in
+# infra/cdk, offline and without AWS credentials.
 #
 # Uses ROOT, PYTHON and TARGET_DIR as scripts/test sets them (with fallbacks). Tools are pinned:
 # Python ones in infra/requirements.txt, installed into their own virtualenv (aws-sam-cli pins a
@@ -8,19 +9,7 @@
 
 # infra_python_env VENV — builds VENV from infra/requirements.txt unless its stamp is current.
 infra_python_env() {
-  local venv=$1 requirements=$ROOT/infra/requirements.txt python=${PYTHON:-python3}
-  local stamp="$venv/.requirements.sha256" want
-  want=$( { sha256sum "$requirements" | cut -d' ' -f1; "$python" --version 2>&1; } | sha256sum | cut -d' ' -f1)
-  if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    echo "virtualenv $venv is current"
-    return 0
-  fi
-  echo "building virtualenv $venv from $requirements"
-  rm -rf "$venv"
-  "$python" -m venv "$venv" || return 1
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -r "$requirements" || return 1
-  printf '%s\n' "$want" >"$stamp"
+  make_venv "$1" "$ROOT/infra/requirements.txt"
 }
 
 # infra_node_modules — `npm ci` in infra/cdk unless node_modules matches package-lock.json.

@@ -19,19 +19,7 @@ LAMBDA_FUNCTIONS=(api scheduler training-events retry)
 
 # lambda_venv VENV — builds VENV from functions/requirements.txt unless its stamp is current.
 lambda_venv() {
-  local venv=$1 requirements=$ROOT/functions/requirements.txt python=${PYTHON:-python3}
-  local stamp="$venv/.requirements.sha256" want
-  want=$( { sha256sum "$requirements" | cut -d' ' -f1; "$python" --version 2>&1; } | sha256sum | cut -d' ' -f1)
-  if [ -x "$venv/bin/cargo-lambda" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    echo "virtualenv $venv is current"
-    return 0
-  fi
-  echo "building virtualenv $venv from $requirements"
-  rm -rf "$venv"
-  "$python" -m venv "$venv" || return 1
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -r "$requirements" || return 1
-  printf '%s\n' "$want" >"$stamp"
+  make_venv "$1" "$ROOT/functions/requirements.txt"
 }
 
 # build_functions [CARGO_ARGS...] — builds each function binary the way `cargo lambda watch`

@@ -5,42 +5,19 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
 
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::NoEvents;
-use trainyard_app::testing::{ManualClock, SequentialIds};
-use trainyard_domain::arn::ArnContext;
-use trainyard_functions::config::InitialSetup;
-use trainyard_functions::setup::ensure_initial_setup;
 
-const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
+mod common;
+
+use common::{ROLE, deployment};
 
 async fn router() -> axum::Router {
-    let service = Arc::new(Service::new(
-        MemoryStore::new(),
-        NoEvents,
-        Arc::new(ManualClock::new(1_795_996_800_000)),
-        Arc::new(SequentialIds::default()),
-        ArnContext {
-            partition: "aws".into(),
-            region: "us-east-1".into(),
-            account: "123456789012".into(),
-        },
-    ));
-    let setup = InitialSetup {
-        environment: "default".into(),
-        max_instances: 4,
-        queue: "default".into(),
-        queue_priority: 1,
-    };
-    ensure_initial_setup(service.store(), &setup, 0)
-        .await
-        .unwrap();
+    let (service, _, _) = deployment(MemoryStore::new(), NoEvents, 4).await;
     trainyard_functions::api::router(service, vec![ROLE.to_owned()])
 }
 

@@ -6,76 +6,23 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
-use trainyard_app::ports::{
-    BackendError, Clock, NoEvents, Store, TrainingBackend, TrainingJobState,
-};
-use trainyard_app::service::jobs::SubmitJob;
+use trainyard_app::ports::{Clock, NoEvents, Store, TrainingBackend};
 use trainyard_app::service::scheduling::{CycleConfig, attempt_name};
-use trainyard_app::testing::{ManualClock, SequentialIds};
-use trainyard_domain::arn::ArnContext;
+use trainyard_app::testing::ManualClock;
 use trainyard_domain::job::{JobStatus, ServiceJob};
-use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, TimeFormat};
-use trainyard_functions::config::InitialSetup;
 use trainyard_functions::retry::RetryFunction;
 use trainyard_functions::scheduler::{LEASE_TTL_MS, PassOutcome, SchedulerFunction, Trigger};
-use trainyard_functions::setup::ensure_initial_setup;
 use trainyard_functions::training_events::{EventOutcome, TrainingEventsFunction};
 
-const T0: i64 = 1_795_996_800_000;
-const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
+mod common;
 
-/// The emulator's model as a [`TrainingBackend`], on the test's clock.
-#[derive(Clone)]
-struct EmulatedSageMaker {
-    emulator: Arc<Mutex<Emulator>>,
-    clock: Arc<ManualClock>,
-}
-
-fn classify(e: SageMakerError) -> BackendError {
-    match e {
-        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
-        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
-        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
-        SageMakerError::ValidationException(m) => BackendError::Rejected {
-            code: "ValidationException".into(),
-            message: m,
-        },
-    }
-}
-
-impl TrainingBackend for EmulatedSageMaker {
-    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
-        let now = self.clock.now_ms();
-        let mut emulator = self.emulator.lock().unwrap();
-        emulator
-            .create_training_job(&request, now)
-            .map_err(classify)
-    }
-
-    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
-        let mut emulator = self.emulator.lock().unwrap();
-        emulator.advance(self.clock.now_ms());
-        let detail = emulator
-            .describe_training_job(name, TimeFormat::EpochMillis)
-            .map_err(classify)?;
-        Ok(TrainingJobState::from_sagemaker(&detail).unwrap())
-    }
-
-    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
-        let now = self.clock.now_ms();
-        let mut emulator = self.emulator.lock().unwrap();
-        match emulator.stop_training_job(name, now) {
-            Err(SageMakerError::ValidationException(_)) => Ok(()),
-            other => other.map_err(classify),
-        }
-    }
-}
+use common::{EmulatedSageMaker, deployment, submit};
 
 /// A deployment's worth of Trainyard over the memory store: the initial setup, the three
 /// event-driven handlers, and an emulated SageMaker.
@@ -90,31 +37,7 @@ struct World {
 
 impl World {
     async fn new() -> Self {
-        let clock = Arc::new(ManualClock::new(T0));
-        let service = Arc::new(Service::new(
-            MemoryStore::new(),
-            NoEvents,
-            clock.clone(),
-            Arc::new(SequentialIds::default()),
-            ArnContext {
-                partition: "aws".into(),
-                region: "us-east-1".into(),
-                account: "123456789012".into(),
-            },
-        ));
-        let setup = InitialSetup {
-            environment: "default".into(),
-            max_instances: 4,
-            queue: "default".into(),
-            queue_priority: 1,
-        };
-        ensure_initial_setup(service.store(), &setup, T0)
-            .await
-            .unwrap();
-        let sagemaker = EmulatedSageMaker {
-            emulator: Arc::new(Mutex::new(Emulator::new(EmulatorConfig::default()))),
-            clock: clock.clone(),
-        };
+        let (service, clock, sagemaker) = deployment(MemoryStore::new(), NoEvents, 4).await;
         let cycle = CycleConfig::default();
         Self {
             scheduler: SchedulerFunction::new(service.clone(), sagemaker.clone(), cycle.clone())
@@ -128,30 +51,7 @@ impl World {
     }
 
     async fn submit(&self, name: &str) -> String {
-        let payload = json!({
-            "TrainingJobName": name,
-            "RoleArn": ROLE,
-            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
-            "HyperParameters": {"emulator_duration_s": "600"},
-            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
-            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
-        });
-        let cmd = SubmitJob {
-            job_name: name.into(),
-            job_queue: "default".into(),
-            service_job_type: Default::default(),
-            service_request_payload: payload.to_string(),
-            share_identifier: None,
-            quota_share_name: None,
-            scheduling_priority: None,
-            retry_strategy: None,
-            timeout_config: None,
-            preemption_configuration: None,
-            tags: Default::default(),
-            client_token: None,
-        };
-        self.service.submit(cmd).await.unwrap().job_id
+        submit(&self.service, name).await
     }
 
     async fn job(&self, id: &str) -> ServiceJob {
@@ -422,51 +322,12 @@ async fn a_pass_records_its_dispatches_and_a_tick_reports_the_gauges_the_alarm_w
     use trainyard_aws::metrics::{MetricsSink, Recorder};
     use trainyard_functions::metrics::{Metrics, schedule_lines};
 
-    let clock = Arc::new(ManualClock::new(T0));
     let metrics = Metrics::new(Arc::new(Recorder::new()), "prod".into());
-    let service = Arc::new(Service::new(
-        MemoryStore::new(),
-        MetricsSink::new(NoEvents, metrics.recorder().clone()),
-        clock.clone(),
-        Arc::new(SequentialIds::default()),
-        ArnContext::default(),
-    ));
-    let setup = InitialSetup {
-        environment: "default".into(),
-        max_instances: 1,
-        queue: "default".into(),
-        queue_priority: 1,
-    };
-    ensure_initial_setup(service.store(), &setup, T0)
-        .await
-        .unwrap();
-    let sagemaker = EmulatedSageMaker {
-        emulator: Arc::new(Mutex::new(Emulator::new(EmulatorConfig::default()))),
-        clock: clock.clone(),
-    };
+    let events = MetricsSink::new(NoEvents, metrics.recorder().clone());
+    let (service, clock, sagemaker) = deployment(MemoryStore::new(), events, 1).await;
     let scheduler = SchedulerFunction::new(service.clone(), sagemaker, CycleConfig::default());
     for name in ["a", "b"] {
-        let payload = json!({
-            "TrainingJobName": name, "RoleArn": ROLE,
-            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
-            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
-            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50}
-        });
-        let cmd: SubmitJob = SubmitJob {
-            job_name: name.into(),
-            job_queue: "default".into(),
-            service_job_type: Default::default(),
-            service_request_payload: payload.to_string(),
-            share_identifier: None,
-            quota_share_name: None,
-            scheduling_priority: None,
-            retry_strategy: None,
-            timeout_config: None,
-            preemption_configuration: None,
-            tags: Default::default(),
-            client_token: None,
-        };
-        service.submit(cmd).await.unwrap();
+        submit(&service, name).await;
     }
     clock.advance(5_000);
     let pass = scheduler
@@ -508,51 +369,10 @@ async fn two_scheduler_invocations_at_once_share_the_lease_and_never_overrun_cap
     use trainyard_app::ports::EnvironmentUsage;
     use trainyard_app::testing::Interleaving;
 
-    let clock = Arc::new(ManualClock::new(T0));
-    let service = Arc::new(Service::new(
-        Interleaving::new(MemoryStore::new()),
-        NoEvents,
-        clock.clone(),
-        Arc::new(SequentialIds::default()),
-        ArnContext::default(),
-    ));
-    let setup = InitialSetup {
-        environment: "default".into(),
-        max_instances: 2,
-        queue: "default".into(),
-        queue_priority: 1,
-    };
-    ensure_initial_setup(service.store(), &setup, T0)
-        .await
-        .unwrap();
-    let sagemaker = EmulatedSageMaker {
-        emulator: Arc::new(Mutex::new(Emulator::new(EmulatorConfig::default()))),
-        clock: clock.clone(),
-    };
+    let (service, _clock, sagemaker) =
+        deployment(Interleaving::new(MemoryStore::new()), NoEvents, 2).await;
     for name in ["a", "b", "c", "d"] {
-        let payload = json!({
-            "TrainingJobName": name, "RoleArn": ROLE,
-            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
-            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
-            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50}
-        });
-        service
-            .submit(SubmitJob {
-                job_name: name.into(),
-                job_queue: "default".into(),
-                service_job_type: Default::default(),
-                service_request_payload: payload.to_string(),
-                share_identifier: None,
-                quota_share_name: None,
-                scheduling_priority: None,
-                retry_strategy: None,
-                timeout_config: None,
-                preemption_configuration: None,
-                tags: Default::default(),
-                client_token: None,
-            })
-            .await
-            .unwrap();
+        submit(&service, name).await;
     }
     // Two instances of the function (two processes, as after a deployment or a retry).
     let first = SchedulerFunction::new(service.clone(), sagemaker.clone(), CycleConfig::default())

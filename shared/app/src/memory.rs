@@ -171,6 +171,15 @@ impl Indexes {
         }
     }
 
+    /// A job's status reason changed, and nothing else its index entries hold: a RUNNABLE
+    /// job's summary takes the new reason and version.
+    fn new_reason(&mut self, job_id: &str, reason: Option<&str>, version: u64) {
+        if let Some(head) = self.heads.get_mut(job_id) {
+            head.status_reason = reason.map(Into::into);
+            head.version = version;
+        }
+    }
+
     fn remove(&mut self, job: &ServiceJob, group: Option<GroupFn>) {
         if let Some(set) = self.by_status.get_mut(&job.status) {
             set.remove(&(job.created_at, job.job_id.clone()));
@@ -236,10 +245,8 @@ impl Inner {
         // Most updates of a waiting job only change its status reason: its index entries stay,
         // and its summary takes the new reason and version.
         if same_index_entries(&stored.value, job, group) {
-            if let Some(head) = self.index.heads.get_mut(&job.job_id) {
-                head.status_reason = job.status_reason.as_deref().map(Into::into);
-                head.version = version;
-            }
+            self.index
+                .new_reason(&job.job_id, job.status_reason.as_deref(), version);
         } else {
             self.index.remove(&stored.value, group);
             self.index.add(job, version, group);
@@ -414,10 +421,7 @@ impl Store for MemoryStore {
         // Only the reason changes: no index entry moves, and a RUNNABLE job's summary takes
         // the new reason and version (as `Inner::replace_job` does for such an update).
         stored.version += 1;
-        if let Some(head) = index.heads.get_mut(job_id) {
-            head.status_reason = reason.as_deref().map(Into::into);
-            head.version = stored.version;
-        }
+        index.new_reason(job_id, reason.as_deref(), stored.version);
         stored.value.status_reason = reason;
         Ok(stored.version)
     }

@@ -783,6 +783,18 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// `job` changed status: its id, queue and status are taken from it.
+    pub fn status_changed(job: ServiceJob) -> Self {
+        Self::JobStatusChanged {
+            job_id: job.job_id.clone(),
+            job_queue: job.job_queue.clone(),
+            status: job.status,
+            job: Box::new(job),
+        }
+    }
+}
+
 /// Where events go: an in-process channel locally, EventBridge in AWS. Publishing is
 /// best-effort; the loop also runs on a schedule, so a lost event delays but never loses work.
 pub trait EventSink: Send + Sync + 'static {

@@ -86,12 +86,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             return;
         }
         self.events
-            .publish(Event::JobStatusChanged {
-                job_id: job.job_id.clone(),
-                job_queue: job.job_queue.clone(),
-                status: job.status,
-                job: Box::new(job.clone()),
-            })
+            .publish(Event::status_changed(job.clone()))
             .await;
     }
 }

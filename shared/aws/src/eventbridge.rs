@@ -252,15 +252,6 @@ mod tests {
         }
     }
 
-    fn changed(job: ServiceJob) -> Event {
-        Event::JobStatusChanged {
-            job_id: job.job_id.clone(),
-            job_queue: job.job_queue.clone(),
-            status: job.status,
-            job: Box::new(job),
-        }
-    }
-
     #[test]
     fn a_submission_is_one_internal_entry() {
         let event = Event::JobSubmitted {
@@ -313,7 +304,7 @@ mod tests {
         for (case, status, attempts, releases) in cases {
             let mut j = job("j1").status(status).build();
             j.attempts = attempts;
-            let got = entries(&arns(), &changed(j));
+            let got = entries(&arns(), &Event::status_changed(j));
             let types: Vec<&str> = got.iter().map(|e| e.detail_type).collect();
             let mut expected = vec![JOB_STATE_CHANGE];
             if releases {
@@ -359,7 +350,7 @@ mod tests {
                 Some("Received status from SageMaker: Training job completed"),
             )
         }];
-        let got = entries(&arns(), &changed(j.clone()));
+        let got = entries(&arns(), &Event::status_changed(j.clone()));
         let entry = &got[0];
         let job_arn =
             "arn:aws:batch:eu-west-1:123456789012:service-job/4c7599ae-0a82-49aa-ba5a-4727fcce14a8";

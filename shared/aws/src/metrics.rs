@@ -502,7 +502,7 @@ mod tests {
     use trainyard_app::memory::MemoryStore;
     use trainyard_app::ports::Write;
     use trainyard_domain::environment::{CapacityLimit, ServiceEnvironmentType};
-    use trainyard_domain::job::{Attempt, ServiceJob};
+    use trainyard_domain::job::Attempt;
     use trainyard_domain::queue::{JobQueueType, ServiceEnvironmentOrder};
     use trainyard_domain::{ResourceStatus, State};
     use trainyard_scheduler::retry::PREEMPTED_REASON;
@@ -564,15 +564,6 @@ mod tests {
             stopped_at: None,
             status_reason: reason.map(str::to_owned),
             service_environment: Some("env".into()),
-        }
-    }
-
-    fn changed(job: ServiceJob) -> Event {
-        Event::JobStatusChanged {
-            job_id: job.job_id.clone(),
-            job_queue: job.job_queue.clone(),
-            status: job.status,
-            job: Box::new(job),
         }
     }
 
@@ -647,7 +638,7 @@ mod tests {
             accepted,
             running,
         ] {
-            recorder.record(&changed(j));
+            recorder.record(&Event::status_changed(j));
         }
         recorder.record(&Event::JobSubmitted {
             job_id: "x".into(),
@@ -748,7 +739,7 @@ mod tests {
                 .runnable_at(NOW - 1_000)
                 .build();
             j.attempts = vec![attempt(NOW, None)];
-            recorder.record(&changed(j));
+            recorder.record(&Event::status_changed(j));
         }
         let lines = parse(&recorder.emf_lines("s", NOW));
         assert_eq!(lines[0]["Dispatches"], MAX_SAMPLES as u64 + 20);
@@ -773,7 +764,7 @@ mod tests {
             NOW,
             Some("Received status from SageMaker: AlgorithmError"),
         )];
-        sink.publish(changed(j)).await;
+        sink.publish(Event::status_changed(j)).await;
         sink.publish(Event::JobSubmitted {
             job_id: "b".into(),
             job_queue: "q".into(),

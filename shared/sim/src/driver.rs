@@ -149,7 +149,8 @@ struct BackendState {
     prompt_events: bool,
 }
 
-fn classify(e: SageMakerError) -> BackendError {
+/// Maps the model's errors to the backend's, as the cloud adapter maps SageMaker's codes.
+pub(crate) fn classify(e: SageMakerError) -> BackendError {
     match e {
         SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
         SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),

@@ -67,7 +67,7 @@ use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, StateChange};
 use trainyard_scheduler::retry::{RetryConfig, consumes_attempt};
 
-use crate::driver::{requested_runtime_s, team_loads};
+use crate::driver::{classify, requested_runtime_s, team_loads};
 use crate::policies::{ALL as ALL_POLICIES, Policy, Setup};
 use crate::scenario::Scenario;
 use crate::trace::{Trace, TraceJob};
@@ -645,18 +645,6 @@ impl FaultyBackend {
             .describe_training_job(name, trainyard_emulator::model::TimeFormat::EpochMillis)
             .ok()
             .and_then(|d| d["TrainingJobArn"].as_str().map(str::to_owned))
-    }
-}
-
-fn classify(e: SageMakerError) -> BackendError {
-    match e {
-        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
-        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
-        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
-        SageMakerError::ValidationException(m) => BackendError::Rejected {
-            code: "ValidationException".into(),
-            message: m,
-        },
     }
 }
 
