@@ -120,15 +120,9 @@ async fn serve(args: EmulatorArgs) -> anyhow::Result<()> {
     let logger = tokio::spawn(async move {
         while let Some(change) = received.recv().await {
             tracing::info!(
-                job = change.detail["TrainingJobName"]
-                    .as_str()
-                    .unwrap_or_default(),
-                status = change.detail["TrainingJobStatus"]
-                    .as_str()
-                    .unwrap_or_default(),
-                secondary = change.detail["SecondaryStatus"]
-                    .as_str()
-                    .unwrap_or_default(),
+                job = change.training_job_name(),
+                status = change.status().as_str(),
+                secondary = change.secondary_status().as_str(),
                 "training job state change"
             );
         }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
+use trainyard_scheduler::SharedStr;
 
 use crate::ports::{
     CapacityHolder, ClientTokenRecord, Document, DocumentValue, InsertJob, JobCursor, JobQuery,
@@ -132,6 +133,9 @@ struct Indexes {
     groups: BTreeMap<String, GroupStats>,
     /// Instances held by all dispatched jobs.
     held_instances: u64,
+    /// One shared string per queue and share name, which every summary of their jobs holds:
+    /// the planner finds a name by its address before comparing text.
+    names: foldhash::HashSet<SharedStr>,
 }
 
 impl Indexes {
@@ -153,13 +157,17 @@ impl Indexes {
             if let Some(at) = job.not_before {
                 self.backoff.insert((at, job.job_id.clone()));
             }
-            self.heads
-                .insert(job.job_id.clone(), RunnableHead::of(job, version));
+            let mut head = RunnableHead::of(job, version);
+            head.job_queue = self.shared(&head.job_queue);
+            head.share = self.shared(&head.share);
+            self.heads.insert(job.job_id.clone(), head);
             stats.runnable = 1;
         }
         if job.status.is_dispatched() {
-            self.dispatched
-                .insert(job.job_id.clone(), CapacityHolder::of(job));
+            let mut holder = CapacityHolder::of(job);
+            holder.job_queue = self.shared(&holder.job_queue);
+            holder.share = self.shared(&holder.share);
+            self.dispatched.insert(job.job_id.clone(), holder);
             let held = job.training.total_instances();
             self.held_instances += held;
             stats.held_instances = held;
@@ -169,6 +177,15 @@ impl Indexes {
             entry.runnable += stats.runnable;
             entry.held_instances += stats.held_instances;
         }
+    }
+
+    /// The one shared string of a name.
+    fn shared(&mut self, name: &SharedStr) -> SharedStr {
+        if let Some(shared) = self.names.get(name.as_str()) {
+            return shared.clone();
+        }
+        self.names.insert(name.clone());
+        name.clone()
     }
 
     /// A job's status reason changed, and nothing else its index entries hold: a RUNNABLE
@@ -230,8 +247,9 @@ struct Inner {
     tokens: BTreeMap<String, ClientTokenRecord>,
     /// (kind, key) → the JSON document, as a real store keeps it.
     resources: BTreeMap<(ResourceKind, String), Stored>,
-    /// (kind, key) → the JSON document: scheduler state.
-    documents: BTreeMap<(&'static str, String), Stored>,
+    /// kind → key → the JSON document: scheduler state (by kind first, so that a key is looked
+    /// up without building an owned one).
+    documents: BTreeMap<&'static str, BTreeMap<String, Stored>>,
     index: Indexes,
     group: Option<GroupFn>,
 }
@@ -568,7 +586,11 @@ impl Store for MemoryStore {
         key: &str,
     ) -> Result<Option<Versioned<D>>, StoreError> {
         let mut inner = self.lock();
-        match inner.documents.get_mut(&(D::KIND, key.to_owned())) {
+        match inner
+            .documents
+            .get_mut(D::KIND)
+            .and_then(|docs| docs.get_mut(key))
+        {
             None => Ok(None),
             Some(stored) => Ok(Some(Versioned {
                 value: stored.get::<D>(key)?,
@@ -579,11 +601,11 @@ impl Store for MemoryStore {
 
     async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
         let mut inner = self.lock();
-        inner
-            .documents
-            .range_mut((D::KIND, String::new())..)
-            .take_while(|((kind, _), _)| *kind == D::KIND)
-            .map(|((_, key), stored)| {
+        let Some(docs) = inner.documents.get_mut(D::KIND) else {
+            return Ok(Vec::new());
+        };
+        docs.iter_mut()
+            .map(|(key, stored)| {
                 Ok(Versioned {
                     value: stored.get::<D>(key)?,
                     version: stored.version,
@@ -612,7 +634,8 @@ impl Store for MemoryStore {
                 } => {
                     let stored = inner
                         .documents
-                        .get(&(*kind, key.clone()))
+                        .get(kind)
+                        .and_then(|docs| docs.get(key))
                         .map_or(0, |d| d.version);
                     stored == *expected_version
                 }
@@ -632,14 +655,18 @@ impl Store for MemoryStore {
                     doc,
                     expected_version,
                 } => {
-                    inner.documents.insert(
-                        (*kind, key.clone()),
-                        Stored {
-                            version: expected_version + 1,
-                            doc: Json::Later(doc.clone()),
-                            decoded: Some(doc.shared()),
-                        },
-                    );
+                    let stored = Stored {
+                        version: expected_version + 1,
+                        doc: Json::Later(doc.clone()),
+                        decoded: Some(doc.shared()),
+                    };
+                    let docs = inner.documents.entry(kind).or_default();
+                    match docs.get_mut(key) {
+                        Some(existing) => *existing = stored,
+                        None => {
+                            docs.insert(key.clone(), stored);
+                        }
+                    }
                 }
             }
         }
@@ -691,12 +718,15 @@ impl Store for MemoryStore {
 
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         let inner = self.lock();
-        Ok(inner
-            .index
-            .dispatched
-            .keys()
-            .filter_map(|id| inner.jobs.get(id).cloned())
-            .collect())
+        let mut jobs = Vec::with_capacity(inner.index.dispatched.len());
+        jobs.extend(
+            inner
+                .index
+                .dispatched
+                .keys()
+                .filter_map(|id| inner.jobs.get(id).cloned()),
+        );
+        Ok(jobs)
     }
 
     async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {

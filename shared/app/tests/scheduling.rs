@@ -209,7 +209,7 @@ impl World {
         };
         if self.deliver_events {
             for event in events {
-                let state = TrainingJobState::from_sagemaker(&event.detail).unwrap();
+                let state = TrainingJobState::from_sagemaker(&event.detail()).unwrap();
                 self.service
                     .on_training_state(&state, &self.config)
                     .await

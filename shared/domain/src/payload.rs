@@ -81,6 +81,12 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> PayloadError
 pub fn parse_training_request(payload: &str) -> Result<TrainingRequest, PayloadError> {
     let value: Value =
         serde_json::from_str(payload).map_err(|e| PayloadError::NotJson(e.to_string()))?;
+    training_request_of(&value)
+}
+
+/// Checks a `CreateTrainingJob` request already parsed from JSON (see
+/// [`parse_training_request`]).
+pub fn training_request_of(value: &Value) -> Result<TrainingRequest, PayloadError> {
     let Value::Object(root) = value else {
         return Err(PayloadError::NotObject);
     };

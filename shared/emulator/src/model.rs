@@ -1,9 +1,10 @@
 //! The sans-IO model: training jobs, their lifecycle over time, and the events they emit.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use trainyard_domain::payload::parse_training_request;
+use trainyard_domain::payload::training_request_of;
 
 /// Timings, quotas and fault rates. Times are milliseconds.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,7 +201,8 @@ struct Transition {
 struct Job {
     name: String,
     arn: String,
-    request: Map<String, Value>,
+    /// As created (shared with the job's events, which are snapshots of the job).
+    request: Arc<Map<String, Value>>,
     instances: BTreeMap<String, u32>,
     status: Status,
     secondary: Secondary,
@@ -217,7 +219,9 @@ struct Job {
     outcome: Outcome,
 }
 
-/// A "SageMaker Training Job State Change" event.
+/// A "SageMaker Training Job State Change" event: the job as it was at the change. Its `detail`
+/// (the job's `DescribeTrainingJob` document) is built when asked for: a consumer that needs only
+/// the state reads it from the accessors.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateChange {
     /// When the change happened.
@@ -226,11 +230,40 @@ pub struct StateChange {
     pub deliver_at_ms: i64,
     /// Unique per emitted event (duplicates share the change but not the id).
     pub id: String,
-    /// Shaped like `DescribeTrainingJob`, times in epoch milliseconds.
-    pub detail: Value,
+    job: Box<Job>,
 }
 
 impl StateChange {
+    /// The event's `detail`: shaped like `DescribeTrainingJob`, times in epoch milliseconds.
+    pub fn detail(&self) -> Value {
+        describe(&self.job, TimeFormat::EpochMillis)
+    }
+
+    /// `TrainingJobName`.
+    pub fn training_job_name(&self) -> &str {
+        &self.job.name
+    }
+
+    /// `TrainingJobArn`.
+    pub fn training_job_arn(&self) -> &str {
+        &self.job.arn
+    }
+
+    /// `TrainingJobStatus`.
+    pub fn status(&self) -> Status {
+        self.job.status
+    }
+
+    /// `SecondaryStatus`.
+    pub fn secondary_status(&self) -> Secondary {
+        self.job.secondary
+    }
+
+    /// `FailureReason`, when failed.
+    pub fn failure_reason(&self) -> Option<&str> {
+        self.job.failure_reason.as_deref()
+    }
+
     /// The full EventBridge envelope.
     pub fn to_eventbridge(&self, region: &str, account: &str) -> Value {
         json!({
@@ -241,8 +274,8 @@ impl StateChange {
             "account": account,
             "time": self.time_ms,
             "region": region,
-            "resources": [self.detail["TrainingJobArn"].clone()],
-            "detail": self.detail,
+            "resources": [self.job.arn],
+            "detail": self.detail(),
         })
     }
 }
@@ -334,7 +367,7 @@ impl Emulator {
         let Value::Object(map) = request else {
             return Err(validation("The request must be a JSON object"));
         };
-        let parsed = parse_training_request(&request.to_string())
+        let parsed = training_request_of(request)
             .map_err(|e| validation(e.to_string().replace("serviceRequestPayload", "request")))?;
         let name = parsed.training_job_name.clone();
         let key = name.to_lowercase();
@@ -404,7 +437,7 @@ impl Emulator {
         let mut job = Job {
             name,
             arn: arn.clone(),
-            request: map.clone(),
+            request: Arc::new(map.clone()),
             instances: parsed.instances,
             status: Status::InProgress,
             secondary: Secondary::Starting,
@@ -427,7 +460,7 @@ impl Emulator {
             end_ms: None,
             message: "Preparing the instances for training",
         });
-        self.emit(describe(&job, TimeFormat::EpochMillis), now_ms);
+        self.emit(job.clone(), now_ms);
         self.jobs.insert(key, job);
         Ok(arn)
     }
@@ -461,8 +494,8 @@ impl Emulator {
                     "Stopping the training job",
                 );
                 job.next_at_ms = Some(now_ms.saturating_add(grace));
-                let detail = describe(job, TimeFormat::EpochMillis);
-                self.emit(detail, now_ms);
+                let snapshot = job.clone();
+                self.emit(snapshot, now_ms);
                 Ok(())
             }
             done => Err(validation(format!(
@@ -529,8 +562,8 @@ impl Emulator {
                     break;
                 };
                 step(job, at, &self.config);
-                let detail = describe(job, TimeFormat::EpochMillis);
-                self.emit(detail, at);
+                let snapshot = job.clone();
+                self.emit(snapshot, at);
             }
         }
     }
@@ -560,39 +593,36 @@ impl Emulator {
         })
     }
 
-    /// Queues the state change `detail` (the job's `DescribeTrainingJob` document) for delivery,
-    /// duplicated and delayed as configured.
-    fn emit(&mut self, mut detail: Value, at_ms: i64) {
-        let copies = if self.rng.unit() < self.config.duplicate_event_rate {
-            2
-        } else {
-            1
-        };
-        for copy in 1..=copies {
-            let delay = if self.config.max_event_delay_ms > 0 {
-                (self.rng.next() % (self.config.max_event_delay_ms as u64 + 1)) as i64
-            } else {
-                0
-            };
-            self.event_seq += 1;
-            let change = StateChange {
-                time_ms: at_ms,
-                deliver_at_ms: at_ms + delay,
-                id: format!(
-                    "{:08x}-emulated-{:012}",
-                    self.config.seed as u32, self.event_seq
-                ),
-                detail: if copy == copies {
-                    std::mem::take(&mut detail)
-                } else {
-                    detail.clone()
-                },
-            };
-            let pos = self
-                .events
-                .partition_point(|e| e.deliver_at_ms <= change.deliver_at_ms);
-            self.events.insert(pos, change);
+    /// Queues a state change showing `job` (a snapshot of it now) for delivery, duplicated and
+    /// delayed as configured.
+    fn emit(&mut self, job: Job, at_ms: i64) {
+        if self.rng.unit() < self.config.duplicate_event_rate {
+            self.queue_event(job.clone(), at_ms);
         }
+        self.queue_event(job, at_ms);
+    }
+
+    /// Queues one copy of a state change, delayed as configured, in delivery order.
+    fn queue_event(&mut self, job: Job, at_ms: i64) {
+        let delay = if self.config.max_event_delay_ms > 0 {
+            (self.rng.next() % (self.config.max_event_delay_ms as u64 + 1)) as i64
+        } else {
+            0
+        };
+        self.event_seq += 1;
+        let change = StateChange {
+            time_ms: at_ms,
+            deliver_at_ms: at_ms + delay,
+            id: format!(
+                "{:08x}-emulated-{:012}",
+                self.config.seed as u32, self.event_seq
+            ),
+            job: Box::new(job),
+        };
+        let pos = self
+            .events
+            .partition_point(|e| e.deliver_at_ms <= change.deliver_at_ms);
+        self.events.insert(pos, change);
     }
 }
 
@@ -733,7 +763,7 @@ fn time(ms: i64, format: TimeFormat) -> Value {
 
 /// The `DescribeTrainingJob` response: the request's members plus status and timing.
 fn describe(job: &Job, format: TimeFormat) -> Value {
-    let mut out = job.request.clone();
+    let mut out = Map::clone(&job.request);
     out.remove("Tags");
     let output_path = job
         .request

@@ -738,7 +738,7 @@ async fn the_driver_delivers_every_event_at_its_time() {
             .await
             .expect("an event within 30 s")
             .expect("the driver is running");
-        let d = &event.detail;
+        let d = &event.detail();
         seen.push((
             event.time_ms - created_at,
             d["TrainingJobStatus"].as_str().unwrap().to_owned(),

@@ -39,8 +39,8 @@ fn run(e: &mut Emulator, from: i64, until: i64) -> Vec<(String, String)> {
         e.advance(t);
         for ev in e.take_events(t) {
             seen.push((
-                ev.detail["TrainingJobStatus"].as_str().unwrap().into(),
-                ev.detail["SecondaryStatus"].as_str().unwrap().into(),
+                ev.status().as_str().into(),
+                ev.secondary_status().as_str().into(),
             ));
         }
         t += 50;
@@ -261,7 +261,7 @@ fn the_same_seed_gives_the_same_history_and_rates_apply() {
             events.extend(
                 e.take_events(t)
                     .into_iter()
-                    .map(|ev| (ev.id, ev.time_ms, ev.detail.to_string())),
+                    .map(|ev| (ev.id.clone(), ev.time_ms, ev.detail().to_string())),
             );
             t += 25;
         }

@@ -399,7 +399,7 @@ fn submitted_since_last_look(feed: &mut broadcast::Receiver<Event>) -> bool {
 async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, changes: &[StateChange]) {
     drain(scheduler, batch, settle_ms).await;
     for change in changes {
-        match scheduler.on_training_state(&change.detail).await {
+        match scheduler.on_training_state(&change.detail()).await {
             Ok(StateOutcome::Applied(status)) => {
                 tracing::debug!(%status, event = %change.id, "training state applied");
             }

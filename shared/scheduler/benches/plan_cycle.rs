@@ -63,7 +63,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
         .map(|s| {
             let key = ShareKey {
                 queue: "research".into(),
-                share: format!("team-{s:04}"),
+                share: format!("team-{s:04}").into(),
             };
             (
                 key,

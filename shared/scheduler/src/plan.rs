@@ -1,7 +1,8 @@
 //! One cycle's plan: see the crate docs for the rules, numbered as in the code below.
 
+use std::borrow::Cow;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BinaryHeap};
 
 use serde::Serialize;
 
@@ -11,8 +12,7 @@ use crate::quota::plan_quota_queue;
 use std::sync::Arc;
 
 use crate::snapshot::{
-    Config, Instances, PendingJob, QueuePolicy, QueueState, RunningJob, ShareKey, SharedStr,
-    Snapshot,
+    Config, Instances, PendingJob, QueuePolicy, QueueState, RunningJob, SharedStr, Snapshot,
 };
 
 /// Launch an attempt for a job.
@@ -105,7 +105,7 @@ pub enum SkipReason {
         /// Environment.
         environment: SharedStr,
         /// `NUM_INSTANCES` or an instance type.
-        unit: String,
+        unit: Cow<'static, str>,
         /// Instances the job needs of the unit.
         needed: u64,
         /// Instances free of the unit.
@@ -116,7 +116,7 @@ pub enum SkipReason {
         /// Environment.
         environment: SharedStr,
         /// The unit it exceeds.
-        unit: String,
+        unit: Cow<'static, str>,
         /// Instances it needs.
         needed: u64,
         /// The limit (0 when the type is not offered).
@@ -165,7 +165,7 @@ pub enum SkipReason {
         /// Quota share.
         quota_share: String,
         /// Instance type.
-        unit: String,
+        unit: Cow<'static, str>,
         /// Instances it needs.
         needed: u64,
         /// The share's own limit.
@@ -180,7 +180,7 @@ pub enum SkipReason {
         /// Quota share.
         quota_share: String,
         /// Instance type.
-        unit: String,
+        unit: Cow<'static, str>,
         /// Instances the job needs.
         needed: u64,
         /// The share's limit.
@@ -193,7 +193,7 @@ pub enum SkipReason {
         /// Quota share.
         quota_share: String,
         /// Instance type.
-        unit: String,
+        unit: Cow<'static, str>,
         /// Instances the job needs.
         needed: u64,
         /// The share's limit.
@@ -206,7 +206,7 @@ pub enum SkipReason {
     /// Free capacity exists, but it is the idle capacity of RESERVE shares, which is not lent.
     ReservedByQuotaShares {
         /// Instance type.
-        unit: String,
+        unit: Cow<'static, str>,
         /// Instances the job needs.
         needed: u64,
         /// Instances free in the environment.
@@ -407,17 +407,23 @@ pub(crate) struct EnvPlan<'a> {
 impl EnvPlan<'_> {
     /// Rule 4: the earliest time `demand` fits, given the releases, and what is left then.
     fn reserve(&self, demand: &Instances) -> (i64, Pool) {
-        let mut releases: Vec<&(i64, &Instances)> = self.releases.iter().collect();
-        // Unstable is enough: releases that compare equal are interchangeable.
-        releases.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
         let mut pool = self.pool.clone();
         let mut shadow = i64::MIN;
-        for (end, instances) in releases {
-            if pool.check(demand) == Fit::Fits {
-                break;
+        if pool.check(demand) != Fit::Fits {
+            // Releases in end order (ties by instances: releases equal in both are
+            // interchangeable), until the demand fits. A heap: usually a few suffice.
+            let mut releases: BinaryHeap<Reverse<(i64, &Instances)>> = self
+                .releases
+                .iter()
+                .map(|(end, instances)| Reverse((*end, *instances)))
+                .collect();
+            while let Some(Reverse((end, instances))) = releases.pop() {
+                pool.give(instances);
+                shadow = end;
+                if pool.check(demand) == Fit::Fits {
+                    break;
+                }
             }
-            pool.give(instances);
-            shadow = *end;
         }
         pool.take(demand);
         (shadow, pool)
@@ -454,11 +460,8 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         .collect();
     // Running jobs by queue (in snapshot order within each): the queues' plans read only
     // their own.
-    let mut running_by_queue: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
-    for job in &snapshot.running {
-        running_by_queue.entry(&job.queue).or_default().push(job);
-    }
-    for (queue, jobs) in &running_by_queue {
+    let running_by_queue = Groups::of(&snapshot.running, |job| &job.queue);
+    for (queue, jobs) in running_by_queue.iter() {
         if let Some(env) = queue_env.get(queue).and_then(|e| envs.get_mut(e)) {
             for job in jobs {
                 env.pool.take(&job.instances);
@@ -474,16 +477,16 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             .cmp(&a.priority)
             .then_with(|| a.name.cmp(&b.name))
     });
-    let mut pending_by_queue: BTreeMap<&str, Vec<&PendingJob>> = BTreeMap::new();
-    for job in &snapshot.pending {
-        pending_by_queue
-            .entry(job.queue.as_str())
-            .or_default()
-            .push(job);
-    }
+    let mut pending_by_queue = Groups::of(&snapshot.pending, |job| &job.queue);
+    // Shares' decayed usage, looked up by (queue, share) without building keys.
+    let usage: BTreeMap<(&str, &str), ShareUsage> = snapshot
+        .usage
+        .iter()
+        .map(|(k, u)| ((k.queue.as_str(), k.share.as_str()), *u))
+        .collect();
 
     for queue in queues {
-        let Some(jobs) = pending_by_queue.remove(queue.name.as_str()) else {
+        let Some(jobs) = pending_by_queue.take(queue.name.as_str()) else {
             continue;
         };
         let env = queue
@@ -501,19 +504,108 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             skip_all(&mut plan, jobs, &reason);
             continue;
         }
-        let running = running_by_queue
-            .get(queue.name.as_str())
-            .map_or(&[][..], Vec::as_slice);
-        plan_queue(
-            &mut plan, queue, jobs, running, env, snapshot, now_ms, config,
-        );
+        let running = running_by_queue.get(queue.name.as_str());
+        plan_queue(&mut plan, queue, jobs, running, env, &usage, now_ms, config);
     }
 
-    // Jobs of queues the snapshot does not know.
-    for jobs in pending_by_queue.into_values() {
+    // Jobs of queues the snapshot does not know, by queue name.
+    let mut unknown: Vec<(&str, Vec<&PendingJob>)> = pending_by_queue.into_iter().collect();
+    unknown.sort_by(|a, b| a.0.cmp(b.0));
+    for (_, jobs) in unknown {
         skip_all(&mut plan, jobs, &SkipReason::UnknownQueue);
     }
     plan
+}
+
+/// Names numbered in the order they first appear. A cycle looks up the queue and the share of
+/// every running and pending job: a few names are found by a scan (by address first, for hosts
+/// that share one string per name, then by text), more by an ordered map.
+#[derive(Default)]
+struct Names<'a> {
+    names: Vec<&'a str>,
+    many: Option<BTreeMap<&'a str, usize>>,
+}
+
+impl<'a> Names<'a> {
+    /// Names kept in a list before they are mapped.
+    const SCANNED: usize = 16;
+
+    fn get(&self, name: &str) -> Option<usize> {
+        match &self.many {
+            Some(many) => many.get(name).copied(),
+            None => self
+                .names
+                .iter()
+                .position(|n| std::ptr::eq(*n, name))
+                .or_else(|| self.names.iter().position(|n| *n == name)),
+        }
+    }
+
+    /// The number of `name`, numbering it if it is new.
+    fn number(&mut self, name: &'a str) -> usize {
+        if let Some(i) = self.get(name) {
+            return i;
+        }
+        let i = self.names.len();
+        self.names.push(name);
+        match &mut self.many {
+            Some(many) => {
+                many.insert(name, i);
+            }
+            None if self.names.len() > Self::SCANNED => {
+                let many = self.names.iter().enumerate().map(|(i, n)| (*n, i));
+                self.many = Some(many.collect());
+            }
+            None => {}
+        }
+        i
+    }
+}
+
+/// Items grouped by a name, in the order each name first appears.
+struct Groups<'a, T> {
+    names: Names<'a>,
+    groups: Vec<Vec<&'a T>>,
+}
+
+impl<'a, T> Groups<'a, T> {
+    fn of(items: &'a [T], name: impl Fn(&'a T) -> &'a str) -> Self {
+        let mut grouped = Self {
+            names: Names::default(),
+            groups: Vec::new(),
+        };
+        for item in items {
+            let i = grouped.names.number(name(item));
+            if i == grouped.groups.len() {
+                grouped.groups.push(Vec::new());
+            }
+            grouped.groups[i].push(item);
+        }
+        grouped
+    }
+
+    fn get(&self, name: &str) -> &[&'a T] {
+        self.names
+            .get(name)
+            .map_or(&[][..], |i| self.groups[i].as_slice())
+    }
+
+    /// Takes a group out (an empty group afterwards counts as absent).
+    fn take(&mut self, name: &str) -> Option<Vec<&'a T>> {
+        let i = self.names.get(name)?;
+        Some(std::mem::take(&mut self.groups[i])).filter(|g| !g.is_empty())
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&'a str, &[&'a T])> {
+        let names = self.names.names.iter().copied();
+        names.zip(self.groups.iter().map(Vec::as_slice))
+    }
+
+    /// The groups not taken, in first-appearance order.
+    fn into_iter(self) -> impl Iterator<Item = (&'a str, Vec<&'a T>)> {
+        let names = self.names.names.into_iter();
+        names.zip(self.groups).filter(|(_, g)| !g.is_empty())
+    }
 }
 
 fn skip_all(plan: &mut Plan, mut jobs: Vec<&PendingJob>, reason: &SkipReason) {
@@ -566,7 +658,7 @@ fn plan_queue<'a>(
     mut jobs: Vec<&'a PendingJob>,
     running: &[&'a RunningJob],
     env: &mut EnvPlan<'a>,
-    snapshot: &'a Snapshot,
+    usage: &BTreeMap<(&str, &str), ShareUsage>,
     now_ms: i64,
     config: &Config,
 ) {
@@ -596,27 +688,38 @@ fn plan_queue<'a>(
         }
         QueuePolicy::FairShare(policy) => {
             let half_life = policy.share_decay_s();
-            let mut by_share: BTreeMap<&str, Vec<&PendingJob>> = BTreeMap::new();
-            for job in jobs {
-                by_share
-                    .entry(job.share.as_deref().unwrap_or_default())
-                    .or_default()
-                    .push(job);
+            // Active shares: with jobs waiting or running in this queue. Per share, its waiting
+            // jobs and the instances its running jobs hold.
+            type Share<'a> = (&'a str, Vec<&'a PendingJob>, u64);
+            fn slot<'s, 'a>(
+                names: &mut Names<'a>,
+                shares: &'s mut Vec<Share<'a>>,
+                share: &'a str,
+            ) -> &'s mut Share<'a> {
+                let i = names.number(share);
+                if i == shares.len() {
+                    shares.push((share, Vec::new(), 0));
+                }
+                &mut shares[i]
             }
-            // Active shares: with jobs waiting or running in this queue. Instances held per
-            // share of this queue (the running ones', then this cycle's dispatches).
-            let mut active: BTreeSet<&str> = by_share.keys().copied().collect();
-            let mut running_held: BTreeMap<&str, u64> = BTreeMap::new();
+            let mut names = Names::default();
+            let mut by_share: Vec<Share> = Vec::new();
+            for job in jobs {
+                let share = job.share.as_deref().unwrap_or_default();
+                slot(&mut names, &mut by_share, share).1.push(job);
+            }
             for job in running {
                 if let Some(share) = job.share.as_deref() {
-                    active.insert(share);
-                    *running_held.entry(share).or_insert(0) += total(&job.instances);
+                    slot(&mut names, &mut by_share, share).2 += total(&job.instances);
                 }
             }
             let reserve = match (policy.compute_reservation, env.pool.total_max()) {
-                (Some(r), Some(max)) => reserved_instances(max, r, active.len()),
+                (Some(r), Some(max)) => reserved_instances(max, r, by_share.len()),
                 _ => 0,
             };
+            // The shares with waiting jobs, in identifier order.
+            by_share.retain(|(_, jobs, _)| !jobs.is_empty());
+            by_share.sort_unstable_by(|a, b| a.0.cmp(b.0));
             // Per share, computed once: its weight, decayed average and instances held.
             // Shares are indexed in identifier order, so ranking by (score, index) breaks ties by
             // share identifier.
@@ -626,32 +729,35 @@ fn plan_queue<'a>(
                 held: u64,
                 jobs: std::vec::IntoIter<&'a PendingJob>,
             }
-            let mut shares: Vec<ShareState> = by_share
-                .into_iter()
-                .map(|(share, mut list)| {
-                    list.sort_by(within_share);
-                    let key = ShareKey {
-                        queue: queue.name.as_str().into(),
-                        share: share.to_owned(),
-                    };
-                    let usage = snapshot.usage.get(&key).copied().unwrap_or(ShareUsage {
-                        instance_seconds: 0.0,
-                        at_ms: now_ms,
-                    });
-                    ShareState {
-                        weight: policy.weight_factor(&key.share),
-                        average: usage
-                            .advance(now_ms, 0, half_life)
-                            .average_instances(half_life),
-                        held: running_held.get(key.share.as_str()).copied().unwrap_or(0),
-                        jobs: list.into_iter(),
-                    }
-                })
-                .collect();
+            let mut shares: Vec<ShareState> =
+                by_share
+                    .into_iter()
+                    .map(|(share, mut list, held)| {
+                        list.sort_by(within_share);
+                        let usage = usage.get(&(queue.name.as_str(), share)).copied().unwrap_or(
+                            ShareUsage {
+                                instance_seconds: 0.0,
+                                at_ms: now_ms,
+                            },
+                        );
+                        ShareState {
+                            weight: policy.weight_factor(share),
+                            average: usage
+                                .advance(now_ms, 0, half_life)
+                                .average_instances(half_life),
+                            held,
+                            jobs: list.into_iter(),
+                        }
+                    })
+                    .collect();
             let rank = |i: usize, s: &ShareState| Ranked(score(s.average, s.held, s.weight), i);
-            let mut order: BTreeSet<Ranked> =
-                shares.iter().enumerate().map(|(i, s)| rank(i, s)).collect();
-            while let Some(Ranked(_, i)) = order.pop_first() {
+            // Lowest (score, index) first.
+            let mut order: BinaryHeap<Reverse<Ranked>> = shares
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Reverse(rank(i, s)))
+                .collect();
+            while let Some(Reverse(Ranked(_, i))) = order.pop() {
                 let state = &mut shares[i];
                 let Some(job) = state.jobs.next() else {
                     continue;
@@ -659,7 +765,7 @@ fn plan_queue<'a>(
                 if consider(plan, queue, job, env, reserve, now_ms, config) == Outcome::Dispatched {
                     state.held += total(&job.instances);
                 }
-                order.insert(rank(i, state));
+                order.push(Reverse(rank(i, state)));
             }
         }
     }

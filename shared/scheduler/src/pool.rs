@@ -1,5 +1,6 @@
 //! Free capacity of one service environment, in every dimension it limits.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
@@ -13,12 +14,16 @@ pub(crate) enum Fit {
     Fits,
     /// Not now: `unit` has `free` of the `needed`.
     NotNow {
-        unit: String,
+        unit: Cow<'static, str>,
         needed: u64,
         free: u64,
     },
     /// Never: `unit` allows at most `max`, less than `needed` (0 when the type is not offered).
-    Never { unit: String, needed: u64, max: u64 },
+    Never {
+        unit: Cow<'static, str>,
+        needed: u64,
+        max: u64,
+    },
 }
 
 /// Limits and use of one environment.
@@ -28,6 +33,7 @@ pub(crate) struct Pool {
     total_used: u64,
     /// Per-instance-type limits; when present, types not listed are not offered at all.
     type_max: BTreeMap<String, u64>,
+    /// Instances in use of each type in `type_max` (and of no other).
     type_used: BTreeMap<String, u64>,
 }
 
@@ -45,6 +51,7 @@ impl Pool {
                 pool.total_max = Some(pool.total_max.map_or(max, |m| m.min(max)));
             } else {
                 pool.type_max.insert(limit.capacity_unit.clone(), max);
+                pool.type_used.insert(limit.capacity_unit.clone(), 0);
             }
         }
         if pool.total_max.is_none() && pool.type_max.is_empty() {
@@ -91,7 +98,7 @@ impl Pool {
             && needed > max
         {
             return Fit::Never {
-                unit: NUM_INSTANCES.into(),
+                unit: Cow::Borrowed(NUM_INSTANCES),
                 needed,
                 max,
             };
@@ -101,7 +108,7 @@ impl Pool {
                 let max = self.type_max.get(ty).copied().unwrap_or(0);
                 if u64::from(*n) > max {
                     return Fit::Never {
-                        unit: ty.clone(),
+                        unit: Cow::Owned(ty.clone()),
                         needed: u64::from(*n),
                         max,
                     };
@@ -112,7 +119,7 @@ impl Pool {
             && needed > free
         {
             return Fit::NotNow {
-                unit: NUM_INSTANCES.into(),
+                unit: Cow::Borrowed(NUM_INSTANCES),
                 needed,
                 free,
             };
@@ -122,7 +129,7 @@ impl Pool {
                 let free = max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0));
                 if u64::from(*n) > free {
                     return Fit::NotNow {
-                        unit: ty.clone(),
+                        unit: Cow::Owned(ty.clone()),
                         needed: u64::from(*n),
                         free,
                     };
@@ -135,13 +142,10 @@ impl Pool {
     pub(crate) fn take(&mut self, demand: &Instances) {
         for (ty, n) in demand {
             self.total_used += u64::from(*n);
-            // Looked up before inserting: a cycle takes every running job's instances, and the
-            // entry API would copy the type's name each time.
-            match self.type_used.get_mut(ty) {
-                Some(used) => *used += u64::from(*n),
-                None => {
-                    self.type_used.insert(ty.clone(), u64::from(*n));
-                }
+            // Only limited types are counted (no other is ever checked): with a total limit
+            // alone, a cycle taking every running job's instances looks nothing up.
+            if let Some(used) = self.type_used.get_mut(ty) {
+                *used += u64::from(*n);
             }
         }
     }
@@ -180,7 +184,7 @@ mod tests {
         assert_eq!(
             fit,
             Fit::NotNow {
-                unit: NUM_INSTANCES.into(),
+                unit: Cow::Borrowed(NUM_INSTANCES),
                 needed: 4,
                 free: 3
             }

@@ -216,7 +216,7 @@ impl<'a> Quota<'a> {
             if needed > limit.saturating_add(borrowable) {
                 return Some(SkipReason::QuotaLimitExceeded {
                     quota_share: share.name.clone(),
-                    unit: ty.clone(),
+                    unit: ty.clone().into(),
                     needed,
                     limit,
                     borrowable,
@@ -240,7 +240,7 @@ impl<'a> Quota<'a> {
             if share.strategy != SharingStrategy::LendAndBorrow {
                 return Err(SkipReason::QuotaExhausted {
                     quota_share: share.name.clone(),
-                    unit: ty.clone(),
+                    unit: ty.clone().into(),
                     needed,
                     limit,
                     in_use,
@@ -251,7 +251,7 @@ impl<'a> Quota<'a> {
             {
                 return Err(SkipReason::BorrowLimitReached {
                     quota_share: share.name.clone(),
-                    unit: ty.clone(),
+                    unit: ty.clone().into(),
                     needed,
                     limit,
                     in_use,
@@ -516,7 +516,7 @@ fn decide<'a>(
                     let reserved = quota.reserved_idle(&share.name, ty);
                     (u64::from(*n) > free.saturating_sub(reserved)).then(|| {
                         SkipReason::ReservedByQuotaShares {
-                            unit: ty.clone(),
+                            unit: ty.clone().into(),
                             needed: u64::from(*n),
                             free,
                             reserved,

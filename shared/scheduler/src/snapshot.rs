@@ -204,13 +204,13 @@ pub struct PendingJob {
     pub not_before_ms: Option<i64>,
 }
 
-/// A share within a queue.
+/// A share within a queue. Shared names: a cycle keys every share's usage by it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ShareKey {
     /// Queue name.
-    pub queue: String,
+    pub queue: SharedStr,
     /// Share identifier.
-    pub share: String,
+    pub share: SharedStr,
 }
 
 /// Everything one cycle plans over.

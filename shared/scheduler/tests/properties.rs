@@ -98,8 +98,8 @@ fn generate(seed: u64) -> Snapshot {
     for s in 0..3 {
         for q in 0..queue_count {
             let key = ShareKey {
-                queue: format!("q{q}"),
-                share: format!("s{s}"),
+                queue: format!("q{q}").into(),
+                share: format!("s{s}").into(),
             };
             usage.insert(
                 key,

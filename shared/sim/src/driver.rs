@@ -44,7 +44,9 @@ use std::task::{Context, Poll, Waker};
 use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
-use trainyard_app::ports::{BackendError, NoEvents, Store, TrainingBackend, TrainingJobState};
+use trainyard_app::ports::{
+    BackendError, NoEvents, Store, TrainingBackend, TrainingJobState, TrainingStatus,
+};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
 use trainyard_app::testing::{ManualClock, SequentialIds};
@@ -162,6 +164,18 @@ pub(crate) fn classify(e: SageMakerError) -> BackendError {
     }
 }
 
+/// The state a change shows, as a `DescribeTrainingJob` of it would give it (read from the
+/// event itself, without building its document).
+pub(crate) fn state_of(change: &StateChange) -> Option<TrainingJobState> {
+    Some(TrainingJobState {
+        name: change.training_job_name().to_owned(),
+        arn: change.training_job_arn().to_owned(),
+        status: TrainingStatus::parse(change.status().as_str())?,
+        secondary: change.secondary_status().as_str().to_owned(),
+        failure_reason: change.failure_reason().map(str::to_owned),
+    })
+}
+
 fn not_found(name: &str) -> BackendError {
     BackendError::NotFound(format!("Requested resource not found: training job {name}"))
 }
@@ -214,7 +228,7 @@ impl BackendState {
                 let last = taken
                     .last()
                     .filter(|_| self.prompt_events)
-                    .and_then(|e| TrainingJobState::from_sagemaker(&e.detail));
+                    .and_then(state_of);
                 match last {
                     Some(state) => self.known.insert(key.clone(), state),
                     None => self.known.remove(&key),
@@ -639,7 +653,7 @@ pub fn run(
         // 2. Deliver state changes.
         let events = backend.lock().due(now);
         for event in events {
-            let Some(state) = TrainingJobState::from_sagemaker(&event.detail) else {
+            let Some(state) = state_of(&event) else {
                 continue;
             };
             let outcome = ready(service.on_training_state(&state, &config))?

@@ -567,15 +567,11 @@ impl FaultyBackend {
         let mut s = self.lock();
         s.emulator.advance(now);
         for event in s.emulator.take_events(now) {
-            let name = event.detail["TrainingJobName"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let status = event.detail["SecondaryStatus"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let what = format!("{name} {status}");
+            let what = format!(
+                "{} {}",
+                event.training_job_name(),
+                event.secondary_status().as_str()
+            );
             if self
                 .chaos
                 .roll(self.rates.event_drop, "event_dropped", &what)
@@ -1264,7 +1260,7 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
 
         // 2. Deliver the events due now.
         for event in h.backend.deliverable(now) {
-            let Some(state) = TrainingJobState::from_sagemaker(&event.detail) else {
+            let Some(state) = crate::driver::state_of(&event) else {
                 continue;
             };
             let before = h.chaos.injected();

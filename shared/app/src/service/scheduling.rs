@@ -151,14 +151,22 @@ pub fn parse_attempt_name(name: &str) -> Option<(String, usize)> {
     if !hex.chars().all(|c| c.is_ascii_hexdigit()) {
         return None;
     }
-    let id = format!(
-        "{}-{}-{}-{}-{}",
+    let mut id = String::with_capacity(36);
+    for (i, part) in [
         &hex[..8],
         &hex[8..12],
         &hex[12..16],
         &hex[16..20],
-        &hex[20..]
-    );
+        &hex[20..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            id.push('-');
+        }
+        id.push_str(part);
+    }
     Some((id, n))
 }
 
@@ -234,9 +242,13 @@ struct Loaded {
     share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>>,
 }
 
-/// The code of a status reason: the text before ` - ` (all of it when there is none).
-fn reason_code(reason: &str) -> &str {
-    reason.split_once(" - ").map_or(reason, |(code, _)| code)
+/// Whether a status reason has the code `code` (a [`trainyard_scheduler::SkipReason::code`],
+/// which never contains ` - `): the text before ` - `, or all of it when there is none.
+/// Compared as a prefix, without searching: a cycle asks this of every waiting head.
+fn has_reason_code(reason: &str, code: &str) -> bool {
+    reason
+        .strip_prefix(code)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(" - "))
 }
 
 /// The planner's view of a head, and what the cycle keeps of it.
@@ -422,8 +434,11 @@ impl<S: Store, E: EventSink> Service<S, E> {
                         .as_deref()
                         .is_some_and(retry::is_capacity_reason);
             // A reason is rewritten when its code changes, not its figures (see step 5).
-            let stored_code = waiting.status_reason.as_deref().map(reason_code);
-            let changed = !capacity_wait && stored_code != Some(skip.reason.code());
+            let changed = !capacity_wait
+                && !waiting
+                    .status_reason
+                    .as_deref()
+                    .is_some_and(|r| has_reason_code(r, skip.reason.code()));
             // Most waiting jobs keep their reason and their queue has no time limits: nothing
             // to write, so spare the read of the job.
             if !changed && !waiting.time_limits {
@@ -636,16 +651,18 @@ impl<S: Store, E: EventSink> Service<S, E> {
         // Summaries, not whole jobs: every cycle reads all of them.
         let holders = self.store.capacity_holders().await?;
         // Hashed while counting (one entry per holder), ordered once per share.
-        let mut held_by: foldhash::HashMap<(&str, &str), u64> = foldhash::HashMap::default();
+        let mut held_by: foldhash::HashMap<(&str, &str), (&CapacityHolder, u64)> =
+            foldhash::HashMap::default();
         for job in holders.iter().filter(|j| !j.share.is_empty()) {
-            *held_by.entry((&*job.job_queue, &*job.share)).or_insert(0) += job.total_instances();
+            let entry = held_by.entry((&job.job_queue, &job.share));
+            entry.or_insert((job, 0)).1 += job.total_instances();
         }
         let held: BTreeMap<ShareKey, u64> = held_by
-            .into_iter()
-            .map(|((queue, share), n)| {
+            .into_values()
+            .map(|(job, n)| {
                 let key = ShareKey {
-                    queue: queue.to_owned(),
-                    share: share.to_owned(),
+                    queue: job.job_queue.clone(),
+                    share: job.share.clone(),
                 };
                 (key, n)
             })
@@ -661,8 +678,8 @@ impl<S: Store, E: EventSink> Service<S, E> {
             .into_iter()
             .map(|r| {
                 let key = ShareKey {
-                    queue: r.value.queue.clone(),
-                    share: r.value.share.clone(),
+                    queue: r.value.queue.as_str().into(),
+                    share: r.value.share.as_str().into(),
                 };
                 (key, r)
             })
@@ -687,16 +704,15 @@ impl<S: Store, E: EventSink> Service<S, E> {
         // The records were read with the snapshot; a concurrent cycle that wrote one since makes
         // that write conflict, which is harmless (it accounted the same interval).
         let stored = &loaded.share_usage;
-        let mut keys: Vec<ShareKey> = loaded.held.keys().cloned().collect();
-        keys.extend(stored.keys().cloned());
-        keys.sort();
+        let mut keys: Vec<&ShareKey> = loaded.held.keys().chain(stored.keys()).collect();
+        keys.sort_unstable();
         keys.dedup();
         for key in keys {
-            let Some(half_life) = loaded.fair_queues.get(&key.queue) else {
+            let Some(half_life) = loaded.fair_queues.get(key.queue.as_str()) else {
                 continue;
             };
-            let held = loaded.held.get(&key).copied().unwrap_or(0);
-            let existing = stored.get(&key);
+            let held = loaded.held.get(key).copied().unwrap_or(0);
+            let existing = stored.get(key);
             let (usage, version) = match existing {
                 Some(r) => (r.value.usage, r.version),
                 None => (
@@ -708,8 +724,8 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 ),
             };
             let record = ShareUsageRecord {
-                queue: key.queue.clone(),
-                share: key.share.clone(),
+                queue: key.queue.to_string(),
+                share: key.share.to_string(),
                 usage: usage.advance(now, held, *half_life),
             };
             match self
@@ -1099,9 +1115,12 @@ impl<S: Store, E: EventSink> Service<S, E> {
                 }
             }
 
-            // Not heard from for a while: describe, in case an event was lost.
+            // Not heard from for a while: describe, in case an event was lost. A state that
+            // shows the status the job already has changes nothing, and is not applied (which
+            // would read the job again).
             if now - job.updated_at >= quiet_ms {
                 match backend.describe_training_job(&name).await {
+                    Ok(state) if batch_status(&state).is_none_or(|s| s == job.status) => {}
                     Ok(state) => {
                         if let StateOutcome::Applied(_) =
                             self.on_training_state(&state, config).await?
@@ -1131,6 +1150,16 @@ mod tests {
         .unwrap();
         job.training = TrainingRequest::single(name, "ml.g5.xlarge", 1);
         job
+    }
+
+    #[test]
+    fn a_reason_code_is_the_text_before_the_dash() {
+        let code = "CAPACITY:SERVICE_ENVIRONMENT_FULL";
+        assert!(has_reason_code(code, code));
+        assert!(has_reason_code(&format!("{code} - needs 2, 1 free"), code));
+        assert!(!has_reason_code(&format!("{code}X - needs 2"), code));
+        assert!(!has_reason_code("CAPACITY - needs 2", code));
+        assert!(!has_reason_code("", code));
     }
 
     #[test]
