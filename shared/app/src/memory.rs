@@ -243,7 +243,8 @@ impl Indexes {
 
 #[derive(Default)]
 struct Inner {
-    jobs: BTreeMap<String, Versioned<ServiceJob>>,
+    /// Hashed: jobs are looked up by id, and listed only through the indexes or sorted.
+    jobs: foldhash::HashMap<String, Versioned<ServiceJob>>,
     tokens: BTreeMap<String, ClientTokenRecord>,
     /// (kind, key) → the JSON document, as a real store keeps it.
     resources: BTreeMap<(ResourceKind, String), Stored>,

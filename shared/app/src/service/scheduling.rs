@@ -36,6 +36,7 @@
 //! attempt, for a finished job, or that would move a job backwards are ignored: duplicates and
 //! reordering change nothing. Capacity is released in the same commit as the final state.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -227,11 +228,47 @@ struct Waiting {
     time_limits: bool,
 }
 
+/// The snapshot's pending jobs, looked up by the ids the plan hands back.
+#[derive(Default)]
+struct WaitingJobs {
+    jobs: Vec<(SharedStr, Waiting)>,
+    /// Index in `jobs` by the address of the id's text. The plan's ids are clones of the
+    /// snapshot's, so they are found without hashing or comparing 36 characters; any other
+    /// string with the same text is found by a scan.
+    by_address: foldhash::HashMap<usize, usize>,
+}
+
+impl WaitingJobs {
+    fn reserve(&mut self, n: usize) {
+        self.jobs.reserve(n);
+        self.by_address.reserve(n);
+    }
+
+    fn insert(&mut self, id: SharedStr, waiting: Waiting) {
+        self.by_address.insert(address(&id), self.jobs.len());
+        self.jobs.push((id, waiting));
+    }
+
+    fn get(&self, id: &str) -> Option<&Waiting> {
+        let found = self.by_address.get(&address(id)).map(|i| &self.jobs[*i]);
+        found
+            .filter(|(job, _)| std::ptr::eq(job.as_str(), id))
+            .or_else(|| self.jobs.iter().find(|(job, _)| job.as_str() == id))
+            .map(|(_, waiting)| waiting)
+    }
+}
+
+/// The address of a string's text: the same for every clone of one [`SharedStr`], and distinct
+/// between strings alive at once.
+fn address(s: &str) -> usize {
+    s.as_ptr() as usize
+}
+
 /// The planner's view of the world, plus what a cycle needs to act on the plan.
 struct Loaded {
     snapshot: Snapshot,
-    /// The pending jobs of the snapshot, by id (hashed: only looked up, never iterated).
-    waiting: foldhash::HashMap<SharedStr, Waiting>,
+    /// The pending jobs of the snapshot.
+    waiting: WaitingJobs,
     queues: BTreeMap<String, JobQueue>,
     usage: BTreeMap<String, Versioned<EnvironmentUsage>>,
     /// Instances held per fair share before this cycle's dispatches.
@@ -578,7 +615,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             });
         }
 
-        let mut waiting = foldhash::HashMap::default();
+        let mut waiting = WaitingJobs::default();
         let mut fair_queues = BTreeMap::new();
         let mut queue_map = BTreeMap::new();
         for queue in queues {
@@ -650,23 +687,23 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
         // Summaries, not whole jobs: every cycle reads all of them.
         let holders = self.store.capacity_holders().await?;
-        // Hashed while counting (one entry per holder), ordered once per share.
-        let mut held_by: foldhash::HashMap<(&str, &str), (&CapacityHolder, u64)> =
+        // Counted by the addresses of the names (a store that shares one string per name, as
+        // the memory store does, gives one entry per share without comparing text), then
+        // summed by name.
+        let mut held_by: foldhash::HashMap<(usize, usize), (&CapacityHolder, u64)> =
             foldhash::HashMap::default();
         for job in holders.iter().filter(|j| !j.share.is_empty()) {
-            let entry = held_by.entry((&job.job_queue, &job.share));
+            let entry = held_by.entry((address(&job.job_queue), address(&job.share)));
             entry.or_insert((job, 0)).1 += job.total_instances();
         }
-        let held: BTreeMap<ShareKey, u64> = held_by
-            .into_values()
-            .map(|(job, n)| {
-                let key = ShareKey {
-                    queue: job.job_queue.clone(),
-                    share: job.share.clone(),
-                };
-                (key, n)
-            })
-            .collect();
+        let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
+        for (job, n) in held_by.into_values() {
+            let key = ShareKey {
+                queue: job.job_queue.clone(),
+                share: job.share.clone(),
+            };
+            *held.entry(key).or_insert(0) += n;
+        }
         snapshot.running = holders
             .into_iter()
             .map(|job| running(job, &config.planner))
@@ -703,16 +740,28 @@ impl<S: Store, E: EventSink> Service<S, E> {
     async fn account_usage(&self, loaded: &Loaded, now: i64) -> Result<(), AppError> {
         // The records were read with the snapshot; a concurrent cycle that wrote one since makes
         // that write conflict, which is harmless (it accounted the same interval).
-        let stored = &loaded.share_usage;
-        let mut keys: Vec<&ShareKey> = loaded.held.keys().chain(stored.keys()).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        for key in keys {
+        // Every share that holds instances or has a record: the two maps merged in key order.
+        let mut holding = loaded.held.iter().peekable();
+        let mut stored = loaded.share_usage.iter().peekable();
+        loop {
+            let order = match (holding.peek(), stored.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((h, _)), Some((s, _))) => h.cmp(s),
+            };
+            let (key, held, existing) = match order {
+                Ordering::Less => holding.next().map(|(k, n)| (k, *n, None)),
+                Ordering::Greater => stored.next().map(|(k, r)| (k, 0, Some(r))),
+                Ordering::Equal => holding
+                    .next()
+                    .zip(stored.next())
+                    .map(|((k, n), (_, r))| (k, *n, Some(r))),
+            }
+            .unwrap_or_else(|| unreachable!("peeked"));
             let Some(half_life) = loaded.fair_queues.get(key.queue.as_str()) else {
                 continue;
             };
-            let held = loaded.held.get(key).copied().unwrap_or(0);
-            let existing = stored.get(key);
             let (usage, version) = match existing {
                 Some(r) => (r.value.usage, r.version),
                 None => (
@@ -1150,6 +1199,25 @@ mod tests {
         .unwrap();
         job.training = TrainingRequest::single(name, "ml.g5.xlarge", 1);
         job
+    }
+
+    #[test]
+    fn waiting_jobs_are_found_by_their_own_id_or_by_an_equal_one() {
+        let mut jobs = WaitingJobs::default();
+        let id = SharedStr::from("0f8fad5b-d9cb-469f-a165-70867728950e");
+        let waiting = |version| Waiting {
+            version,
+            status_reason: None,
+            time_limits: false,
+        };
+        jobs.insert(id.clone(), waiting(3));
+        jobs.insert("another".into(), waiting(4));
+        assert_eq!(jobs.get(&id).map(|w| w.version), Some(3));
+        // The same text in another string (not a clone of the snapshot's id).
+        let copy = String::from(id.as_str());
+        assert_eq!(jobs.get(&copy).map(|w| w.version), Some(3));
+        assert_eq!(jobs.get("another").map(|w| w.version), Some(4));
+        assert!(jobs.get("missing").is_none());
     }
 
     #[test]
