@@ -754,20 +754,24 @@ impl Store for MemoryStore {
             return Ok(Vec::new());
         };
         let head = |id: &String| index.heads.get(id).cloned();
-        Ok(match order {
-            RunnableOrder::Fifo => ordered
-                .fifo
-                .iter()
-                .take(limit)
-                .filter_map(|(_, id)| head(id))
-                .collect(),
-            RunnableOrder::Priority => ordered
-                .priority
-                .iter()
-                .take(limit)
-                .filter_map(|(_, _, id)| head(id))
-                .collect(),
-        })
+        let mut heads = Vec::with_capacity(limit.min(ordered.fifo.len()));
+        match order {
+            RunnableOrder::Fifo => heads.extend(
+                ordered
+                    .fifo
+                    .iter()
+                    .take(limit)
+                    .filter_map(|(_, id)| head(id)),
+            ),
+            RunnableOrder::Priority => heads.extend(
+                ordered
+                    .priority
+                    .iter()
+                    .take(limit)
+                    .filter_map(|(_, _, id)| head(id)),
+            ),
+        }
+        Ok(heads)
     }
 }
 

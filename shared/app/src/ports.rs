@@ -289,12 +289,17 @@ impl Write {
     /// memory store keeps the value itself. Never fails today; the `Result` leaves room for
     /// checks at construction.
     pub fn document<D: Document>(doc: &D, expected_version: u64) -> Result<Self, StoreError> {
-        Ok(Self::Document {
+        Ok(Self::document_value(doc.clone(), expected_version))
+    }
+
+    /// [`Write::document`] of a document the caller no longer needs (nothing is copied).
+    pub fn document_value<D: Document>(doc: D, expected_version: u64) -> Self {
+        Self::Document {
             kind: D::KIND,
             key: doc.key(),
-            doc: DocumentValue(std::sync::Arc::new(doc.clone())),
+            doc: DocumentValue(std::sync::Arc::new(doc)),
             expected_version,
-        })
+        }
     }
 }
 

@@ -671,10 +671,12 @@ impl<S: Store, E: EventSink> Service<S, E> {
             let count = heads.iter().map(Vec::len).sum();
             snapshot.pending.reserve(count);
             waiting.reserve(count);
-            for head in heads.into_iter().flatten() {
-                let (job, head) = pending(head, time_limits);
-                waiting.insert(job.job_id.clone(), head);
-                snapshot.pending.push(job);
+            for list in heads {
+                for head in list {
+                    let (job, head) = pending(head, time_limits);
+                    waiting.insert(job.job_id.clone(), head);
+                    snapshot.pending.push(job);
+                }
             }
             snapshot.queues.push(QueueState {
                 name: name.clone(),
@@ -779,7 +781,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
             };
             match self
                 .store
-                .commit(&[Write::document(&record, version)?])
+                .commit(&[Write::document_value(record, version)])
                 .await
             {
                 // A concurrent cycle accounted the same interval: nothing is lost.
