@@ -84,6 +84,8 @@ struct World {
     deliver_events: bool,
     /// Every dispatch order seen, for assertions on priority.
     dispatched: Vec<String>,
+    /// Preemptions the cycles reported, summed.
+    preemptions_reported: usize,
 }
 
 impl World {
@@ -118,6 +120,7 @@ impl World {
             config,
             deliver_events: true,
             dispatched: Vec::new(),
+            preemptions_reported: 0,
         }
     }
 
@@ -221,10 +224,12 @@ impl World {
             .await
             .unwrap();
         let before: Vec<String> = self.dispatched_ids().await;
-        self.service
+        let report = self
+            .service
             .run_cycle(&self.sagemaker, &self.config)
             .await
             .unwrap();
+        self.preemptions_reported += report.preemptions;
         for id in self.dispatched_ids().await {
             if !before.contains(&id) {
                 self.dispatched.push(id);
@@ -709,6 +714,9 @@ async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finis
         preempted, 2,
         "exactly the two borrowed instances were reclaimed"
     );
+    // Cycles during the victims' stop grace plan the same preemptions again; only the first
+    // stop request of each counts.
+    assert_eq!(w.preemptions_reported, 2, "each preemption reported once");
     let owners_started: Vec<i64> = futures_started(&w, &owned).await;
     let borrowers_done: Vec<i64> = futures_stopped(&w, &borrowed).await;
     assert!(

@@ -103,7 +103,8 @@ pub struct CycleReport {
     pub rejected: usize,
     /// Waiting jobs whose skip reason changed.
     pub reasons_updated: usize,
-    /// Running attempts asked to stop to give their capacity back (quota shares).
+    /// Running attempts asked to stop to give their capacity back (quota shares), each counted
+    /// in the cycle that first asked (later cycles during its stop grace ask again).
     pub preemptions: usize,
 }
 
@@ -970,7 +971,8 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
     /// Asks the backend to stop a running job so that its capacity goes to a preemptor. The
     /// attempt is marked first, so that its Stopped state change is read as a preemption. Returns
-    /// whether a stop was requested (false if the victim had already ended or moved on).
+    /// whether this was a new preemption: false if the victim had already ended or moved on, or
+    /// had already been asked to stop.
     async fn preempt<B: TrainingBackend>(
         &self,
         backend: &B,
@@ -989,7 +991,10 @@ impl<S: Store, E: EventSink> Service<S, E> {
             return Ok(false);
         };
         let name = attempt.training_job_name.clone();
-        if attempt.status_reason.is_none() {
+        // A cycle during the victim's stop grace plans the same preemption again: the stop is
+        // asked for again (harmless), but counted once, when the attempt is first marked.
+        let first = attempt.status_reason.is_none();
+        if first {
             attempt.status_reason = Some(retry::PREEMPTED_REASON.to_owned());
             match self.store.update_job(&job, stored.version).await {
                 Ok(_) => {}
@@ -999,12 +1004,12 @@ impl<S: Store, E: EventSink> Service<S, E> {
             }
         }
         match backend.stop_training_job(&name).await {
-            Ok(()) => Ok(true),
+            Ok(()) => Ok(first),
             // Never launched: nothing runs, so the attempt ends here.
             Err(BackendError::NotFound(_)) => {
                 let ending = Ending::Failed(AttemptFailure::Stopped(StopCause::Preempted));
                 self.finish_attempt(victim, n, ending, config).await?;
-                Ok(true)
+                Ok(first)
             }
             Err(e) => {
                 tracing::warn!(job_id = %victim, error = %e, "preemption stop deferred");
