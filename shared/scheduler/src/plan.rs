@@ -894,3 +894,37 @@ pub(crate) fn dispatch<'a>(
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_their_numbers_when_scanned_and_when_mapped() {
+        let texts: Vec<String> = (0..40).map(|i| format!("share-{i:02}")).collect();
+        let mut names = Names::default();
+        for (i, text) in texts.iter().enumerate() {
+            assert_eq!(names.number(text), i);
+            // Found again by address, and by text in another string.
+            assert_eq!(names.number(text), i);
+            assert_eq!(names.get(&text.clone()), Some(i));
+            // Past the scanned few, every earlier name is still found.
+            assert_eq!(names.get(&texts[0]), Some(0));
+        }
+        assert!(names.many.is_some(), "40 names are mapped");
+        assert_eq!(names.get("share-99"), None);
+    }
+
+    #[test]
+    fn groups_keep_first_appearance_order_and_give_each_group_once() {
+        let items = ["b", "a", "b", "c", "a"];
+        let mut groups = Groups::of(&items, |s| s);
+        let order: Vec<&str> = groups.iter().map(|(name, _)| name).collect();
+        assert_eq!(order, ["b", "a", "c"]);
+        assert_eq!(groups.get("a").len(), 2);
+        assert_eq!(groups.take("b").map(|g| g.len()), Some(2));
+        assert_eq!(groups.take("b"), None, "a taken group counts as absent");
+        let left: Vec<&str> = groups.into_iter().map(|(name, _)| name).collect();
+        assert_eq!(left, ["a", "c"]);
+    }
+}
