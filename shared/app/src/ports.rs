@@ -733,6 +733,23 @@ pub enum BackendError {
     Unavailable(String),
 }
 
+impl BackendError {
+    /// A SageMaker error answer by its code: `ResourceInUse`, `ResourceLimitExceeded` and
+    /// `ResourceNotFound` have their own kinds, any other code is a rejection. (Throttling and
+    /// failures without an answer are the cloud adapter's to tell apart; the emulator has none.)
+    pub fn from_sagemaker(code: &str, message: String) -> Self {
+        match code {
+            "ResourceInUse" => Self::AlreadyExists(message),
+            "ResourceLimitExceeded" => Self::Capacity(message),
+            "ResourceNotFound" => Self::NotFound(message),
+            _ => Self::Rejected {
+                code: code.to_owned(),
+                message,
+            },
+        }
+    }
+}
+
 /// SageMaker, as the use-cases need it. Production: `aws-sdk-sagemaker`; local mode and the
 /// simulator: the emulator.
 pub trait TrainingBackend: Send + Sync + 'static {

@@ -80,17 +80,9 @@ fn scale_duration(mut request: Value, scale: f64) -> Value {
     request
 }
 
-/// Maps the model's errors to the backend's, as the cloud adapter maps SageMaker's codes.
+/// Maps the model's errors to the backend's, by their SageMaker codes as the cloud adapter does.
 pub fn classify(error: SageMakerError) -> BackendError {
-    match error {
-        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
-        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
-        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
-        SageMakerError::ValidationException(m) => BackendError::Rejected {
-            code: "ValidationException".into(),
-            message: m,
-        },
-    }
+    BackendError::from_sagemaker(error.code(), error.to_string())
 }
 
 impl TrainingBackend for EmulatedSageMaker {

@@ -509,7 +509,7 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
     }
 
     // Jobs of queues the snapshot does not know, by queue name.
-    let mut unknown: Vec<(&str, Vec<&PendingJob>)> = pending_by_queue.into_iter().collect();
+    let mut unknown: Vec<(&str, Vec<&PendingJob>)> = pending_by_queue.rest().collect();
     unknown.sort_by(|a, b| a.0.cmp(b.0));
     for (_, jobs) in unknown {
         skip_all(&mut plan, jobs, &SkipReason::UnknownQueue);
@@ -602,7 +602,7 @@ impl<'a, T> Groups<'a, T> {
     }
 
     /// The groups not taken, in first-appearance order.
-    fn into_iter(self) -> impl Iterator<Item = (&'a str, Vec<&'a T>)> {
+    fn rest(self) -> impl Iterator<Item = (&'a str, Vec<&'a T>)> {
         let names = self.names.names.into_iter();
         names.zip(self.groups).filter(|(_, g)| !g.is_empty())
     }
@@ -924,7 +924,7 @@ mod tests {
         assert_eq!(groups.get("a").len(), 2);
         assert_eq!(groups.take("b").map(|g| g.len()), Some(2));
         assert_eq!(groups.take("b"), None, "a taken group counts as absent");
-        let left: Vec<&str> = groups.into_iter().map(|(name, _)| name).collect();
+        let left: Vec<&str> = groups.rest().map(|(name, _)| name).collect();
         assert_eq!(left, ["a", "c"]);
     }
 }

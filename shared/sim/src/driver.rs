@@ -151,17 +151,9 @@ struct BackendState {
     prompt_events: bool,
 }
 
-/// Maps the model's errors to the backend's, as the cloud adapter maps SageMaker's codes.
+/// Maps the model's errors to the backend's, by their SageMaker codes as the cloud adapter does.
 pub(crate) fn classify(e: SageMakerError) -> BackendError {
-    match e {
-        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
-        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
-        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
-        SageMakerError::ValidationException(m) => BackendError::Rejected {
-            code: "ValidationException".into(),
-            message: m,
-        },
-    }
+    BackendError::from_sagemaker(e.code(), e.to_string())
 }
 
 /// The state a change shows, as a `DescribeTrainingJob` of it would give it (read from the

@@ -28,15 +28,7 @@ pub struct EmulatedSageMaker {
 }
 
 fn classify(e: SageMakerError) -> BackendError {
-    match e {
-        SageMakerError::ResourceInUse(m) => BackendError::AlreadyExists(m),
-        SageMakerError::ResourceLimitExceeded(m) => BackendError::Capacity(m),
-        SageMakerError::ResourceNotFound(m) => BackendError::NotFound(m),
-        SageMakerError::ValidationException(m) => BackendError::Rejected {
-            code: "ValidationException".into(),
-            message: m,
-        },
-    }
+    BackendError::from_sagemaker(e.code(), e.to_string())
 }
 
 impl TrainingBackend for EmulatedSageMaker {
