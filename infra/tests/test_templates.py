@@ -179,6 +179,20 @@ def test_both_tables_have_the_same_keys_indexes_projections_ttl_and_recovery(sam
     assert shape(sam)["pitr"] is True and shape(sam)["retained"] == "Retain"
 
 
+def test_the_table_has_exactly_the_indexes_the_store_queries(sam):
+    """The index names in shared/aws/src/dynamodb/schema.rs (its `mod index`) are the ones the
+    store queries and `create_table` creates for the tests; a deployed table must have the same."""
+    import re
+
+    schema = (ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs").read_text()
+    module = re.search(r"pub\(crate\) mod index \{(.*?)\n\}", schema, re.S)
+    assert module, "no `mod index` in schema.rs"
+    names = set(re.findall(r'pub\(crate\) const \w+: &str = "([^"]+)";', module.group(1)))
+    assert len(names) >= 4, names
+    (table,) = by_type(sam, "AWS::DynamoDB::Table").values()
+    assert {g["IndexName"] for g in table["Properties"]["GlobalSecondaryIndexes"]} == names
+
+
 def test_every_function_gets_the_same_configuration_in_both_templates(sam, cdk):
     def variables(template):
         found = set()

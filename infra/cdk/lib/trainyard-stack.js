@@ -21,7 +21,7 @@ const sqs = require('aws-cdk-lib/aws-sqs');
 
 /**
  * The table's indexes: must match shared/aws/src/dynamodb/schema.rs (names are stored data).
- * [name, partition, sort, projection]. None holds the job document: the runnable indexes include
+ * [name, partition, sort, projection]. None holds the job document: the runnable index includes
  * what a scheduling cycle's heads need (so it reads them alone), the listing indexes the
  * attributes ListServiceJobs filters on; other readers fetch jobs with BatchGetItem.
  */
@@ -37,14 +37,9 @@ const LISTING = {
   nonKeyAttributes: ['share_identifier', 'quota_share_name', 'name_lower'],
 };
 const INDEXES = [
-  ['runnable-fifo', 'rq', 'rfifo', HEADS],
-  ['runnable-priority', 'rq', 'rprio', HEADS],
-  ['runnable-share-fifo', 'rq', 'rsfifo', HEADS],
-  ['runnable-share-priority', 'rq', 'rsprio', HEADS],
+  ['runnable', 'rq', 'rk', HEADS],
   ['by-queue', 'lq', 'lsk', LISTING],
   ['by-queue-status', 'lqs', 'lsk', LISTING],
-  ['by-status', 'ls', 'lsk', LISTING],
-  ['by-created', 'la', 'lsk', LISTING],
   ['dispatched', 'dp', 'job_id', KEYS_ONLY],
 ];
 

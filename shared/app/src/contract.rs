@@ -35,8 +35,8 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
     CapacityHolder, ClientTokenRecord, Document, EnvironmentUsage, InsertJob, JobCursor, JobQuery,
-    NameFilter, Resource, RunnableHead, RunnableOrder, ShareUsageRecord, Store, StoreError,
-    Versioned, Write, quota_share_key,
+    NameFilter, Resource, RunnableHead, ShareUsageRecord, Store, StoreError, Versioned, Write,
+    quota_share_key,
 };
 
 /// Defines, from one list of cases, both the exported `store_contract_tests!` and [`run_all`],
@@ -282,9 +282,20 @@ pub fn query(limit: usize) -> JobQuery {
     }
 }
 
+/// Inserts `job`, creating its queue first if the queue does not exist (a listing without a
+/// queue may cover only the queues that exist: see [`Store::list_jobs`]).
 async fn insert<S: Store>(store: &S, job: &ServiceJob) {
+    ensure_queue(store, &job.job_queue).await;
     let outcome = store.insert_job(job, None).await.expect("insert_job");
     assert_eq!(outcome, InsertJob::Inserted, "inserting {}", job.job_id);
+}
+
+/// Creates the job queue `name` unless it exists.
+pub async fn ensure_queue<S: Store>(store: &S, name: &str) {
+    match store.create_resource(&queue(name)).await {
+        Ok(()) | Err(StoreError::AlreadyExists) => {}
+        Err(e) => panic!("creating job queue {name}: {e}"),
+    }
 }
 
 fn ids(items: &[Versioned<ServiceJob>]) -> Vec<String> {
@@ -414,6 +425,7 @@ pub async fn reused_client_token_returns_the_first_record_and_writes_nothing<S: 
             "a refused token must not write {job_id}"
         );
     }
+    ensure_queue(store, "q").await;
     let everything = store.list_jobs(&query(100)).await.expect("list_jobs");
     assert_eq!(ids(&everything.items), ["j1"]);
 }
@@ -1181,61 +1193,81 @@ pub async fn documents_are_created_at_version_1_and_checked<S: Store>(store: &S)
     assert_eq!(shares[0].value.key(), "q/a");
 }
 
-/// RUNNABLE jobs of a queue: FIFO by runnable time, or by priority then time; per share; limited.
+/// RUNNABLE jobs of a share of a queue, in line: by priority then runnable time within a share,
+/// by runnable time alone (priority ignored) for share-less jobs (a FIFO queue's); limited.
 pub async fn runnable_jobs_come_in_dispatch_order<S: Store>(store: &S) {
     let jobs = [
         job("a").runnable_at(30).priority(1).share("s1").build(),
         job("b").runnable_at(10).priority(0).share("s1").build(),
         job("c").runnable_at(20).priority(5).share("s2").build(),
         job("d").runnable_at(20).priority(5).share("s1").build(),
-        job("e").runnable_at(5).status(JobStatus::Submitted).build(),
-        job("f").runnable_at(1).queue("other").build(),
+        job("e")
+            .runnable_at(5)
+            .status(JobStatus::Submitted)
+            .share("s1")
+            .build(),
+        job("f").runnable_at(1).queue("other").share("s1").build(),
         job("g").runnable_at(10).priority(9).share("s1").build(),
+        job("h")
+            .runnable_at(10)
+            .quota_share("s1")
+            .priority(3)
+            .build(),
+        // A FIFO queue: no shares, and a priority that must not count.
+        job("w").runnable_at(30).queue("fifo").build(),
+        job("x").runnable_at(20).queue("fifo").priority(9).build(),
+        job("y").runnable_at(20).queue("fifo").build(),
+        job("z").runnable_at(5).queue("fifo").priority(1).build(),
     ];
     for j in &jobs {
         insert(store, j).await;
     }
     let ids =
         |v: Vec<Versioned<ServiceJob>>| v.into_iter().map(|j| j.value.job_id).collect::<Vec<_>>();
-    let fifo = store
-        .runnable_jobs("q", None, RunnableOrder::Fifo, 10)
-        .await
-        .unwrap();
+    let fifo = store.runnable_jobs("fifo", "", 10).await.unwrap();
     assert_eq!(
         ids(fifo),
-        ["b", "g", "c", "d", "a"],
-        "by runnable time, then id"
+        ["z", "x", "y", "w"],
+        "by runnable time, then id; priority ignored"
     );
-    let by_priority = store
-        .runnable_jobs("q", None, RunnableOrder::Priority, 10)
-        .await
-        .unwrap();
-    assert_eq!(ids(by_priority), ["g", "c", "d", "a", "b"]);
-    let share = store
-        .runnable_jobs("q", Some("s1"), RunnableOrder::Priority, 2)
-        .await
-        .unwrap();
-    assert_eq!(ids(share), ["g", "d"], "one share, limited");
-    let none = store
-        .runnable_jobs("q", Some("nobody"), RunnableOrder::Fifo, 10)
-        .await
-        .unwrap();
-    assert!(none.is_empty());
+    let share = store.runnable_jobs("q", "s1", 10).await.unwrap();
+    assert_eq!(
+        ids(share),
+        ["g", "d", "h", "a", "b"],
+        "priority, then runnable time, then id; a quota share of the same name is the same share"
+    );
+    let share = store.runnable_jobs("q", "s1", 2).await.unwrap();
+    assert_eq!(ids(share), ["g", "d"], "limited");
+    assert_eq!(
+        ids(store.runnable_jobs("q", "s2", 10).await.unwrap()),
+        ["c"]
+    );
+    for (queue, share) in [("q", "nobody"), ("q", ""), ("fifo", "s1"), ("nowhere", "")] {
+        assert!(
+            store
+                .runnable_jobs(queue, share, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{queue} {share:?}"
+        );
+    }
+    assert!(store.runnable_jobs("fifo", "", 0).await.unwrap().is_empty());
 
-    // Leaving RUNNABLE leaves the index; a priority change moves the job.
+    // Leaving RUNNABLE leaves the line; a priority change moves the job.
     store
-        .update_job(&job("g").status(JobStatus::Scheduled).build(), 1)
+        .update_job(
+            &job("g").status(JobStatus::Scheduled).share("s1").build(),
+            1,
+        )
         .await
         .unwrap();
     store
         .update_job(&job("b").runnable_at(10).priority(7).share("s1").build(), 1)
         .await
         .unwrap();
-    let share = store
-        .runnable_jobs("q", Some("s1"), RunnableOrder::Priority, 10)
-        .await
-        .unwrap();
-    assert_eq!(ids(share), ["b", "d", "a"]);
+    let share = store.runnable_jobs("q", "s1", 10).await.unwrap();
+    assert_eq!(ids(share), ["b", "d", "h", "a"]);
 }
 
 /// Distinct shares with RUNNABLE jobs, and the jobs holding capacity.
@@ -1332,35 +1364,24 @@ pub async fn runnable_heads_summarise_the_runnable_jobs<S: Store>(store: &S) {
     ] {
         insert(store, &j).await;
     }
-    // Every (share, order, limit) the cycle may ask for agrees with the jobs it summarises.
+    // Every (share, limit) the cycle may ask for agrees with the jobs it summarises.
     async fn agrees<S: Store>(store: &S, queue: &str) {
-        for share in [None, Some(""), Some("s1"), Some("qs"), Some("nobody")] {
-            for order in [RunnableOrder::Fifo, RunnableOrder::Priority] {
-                for limit in [0, 1, 2, 10] {
-                    let jobs = store
-                        .runnable_jobs(queue, share, order, limit)
-                        .await
-                        .unwrap();
-                    let expected: Vec<RunnableHead> = jobs
-                        .iter()
-                        .map(|j| RunnableHead::of(&j.value, j.version))
-                        .collect();
-                    let heads = store
-                        .runnable_heads(queue, share, order, limit)
-                        .await
-                        .unwrap();
-                    assert_eq!(heads, expected, "{queue} {share:?} {order:?} {limit}");
-                }
+        for share in ["", "s1", "qs", "nobody"] {
+            for limit in [0, 1, 2, 10] {
+                let jobs = store.runnable_jobs(queue, share, limit).await.unwrap();
+                let expected: Vec<RunnableHead> = jobs
+                    .iter()
+                    .map(|j| RunnableHead::of(&j.value, j.version))
+                    .collect();
+                let heads = store.runnable_heads(queue, share, limit).await.unwrap();
+                assert_eq!(heads, expected, "{queue} {share:?} {limit}");
             }
         }
     }
     agrees(store, "q").await;
     agrees(store, "other").await;
     agrees(store, "nowhere").await;
-    let heads = store
-        .runnable_heads("q", Some("s1"), RunnableOrder::Priority, 10)
-        .await
-        .unwrap();
+    let heads = store.runnable_heads("q", "s1", 10).await.unwrap();
     let ids: Vec<&str> = heads.iter().map(|h| h.job_id.as_str()).collect();
     assert_eq!(
         ids,
@@ -1384,10 +1405,7 @@ pub async fn runnable_heads_summarise_the_runnable_jobs<S: Store>(store: &S) {
     update("b", |j| j.scheduling_priority = Some(9)).await;
     update("d", |j| j.status = JobStatus::Scheduled).await;
     agrees(store, "q").await;
-    let heads = store
-        .runnable_heads("q", Some("s1"), RunnableOrder::Priority, 10)
-        .await
-        .unwrap();
+    let heads = store.runnable_heads("q", "s1", 10).await.unwrap();
     let ids: Vec<&str> = heads.iter().map(|h| h.job_id.as_str()).collect();
     assert_eq!(ids, ["b", "a"], "b moved up, d left");
     assert_eq!(heads[0].priority, 9);
@@ -1421,10 +1439,7 @@ pub async fn a_status_reason_is_set_alone_and_version_checked<S: Store>(store: &
         (expected, 2),
         "only the reason changed"
     );
-    let heads = store
-        .runnable_heads("q", Some("s1"), RunnableOrder::Priority, 10)
-        .await
-        .unwrap();
+    let heads = store.runnable_heads("q", "s1", 10).await.unwrap();
     assert_eq!(
         (
             heads.len(),

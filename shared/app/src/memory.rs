@@ -20,7 +20,7 @@ use trainyard_scheduler::SharedStr;
 
 use crate::ports::{
     CapacityHolder, ClientTokenRecord, Document, DocumentValue, InsertJob, JobCursor, JobQuery,
-    NameFilter, Page, Resource, RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write,
+    NameFilter, Page, Resource, RunnableHead, Store, StoreError, Versioned, Write, runnable_rank,
     share_key,
 };
 use trainyard_domain::job::JobStatus;
@@ -66,40 +66,13 @@ impl Stored {
     }
 }
 
-/// RUNNABLE job ids in both orders of [`RunnableOrder`].
-#[derive(Default)]
-struct Ordered {
-    /// (runnable at, id).
-    fifo: BTreeSet<(i64, String)>,
-    /// (priority descending, runnable at, id).
-    priority: BTreeSet<(Reverse<u32>, i64, String)>,
-}
+/// The RUNNABLE jobs of one share of a queue, as ([`runnable_rank`], id).
+type Line = BTreeSet<(Reverse<u32>, i64, String)>;
 
-impl Ordered {
-    fn insert(&mut self, job: &ServiceJob) {
-        let at = job.runnable_at.unwrap_or(job.created_at);
-        self.fifo.insert((at, job.job_id.clone()));
-        self.priority
-            .insert((Reverse(job.priority()), at, job.job_id.clone()));
-    }
-
-    fn remove(&mut self, job: &ServiceJob) {
-        let at = job.runnable_at.unwrap_or(job.created_at);
-        self.fifo.remove(&(at, job.job_id.clone()));
-        self.priority
-            .remove(&(Reverse(job.priority()), at, job.job_id.clone()));
-    }
-
-    fn is_empty(&self) -> bool {
-        self.fifo.is_empty()
-    }
-}
-
-/// The RUNNABLE jobs of one queue: all of them, and per share.
-#[derive(Default)]
-struct QueueRunnable {
-    all: Ordered,
-    shares: BTreeMap<String, Ordered>,
+/// The line entry of a RUNNABLE job.
+fn line_entry(job: &ServiceJob) -> (Reverse<u32>, i64, String) {
+    let (priority, at, _) = runnable_rank(job);
+    (priority, at, job.job_id.clone())
 }
 
 /// How a host groups jobs for [`MemoryStore::group_stats`] (the simulator groups by team).
@@ -119,8 +92,8 @@ pub struct GroupStats {
 struct Indexes {
     /// (created at, id) per status, for listings by status.
     by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
-    /// RUNNABLE jobs per queue.
-    runnable: BTreeMap<String, QueueRunnable>,
+    /// RUNNABLE jobs per queue and share.
+    runnable: BTreeMap<String, BTreeMap<String, Line>>,
     /// Every RUNNABLE job, summarised for the scheduler, which reads the heads every cycle
     /// (hashed: looked up per head, never iterated).
     heads: foldhash::HashMap<String, RunnableHead>,
@@ -147,13 +120,12 @@ impl Indexes {
         let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
         let mut stats = GroupStats::default();
         if job.status == JobStatus::Runnable {
-            let queue = self.runnable.entry(job.job_queue.clone()).or_default();
-            queue.all.insert(job);
-            queue
-                .shares
+            self.runnable
+                .entry(job.job_queue.clone())
+                .or_default()
                 .entry(share_key(job).to_owned())
                 .or_default()
-                .insert(job);
+                .insert(line_entry(job));
             if let Some(at) = job.not_before {
                 self.backoff.insert((at, job.job_id.clone()));
             }
@@ -177,6 +149,11 @@ impl Indexes {
             entry.runnable += stats.runnable;
             entry.held_instances += stats.held_instances;
         }
+    }
+
+    /// The RUNNABLE jobs of `queue`'s `share`, in line.
+    fn line(&self, queue: &str, share: &str) -> Option<&Line> {
+        self.runnable.get(queue)?.get(share)
     }
 
     /// The one shared string of a name.
@@ -204,16 +181,15 @@ impl Indexes {
         let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
         let mut stats = GroupStats::default();
         if job.status == JobStatus::Runnable {
-            if let Some(queue) = self.runnable.get_mut(&job.job_queue) {
-                queue.all.remove(job);
+            if let Some(shares) = self.runnable.get_mut(&job.job_queue) {
                 let share = share_key(job);
-                if let Some(ordered) = queue.shares.get_mut(share) {
-                    ordered.remove(job);
-                    if ordered.is_empty() {
-                        queue.shares.remove(share);
+                if let Some(line) = shares.get_mut(share) {
+                    line.remove(&line_entry(job));
+                    if line.is_empty() {
+                        shares.remove(share);
                     }
                 }
-                if queue.all.is_empty() {
+                if shares.is_empty() {
                     self.runnable.remove(&job.job_queue);
                 }
             }
@@ -285,8 +261,8 @@ fn same_index_entries(old: &ServiceJob, new: &ServiceJob, group: Option<GroupFn>
         && old.created_at == new.created_at
         && old.job_queue == new.job_queue
         && share_key(old) == share_key(new)
+        && runnable_rank(old) == runnable_rank(new)
         && old.priority() == new.priority()
-        && old.runnable_at.unwrap_or(old.created_at) == new.runnable_at.unwrap_or(new.created_at)
         && old.not_before == new.not_before
         && old.training.instances == new.training.instances
         && old.training.max_runtime_s == new.training.max_runtime_s
@@ -677,33 +653,17 @@ impl Store for MemoryStore {
     async fn runnable_jobs(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         let inner = self.lock();
-        let Some(runnable) = inner.index.runnable.get(queue) else {
+        let Some(line) = inner.index.line(queue, share) else {
             return Ok(Vec::new());
         };
-        let ordered = match share {
-            None => Some(&runnable.all),
-            Some(share) => runnable.shares.get(share),
-        };
-        let Some(ordered) = ordered else {
-            return Ok(Vec::new());
-        };
-        let ids: Vec<&String> = match order {
-            RunnableOrder::Fifo => ordered.fifo.iter().take(limit).map(|(_, id)| id).collect(),
-            RunnableOrder::Priority => ordered
-                .priority
-                .iter()
-                .take(limit)
-                .map(|(_, _, id)| id)
-                .collect(),
-        };
-        Ok(ids
-            .into_iter()
-            .filter_map(|id| inner.jobs.get(id).cloned())
+        Ok(line
+            .iter()
+            .take(limit)
+            .filter_map(|(_, _, id)| inner.jobs.get(id).cloned())
             .collect())
     }
 
@@ -713,7 +673,7 @@ impl Store for MemoryStore {
             .index
             .runnable
             .get(queue)
-            .map(|q| q.shares.keys().cloned().collect())
+            .map(|shares| shares.keys().cloned().collect())
             .unwrap_or_default())
     }
 
@@ -737,56 +697,20 @@ impl Store for MemoryStore {
     async fn runnable_heads(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<RunnableHead>, StoreError> {
         let inner = self.lock();
         let index = &inner.index;
-        let Some(runnable) = index.runnable.get(queue) else {
+        let Some(line) = index.line(queue, share) else {
             return Ok(Vec::new());
         };
-        let ordered = match share {
-            None => Some(&runnable.all),
-            Some(share) => runnable.shares.get(share),
-        };
-        let Some(ordered) = ordered else {
-            return Ok(Vec::new());
-        };
-        let head = |id: &String| index.heads.get(id).cloned();
-        let mut heads = Vec::with_capacity(limit.min(ordered.fifo.len()));
-        match order {
-            RunnableOrder::Fifo => heads.extend(
-                ordered
-                    .fifo
-                    .iter()
-                    .take(limit)
-                    .filter_map(|(_, id)| head(id)),
-            ),
-            RunnableOrder::Priority => heads.extend(
-                ordered
-                    .priority
-                    .iter()
-                    .take(limit)
-                    .filter_map(|(_, _, id)| head(id)),
-            ),
-        }
+        let mut heads = Vec::with_capacity(limit.min(line.len()));
+        heads.extend(
+            line.iter()
+                .take(limit)
+                .filter_map(|(_, _, id)| index.heads.get(id).cloned()),
+        );
         Ok(heads)
     }
-}
-
-/// The sort key of [`RunnableOrder`]: total, ending on the job id.
-pub fn runnable_order(
-    order: RunnableOrder,
-    job: &ServiceJob,
-) -> (std::cmp::Reverse<u32>, i64, String) {
-    let priority = match order {
-        RunnableOrder::Fifo => 0,
-        RunnableOrder::Priority => job.priority(),
-    };
-    (
-        std::cmp::Reverse(priority),
-        job.runnable_at.unwrap_or(job.created_at),
-        job.job_id.clone(),
-    )
 }

@@ -4,6 +4,7 @@
 //! adapters complete immediately. Methods return `impl Future + Send` so use-cases can run in any
 //! Tokio task and in Lambda handlers without boxing.
 
+use std::cmp::Reverse;
 use std::future::Future;
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -365,14 +366,21 @@ impl PartialEq for DocumentValue {
     }
 }
 
-/// The order in which a queue's RUNNABLE jobs are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunnableOrder {
-    /// FIFO queues: when the job became RUNNABLE, then job id.
-    Fifo,
-    /// Queues with a scheduling policy: `schedulingPriority` descending, then when the job became
-    /// RUNNABLE, then job id.
-    Priority,
+/// Where a RUNNABLE job stands in its share's line, as a sort key: total (it ends on the job id),
+/// smallest first. Priority counts only within a share: `schedulingPriority` descending, then
+/// when the job became RUNNABLE, then id. A job without a share (every job of a FIFO queue, and
+/// only those: submission checks it) is ranked by time alone, which is FIFO.
+pub fn runnable_rank(job: &ServiceJob) -> (Reverse<u32>, i64, &str) {
+    let priority = if share_key(job).is_empty() {
+        0
+    } else {
+        job.priority()
+    };
+    (
+        Reverse(priority),
+        job.runnable_at.unwrap_or(job.created_at),
+        &job.job_id,
+    )
 }
 
 /// The share a job is counted in for ordering: its fair-share identifier or its quota share
@@ -407,7 +415,10 @@ pub trait Store: Send + Sync + 'static {
         expected_version: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Lists jobs matching `query`, newest first, at most `query.limit`.
+    /// Lists jobs matching `query`, newest first, at most `query.limit`. Without a queue, a store
+    /// may cover only the job queues that exist (the DynamoDB store reads each queue's index
+    /// partition): the jobs of a deleted queue, all terminated when it was deleted, may be left
+    /// out.
     fn list_jobs(
         &self,
         query: &JobQuery,
@@ -460,13 +471,14 @@ pub trait Store: Send + Sync + 'static {
     /// written job and document gets its version plus one (documents created get 1).
     fn commit(&self, writes: &[Write]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The first `limit` RUNNABLE jobs of `queue` in `order`; with `share`, only those whose
-    /// [`share_key`] is `share`. Reads an index: the cost grows with `limit`, not the backlog.
+    /// The first `limit` RUNNABLE jobs of `queue` whose [`share_key`] is `share`, in their
+    /// [`runnable_rank`] order: FIFO for a FIFO queue (`share` empty), priority first within a
+    /// share of a queue with a policy. Reads an index: the cost grows with `limit`, not the
+    /// backlog. One order per share is all a store keeps: the one the scheduler dispatches in.
     fn runnable_jobs(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send;
 
@@ -497,8 +509,8 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
-    /// What the scheduler needs of the first `limit` RUNNABLE jobs of `queue` in `order` (with
-    /// `share`, of that share): [`runnable_jobs`], summarised, in the same order. Every cycle
+    /// What the scheduler needs of the first `limit` RUNNABLE jobs of `queue`'s `share`:
+    /// [`runnable_jobs`], summarised, in the same order. Every cycle
     /// reads the heads of every queue and share, so a store that can answer without copying
     /// whole jobs should (the memory store keeps the summaries beside its index); the default
     /// summarises [`runnable_jobs`].
@@ -507,12 +519,11 @@ pub trait Store: Send + Sync + 'static {
     fn runnable_heads(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<RunnableHead>, StoreError>> + Send {
         async move {
-            let jobs = self.runnable_jobs(queue, share, order, limit).await?;
+            let jobs = self.runnable_jobs(queue, share, limit).await?;
             Ok(jobs
                 .iter()
                 .map(|j| RunnableHead::of(&j.value, j.version))
@@ -878,7 +889,7 @@ mod shared_store {
 
     use super::{
         CapacityHolder, ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource,
-        RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write,
+        RunnableHead, Store, StoreError, Versioned, Write,
     };
 
     impl<S: Store> Store for Arc<S> {
@@ -942,11 +953,10 @@ mod shared_store {
         async fn runnable_jobs(
             &self,
             queue: &str,
-            share: Option<&str>,
-            order: RunnableOrder,
+            share: &str,
             limit: usize,
         ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-            (**self).runnable_jobs(queue, share, order, limit).await
+            (**self).runnable_jobs(queue, share, limit).await
         }
         async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
             (**self).runnable_shares(queue).await
@@ -960,11 +970,10 @@ mod shared_store {
         async fn runnable_heads(
             &self,
             queue: &str,
-            share: Option<&str>,
-            order: RunnableOrder,
+            share: &str,
             limit: usize,
         ) -> Result<Vec<RunnableHead>, StoreError> {
-            (**self).runnable_heads(queue, share, order, limit).await
+            (**self).runnable_heads(queue, share, limit).await
         }
         async fn set_status_reason(
             &self,

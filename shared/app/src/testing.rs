@@ -93,8 +93,8 @@ mod interleaving_store {
 
     use super::{Interleaving, YieldOnce};
     use crate::ports::{
-        ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource, RunnableOrder, Store,
-        StoreError, Versioned, Write,
+        ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource, Store, StoreError,
+        Versioned, Write,
     };
 
     impl<S: Store> Store for Interleaving<S> {
@@ -170,12 +170,11 @@ mod interleaving_store {
         async fn runnable_jobs(
             &self,
             queue: &str,
-            share: Option<&str>,
-            order: RunnableOrder,
+            share: &str,
             limit: usize,
         ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
             YieldOnce(false).await;
-            self.inner.runnable_jobs(queue, share, order, limit).await
+            self.inner.runnable_jobs(queue, share, limit).await
         }
         async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
             YieldOnce(false).await;

@@ -44,8 +44,9 @@ use aws_sdk_dynamodb::types::{
 };
 use trainyard_app::ports::{
     ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
-    RunnableHead, RunnableOrder, Store, StoreError, Versioned, Write,
+    RunnableHead, Store, StoreError, Versioned, Write,
 };
+use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
 
 pub use schema::{CreateTableError, create_table};
@@ -628,84 +629,121 @@ impl DynamoStore {
         Ok(items)
     }
 
+    /// A page of jobs, newest first. With a queue, one listing index partition is read; without
+    /// one, every queue's, and the pages are merged. A partition is read a page of index entries
+    /// at a time, each page's jobs fetched, until `limit + 1` jobs are kept (the extra one says
+    /// that a next page exists) or the partition ends.
     async fn list_jobs_now(
         &self,
         query: &JobQuery,
     ) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         let limit = query.limit.max(1);
-        let plan = ListPlan::new(query);
-        let client = &self.client;
-        let table = &self.table;
-        let page_size = if plan.filter.is_empty() {
-            // Every item read is kept: read exactly one more than the page to know if one follows.
-            Some(i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX))
-        } else {
-            // Filtered: let DynamoDB read up to 1 MB per call rather than many tiny calls.
-            None
-        };
-        let items = self
-            .query_items(
-                |start| {
-                    let mut request = client
-                        .query()
-                        .table_name(table)
-                        .index_name(plan.index)
-                        .key_condition_expression(&plan.key_condition)
-                        .scan_index_forward(false)
-                        .set_limit(page_size)
-                        .set_exclusive_start_key(start);
-                    if !plan.filter.is_empty() {
-                        request = request.filter_expression(plan.filter.join(" AND "));
-                    }
-                    for (name, value) in &plan.names {
-                        request = request.expression_attribute_names(*name, *value);
-                    }
-                    for (name, value) in &plan.values {
-                        request = request.expression_attribute_values(*name, value.clone());
-                    }
-                    request
-                },
-                limit.saturating_add(1),
-                |_| true,
-            )
-            .await?;
-        let more = items.len() > limit;
-        let listed = &items[..items.len().min(limit)];
-        // The page's end comes from the index (the job may have moved since), so that the next
-        // page starts where this one stopped even if a job is left out below.
-        let last = match listed.last() {
-            Some(item) => {
-                let key = schema::text("an index item", item, schema::LIST_SK)?;
-                Some(
-                    schema::parse_list_sort_key(key).ok_or_else(|| StoreError::Corrupt {
-                        key: key.to_owned(),
-                        message: "not a listing sort key".to_owned(),
-                    })?,
-                )
+        let wanted = limit.saturating_add(1);
+        let mut found = match &query.queue {
+            Some(queue) => self.list_queue_jobs(queue, query, wanted).await?,
+            None => {
+                let mut found = Vec::new();
+                for queue in self.queue_names().await? {
+                    found.extend(self.list_queue_jobs(&queue, query, wanted).await?);
+                }
+                // Newest first across queues, as within each.
+                found.sort_by(|(a, _), (b, _)| b.cmp(a));
+                found
             }
-            None => None,
         };
-        let mut jobs = self.fetch_jobs(listed).await?;
-        // A job that changed status after the (eventually consistent) index read is not one of
-        // this status any more.
-        if let Some(status) = query.status {
-            jobs.retain(|job| job.value.status == status);
-        }
-        let next = match (more, last) {
-            (true, Some((created_at, job_id))) => Some(JobCursor { created_at, job_id }),
+        found.truncate(wanted);
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let next = match found.last() {
+            Some((_, last)) if more => Some(JobCursor {
+                created_at: last.value.created_at,
+                job_id: last.value.job_id.clone(),
+            }),
             _ => None,
         };
-        Ok(Page { items: jobs, next })
+        Ok(Page {
+            items: found.into_iter().map(|(_, job)| job).collect(),
+            next,
+        })
+    }
+
+    /// The names of every job queue, from the keys of the queues' partition.
+    async fn queue_names(&self) -> Result<Vec<String>, StoreError> {
+        let items = self
+            .partition(schema::resource_pk(ResourceKind::JobQueue))
+            .await?;
+        items
+            .iter()
+            .map(|item| schema::text("a job queue item", item, schema::SK).map(str::to_owned))
+            .collect()
+    }
+
+    /// Up to `wanted` jobs of `queue` that match `query`, newest first, each with its listing
+    /// sort key. Jobs are kept by what the table says, not the (eventually consistent) index: a
+    /// job whose status left the query's since the index was read, or that shares a status group
+    /// with it (`DISPATCHED`), is passed over.
+    async fn list_queue_jobs(
+        &self,
+        queue: &str,
+        query: &JobQuery,
+        wanted: usize,
+    ) -> Result<Vec<(String, Versioned<ServiceJob>)>, StoreError> {
+        let plan = ListPlan::new(queue, query);
+        let mut kept: Vec<(String, Versioned<ServiceJob>)> = Vec::new();
+        let mut start: StartKey = None;
+        loop {
+            let missing = wanted - kept.len();
+            let mut request = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(plan.index)
+                .key_condition_expression(&plan.key_condition)
+                .scan_index_forward(false)
+                .set_exclusive_start_key(start.take())
+                .set_return_consumed_capacity(self.capacity_mode());
+            if plan.filter.is_empty() {
+                // Every entry read is a candidate: read as many as are missing.
+                request = request.limit(i32::try_from(missing).unwrap_or(i32::MAX));
+            } else {
+                // Filtered: let DynamoDB read up to 1 MB per call rather than many tiny calls.
+                request = request.filter_expression(plan.filter.join(" AND "));
+            }
+            for (name, value) in &plan.names {
+                request = request.expression_attribute_names(*name, *value);
+            }
+            for (name, value) in &plan.values {
+                request = request.expression_attribute_values(*name, value.clone());
+            }
+            let output = request.send().await.map_err(classify)?;
+            self.account_query(Some(plan.index), false, &output);
+            let mut entries = output.items();
+            // Fetch no more jobs than are missing; the next read starts after the last one used.
+            let mut resume = output.last_evaluated_key().cloned();
+            if entries.len() > missing {
+                entries = &entries[..missing];
+                resume = entries.last().map(|e| plan.start_key(e)).transpose()?;
+            }
+            for job in self.fetch_jobs(entries).await? {
+                if query.status.is_none_or(|status| job.value.status == status) {
+                    let key = schema::list_sort_key(job.value.created_at, &job.value.job_id);
+                    kept.push((key, job));
+                }
+            }
+            match resume {
+                Some(key) if kept.len() < wanted => start = Some(key),
+                _ => return Ok(kept),
+            }
+        }
     }
 
     async fn runnable_jobs_now(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        let items = self.runnable_entries(queue, share, order, limit).await?;
+        let items = self.runnable_entries(queue, share, limit).await?;
         let mut jobs = self.fetch_jobs(&items).await?;
         // Left since the index was read: no longer this queue's to run.
         jobs.retain(|job| job.value.status == JobStatus::Runnable && job.value.job_queue == queue);
@@ -721,16 +759,14 @@ impl DynamoStore {
     async fn runnable_heads_now(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<RunnableHead>, StoreError> {
-        let items = self.runnable_entries(queue, share, order, limit).await?;
-        let (_, sort) = schema::runnable_index(order, share.is_some());
+        let items = self.runnable_entries(queue, share, limit).await?;
         let mut heads = Vec::with_capacity(items.len());
         let mut old = Vec::new();
         for item in &items {
-            let head = schema::runnable_head(item, sort)?;
+            let head = schema::runnable_head(item)?;
             if head.is_none() {
                 old.push(item.clone());
             }
@@ -760,39 +796,32 @@ impl DynamoStore {
         Ok(ordered)
     }
 
-    /// The first `limit` entries of the runnable index for `order` (of `share`'s keys, with a
-    /// share), in the index's order.
+    /// The first `limit` entries of `share`'s line in the runnable index, in order.
     async fn runnable_entries(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<Item>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (index, sort) = schema::runnable_index(order, share.is_some());
-        let prefix = share.map(|share| format!("{share}{SEP}"));
+        let prefix = schema::runnable_prefix(share);
         let client = &self.client;
         let table = &self.table;
         let page = i32::try_from(limit).unwrap_or(i32::MAX);
         self.query_items(
             |start| {
-                let request = client
+                client
                     .query()
                     .table_name(table)
-                    .index_name(index)
+                    .index_name(schema::index::RUNNABLE)
+                    .key_condition_expression("rq = :q AND begins_with(#s, :prefix)")
+                    .expression_attribute_names("#s", schema::RUNNABLE_SK)
                     .expression_attribute_values(":q", s(queue))
+                    .expression_attribute_values(":prefix", s(&prefix))
                     .limit(page)
-                    .set_exclusive_start_key(start);
-                match &prefix {
-                    None => request.key_condition_expression("rq = :q"),
-                    Some(prefix) => request
-                        .key_condition_expression("rq = :q AND begins_with(#s, :prefix)")
-                        .expression_attribute_names("#s", sort)
-                        .expression_attribute_values(":prefix", s(prefix)),
-                }
+                    .set_exclusive_start_key(start)
             },
             limit,
             |_| true,
@@ -800,8 +829,8 @@ impl DynamoStore {
         .await
     }
 
-    /// A skip scan of the `runnable-share-fifo` index: one query of one item per share, each
-    /// starting just past the previous share's keys.
+    /// A skip scan of the runnable index: one query of one item per share, each starting just
+    /// past the previous share's keys.
     async fn runnable_shares_now(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         // Bounded by the number of shares; the cap only guards against a corrupt index looping.
         const MAX_SHARES: usize = 100_000;
@@ -812,14 +841,14 @@ impl DynamoStore {
                 .client
                 .query()
                 .table_name(&self.table)
-                .index_name(schema::index::RUNNABLE_SHARE_FIFO)
+                .index_name(schema::index::RUNNABLE)
                 .expression_attribute_values(":q", s(queue))
                 .limit(1);
             request = match &after {
                 None => request.key_condition_expression("rq = :q"),
                 Some(after) => request
                     .key_condition_expression("rq = :q AND #s > :after")
-                    .expression_attribute_names("#s", schema::RUNNABLE_SHARE_FIFO_SK)
+                    .expression_attribute_names("#s", schema::RUNNABLE_SK)
                     .expression_attribute_values(":after", s(after)),
             };
             let output = request
@@ -827,13 +856,14 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(classify)?;
-            self.account_query(Some(schema::index::RUNNABLE_SHARE_FIFO), false, &output);
+            self.account_query(Some(schema::index::RUNNABLE), false, &output);
             // No filter, so `Limit 1` finds an item whenever one is left in the range.
             let Some(item) = output.items().first() else {
                 break;
             };
-            let sort = schema::text("runnable share index", item, schema::RUNNABLE_SHARE_FIFO_SK)?;
-            // Shares never contain the separator, so the first field is the whole share.
+            let sort = schema::text("runnable index", item, schema::RUNNABLE_SK)?;
+            // Shares never contain the separator, so the first field is the whole share (empty
+            // for a FIFO queue's jobs).
             let share = sort.split(SEP).next().unwrap_or_default().to_owned();
             // Every key of this share starts `{share}#`; `$` sorts just after `#`.
             after = Some(format!("{share}$"));
@@ -873,10 +903,12 @@ impl DynamoStore {
     }
 }
 
-/// How a `list_jobs` query reads: which index, its key condition, the filters DynamoDB applies
-/// after reading, and the placeholders they use.
+/// How a `list_jobs` query reads one queue: which index, its key condition, the filters
+/// DynamoDB applies after reading, and the placeholders they use.
 struct ListPlan {
     index: &'static str,
+    /// The index's partition attribute.
+    partition: &'static str,
     key_condition: String,
     filter: Vec<&'static str>,
     names: Vec<(&'static str, &'static str)>,
@@ -884,29 +916,25 @@ struct ListPlan {
 }
 
 impl ListPlan {
-    /// Picks the narrowest index for the query's queue and status, turns the time window and the
-    /// cursor into a sort-key range, and the other fields into filters.
-    fn new(query: &JobQuery) -> Self {
-        let (index, partition_attr, partition) = match (&query.queue, query.status) {
-            (Some(queue), Some(status)) => (
+    /// Picks the index for the query's status (none: `by-queue`; one: its group of
+    /// `by-queue-status`), turns the time window and the cursor into a sort-key range, and the
+    /// other fields into filters.
+    fn new(queue: &str, query: &JobQuery) -> Self {
+        let (index, partition_attr, partition) = match query.status {
+            Some(status) => (
                 schema::index::BY_QUEUE_STATUS,
                 schema::LIST_QUEUE_STATUS,
                 schema::queue_status(queue, status),
             ),
-            (Some(queue), None) => (schema::index::BY_QUEUE, schema::LIST_QUEUE, queue.clone()),
-            (None, Some(status)) => (
-                schema::index::BY_STATUS,
-                schema::LIST_STATUS,
-                status.as_str().to_owned(),
-            ),
-            (None, None) => (
-                schema::index::BY_CREATED,
-                schema::LIST_ALL,
-                schema::LIST_ALL_VALUE.to_owned(),
+            None => (
+                schema::index::BY_QUEUE,
+                schema::LIST_QUEUE,
+                queue.to_owned(),
             ),
         };
         let mut plan = Self {
             index,
+            partition: partition_attr,
             key_condition: "#p = :p".to_owned(),
             filter: Vec::new(),
             names: vec![("#p", partition_attr)],
@@ -975,6 +1003,24 @@ impl ListPlan {
             }
         }
         plan
+    }
+
+    /// The key to start a read of this plan's index just after `entry` (one of its items): the
+    /// index's keys and the table's.
+    fn start_key(&self, entry: &Item) -> Result<Item, StoreError> {
+        [self.partition, schema::LIST_SK, schema::PK, schema::SK]
+            .into_iter()
+            .map(|name| {
+                entry
+                    .get(name)
+                    .cloned()
+                    .map(|value| (name.to_owned(), value))
+                    .ok_or_else(|| StoreError::Corrupt {
+                        key: format!("{entry:?}"),
+                        message: format!("a {} entry without {name}", self.index),
+                    })
+            })
+            .collect()
     }
 }
 
@@ -1168,21 +1214,19 @@ impl Store for DynamoStore {
     async fn runnable_jobs(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        self.runnable_jobs_now(queue, share, order, limit).await
+        self.runnable_jobs_now(queue, share, limit).await
     }
 
     async fn runnable_heads(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<RunnableHead>, StoreError> {
-        self.runnable_heads_now(queue, share, order, limit).await
+        self.runnable_heads_now(queue, share, limit).await
     }
 
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {

@@ -9,8 +9,9 @@
 //!   the use-cases publish their events, so they cost no reads, and [`Recorder::emf_lines`]
 //!   drains them: each invocation prints what happened during it.
 //! - **Cheap gauges** ([`gauges`]): instances in use and the limit per environment (one document
-//!   and one resource each), and the age of each queue's oldest RUNNABLE job (one index read per
-//!   queue), also as `OldestRunnableJobAgeSeconds` for the whole stack, which an alarm watches.
+//!   and one resource each), and per queue the age of the oldest RUNNABLE job at the front of its
+//!   line (one index read per share), also as `OldestRunnableJobAgeSeconds` for the whole stack,
+//!   which an alarm watches.
 //! - **Job counts** ([`job_counts`]): jobs per queue, share and status. Counting reads every job
 //!   counted, so it grows with the backlog: only the non-terminal statuses are counted, at most
 //!   [`MAX_COUNTED`] per queue and status, and the caller decides when (the schedule tick).
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
 use trainyard_app::ports::{
-    EnvironmentUsage, Event, EventSink, JobQuery, RunnableOrder, Store, StoreError, share_key,
+    EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError, share_key,
 };
 use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::job::JobStatus;
@@ -306,12 +307,13 @@ pub struct EnvironmentGauge {
 pub struct Gauges {
     /// One per service environment, by name.
     pub environments: Vec<EnvironmentGauge>,
-    /// Per queue: the age of its oldest RUNNABLE job in ms (0 when none), by queue name.
+    /// Per queue: in ms, the age of the oldest RUNNABLE job at the front of a line (of the queue
+    /// for a FIFO queue, of a share for a queue with a policy; 0 when none), by queue name.
     pub oldest_runnable_ms: BTreeMap<String, i64>,
 }
 
-/// Reads the cheap gauges at `now_ms`: environments and their usage documents, and the head of
-/// each queue's RUNNABLE index (one item per queue).
+/// Reads the cheap gauges at `now_ms`: environments and their usage documents, and the first
+/// RUNNABLE job of each queue's shares (one index item per share).
 pub async fn gauges<S: Store>(store: &S, now_ms: i64) -> Result<Gauges, StoreError> {
     let usage: BTreeMap<String, EnvironmentUsage> = store
         .list_documents::<EnvironmentUsage>()
@@ -352,13 +354,16 @@ pub async fn gauges<S: Store>(store: &S, now_ms: i64) -> Result<Gauges, StoreErr
     let mut oldest_runnable_ms = BTreeMap::new();
     for queue in store.list_resources::<JobQueue>().await? {
         let name = queue.value.job_queue_name;
-        let head = store
-            .runnable_jobs(&name, None, RunnableOrder::Fifo, 1)
-            .await?;
-        let age = head.first().map_or(0, |j| {
-            let since = j.value.runnable_at.unwrap_or(j.value.created_at);
-            now_ms.saturating_sub(since).max(0)
-        });
+        // The front of each line: the queue's for a FIFO queue, each share's for one with a
+        // policy (within a share, a higher priority goes first, so its front may not be its
+        // oldest job; a job that waits behind higher priorities waits by design).
+        let mut oldest: Option<i64> = None;
+        for share in store.runnable_shares(&name).await? {
+            for head in store.runnable_heads(&name, &share, 1).await? {
+                oldest = Some(oldest.map_or(head.runnable_at, |o| o.min(head.runnable_at)));
+            }
+        }
+        let age = oldest.map_or(0, |since| now_ms.saturating_sub(since).max(0));
         oldest_runnable_ms.insert(name, age);
     }
     Ok(Gauges {
@@ -845,11 +850,32 @@ mod tests {
                 .build();
             store.insert_job(&j, None).await.unwrap();
         }
+        // A queue with shares: each share's front counts, and within share "a" a higher
+        // priority is in front of the oldest job.
+        store.create_resource(&queue("shared")).await.unwrap();
+        for (id, share, priority, age_ms) in [
+            ("a-high", "a", 9, 10_000),
+            ("a-low", "a", 1, 200_000),
+            ("b-only", "b", 0, 60_000),
+        ] {
+            let j = job(id)
+                .queue("shared")
+                .share(share)
+                .priority(priority)
+                .status(JobStatus::Runnable)
+                .runnable_at(NOW - age_ms)
+                .build();
+            store.insert_job(&j, None).await.unwrap();
+        }
 
         let g = gauges(&store, NOW).await.unwrap();
         assert_eq!(
             g.oldest_runnable_ms,
-            BTreeMap::from([("idle".to_owned(), 0), ("prod".to_owned(), 90_000)])
+            BTreeMap::from([
+                ("idle".to_owned(), 0),
+                ("prod".to_owned(), 90_000),
+                ("shared".to_owned(), 60_000)
+            ])
         );
         let lines = parse(&g.emf_lines("stack-1", NOW));
         for line in &lines {

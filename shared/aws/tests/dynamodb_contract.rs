@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::Client;
-use trainyard_app::ports::{JobQuery, RunnableOrder, Store};
+use trainyard_app::ports::{JobQuery, Store};
 use trainyard_aws::dynamodb::{DynamoStore, create_table};
 
 const ENDPOINT_VARIABLE: &str = "AWS_ENDPOINT_URL_DYNAMODB";
@@ -70,34 +70,50 @@ use trainyard_domain::job::JobStatus;
 
 /// A time window, a cursor and a filter at once: the window and the cursor become one sort-key
 /// range, and the cursor itself is excluded. Every page must hold exactly the jobs of a brute
-/// force over the same rows.
+/// force over the same rows: within one queue, and merged across queues when none is given;
+/// for a status that shares its index group (SCHEDULED, STARTING and RUNNING), only that status.
 #[tokio::test]
 async fn window_cursor_and_filter_together_page_like_a_brute_force() {
     let store = fresh("window_cursor_and_filter");
+    for queue in ["q", "r"] {
+        trainyard_app::contract::ensure_queue(&store, queue).await;
+    }
     let mut all = Vec::new();
     for n in 0..40_i64 {
         let id = format!("j{:02}", (n * 17) % 40);
-        let status = if n % 3 == 0 {
-            JobStatus::Running
-        } else {
-            JobStatus::Runnable
+        let status = match n % 5 {
+            0 | 3 => JobStatus::Running,
+            1 => JobStatus::Scheduled,
+            2 => JobStatus::Starting,
+            _ => JobStatus::Runnable,
         };
-        let j = job(&id).created_at(n / 2).status(status).build();
+        let queue = if n % 7 < 4 { "q" } else { "r" };
+        let j = job(&id)
+            .created_at(n / 2)
+            .status(status)
+            .queue(queue)
+            .build();
         store.insert_job(&j, None).await.unwrap();
         all.push(j);
     }
-    for (after, before, status) in [
-        (Some(3), Some(15), None),
-        (None, Some(10), Some(JobStatus::Runnable)),
-        (Some(18), None, Some(JobStatus::Running)),
-        (Some(12), Some(4), None),
-        (Some(5), Some(6), None),
+    for (queue, after, before, status) in [
+        (None, Some(3), Some(15), None),
+        (Some("q"), None, Some(10), Some(JobStatus::Runnable)),
+        (Some("q"), Some(2), None, Some(JobStatus::Running)),
+        (None, Some(2), None, Some(JobStatus::Running)),
+        (None, None, None, Some(JobStatus::Starting)),
+        (Some("r"), None, None, Some(JobStatus::Scheduled)),
+        (Some("r"), None, None, None),
+        (None, Some(12), Some(4), None),
+        (None, Some(5), Some(6), None),
+        (Some("nowhere"), None, None, None),
     ] {
         let mut expected: Vec<(i64, String)> = all
             .iter()
             .filter(|j| after.is_none_or(|a| j.created_at > a))
             .filter(|j| before.is_none_or(|b| j.created_at < b))
             .filter(|j| status.is_none_or(|s| j.status == s))
+            .filter(|j| queue.is_none_or(|q| j.job_queue == q))
             .map(|j| (j.created_at, j.job_id.clone()))
             .collect();
         expected.sort_by(|a, b| b.cmp(a));
@@ -110,7 +126,7 @@ async fn window_cursor_and_filter_together_page_like_a_brute_force() {
                     created_after: after,
                     created_before: before,
                     status,
-                    queue: status.map(|_| "q".to_owned()),
+                    queue: queue.map(str::to_owned),
                     after: cursor.clone(),
                     ..query(3)
                 })
@@ -124,7 +140,7 @@ async fn window_cursor_and_filter_together_page_like_a_brute_force() {
         }
         assert_eq!(
             paged, expected,
-            "after {after:?} before {before:?} {status:?}"
+            "{queue:?} after {after:?} before {before:?} {status:?}"
         );
     }
 }
@@ -149,10 +165,7 @@ async fn runnable_shares_skip_over_each_shares_backlog() {
     expected.sort();
     assert_eq!(found, expected);
     // A share that is a prefix of another does not pick up the other's jobs.
-    let a = store
-        .runnable_jobs("q", Some("a"), RunnableOrder::Fifo, 100)
-        .await
-        .unwrap();
+    let a = store.runnable_jobs("q", "a", 100).await.unwrap();
     let ids: Vec<String> = a.into_iter().map(|j| j.value.job_id).collect();
     assert_eq!(ids, ["1-0", "1-1", "1-2"]);
 }
@@ -248,6 +261,7 @@ async fn concurrent_lease_takers_leave_exactly_one_holder() {
 async fn a_write_that_changes_the_request_keeps_it_through_update_and_commit() {
     use trainyard_app::ports::Write;
     let store = fresh("request_changes");
+    trainyard_app::contract::ensure_queue(&store, "q").await;
     let mut j = job("j1").build();
     j.service_request_payload = r#"{"TrainingJobName":"first"}"#.to_owned();
     store.insert_job(&j, None).await.unwrap();
@@ -283,10 +297,7 @@ async fn a_write_that_changes_the_request_keeps_it_through_update_and_commit() {
     let listed = store.list_jobs(&query(10)).await.unwrap();
     assert_eq!(listed.items.len(), 1);
     assert_eq!(listed.items[0].value, j);
-    let runnable = store
-        .runnable_jobs("q", None, RunnableOrder::Fifo, 10)
-        .await
-        .unwrap();
+    let runnable = store.runnable_jobs("q", "", 10).await.unwrap();
     assert_eq!(runnable.len(), 1);
     assert_eq!(runnable[0].value, j);
 }
@@ -348,12 +359,9 @@ async fn a_job_item_from_before_the_head_attributes_still_reads_as_a_head() {
         .unwrap();
 
     assert_eq!(store.get_job("a").await.unwrap().unwrap().value, old);
-    for order in [RunnableOrder::Fifo, RunnableOrder::Priority] {
-        let heads = store.runnable_heads("q", None, order, 10).await.unwrap();
-        assert_eq!(
-            heads,
-            vec![RunnableHead::of(&old, 1), RunnableHead::of(&new, 1)],
-            "{order:?}"
-        );
-    }
+    let heads = store.runnable_heads("q", "", 10).await.unwrap();
+    assert_eq!(
+        heads,
+        vec![RunnableHead::of(&old, 1), RunnableHead::of(&new, 1)]
+    );
 }

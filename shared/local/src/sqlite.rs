@@ -34,8 +34,8 @@ use std::time::Duration;
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use trainyard_app::ports::{
-    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
-    RunnableOrder, Store, StoreError, Versioned, Write, share_key,
+    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource, Store,
+    StoreError, Versioned, Write, share_key,
 };
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
@@ -429,25 +429,19 @@ impl SqliteStore {
     fn runnable_jobs_now(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        let order_by = match order {
-            RunnableOrder::Fifo => "runnable_at, job_id",
-            RunnableOrder::Priority => "priority DESC, runnable_at, job_id",
-        };
-        let share_filter = if share.is_some() {
-            "AND share_key = ?3"
-        } else {
-            "AND ?3 IS NULL"
-        };
-        let sql = format!(
+        // The order of `runnable_rank`: priority counts only within a share.
+        let sql = if share.is_empty() {
             "SELECT job_id, version, doc FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
-             {share_filter} ORDER BY {order_by} LIMIT ?2"
-        );
+             AND share_key = ?3 ORDER BY runnable_at, job_id LIMIT ?2"
+        } else {
+            "SELECT job_id, version, doc FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
+             AND share_key = ?3 ORDER BY priority DESC, runnable_at, job_id LIMIT ?2"
+        };
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.query_jobs(&sql, params![queue, limit, share])
+        self.query_jobs(sql, params![queue, limit, share])
     }
 
     fn runnable_shares_now(&self, queue: &str) -> Result<Vec<String>, StoreError> {
@@ -883,12 +877,11 @@ impl Store for SqliteStore {
     async fn runnable_jobs(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         cooperate().await;
-        self.runnable_jobs_now(queue, share, order, limit)
+        self.runnable_jobs_now(queue, share, limit)
     }
 
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {

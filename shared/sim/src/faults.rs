@@ -56,8 +56,8 @@ use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     BackendError, ClientTokenRecord, Clock, Document, EnvironmentUsage, InsertJob, JobQuery,
-    NoEvents, Page, Resource, RunnableOrder, Store, StoreError, TrainingBackend, TrainingJobState,
-    Versioned, Write,
+    NoEvents, Page, Resource, Store, StoreError, TrainingBackend, TrainingJobState, Versioned,
+    Write,
 };
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{CycleConfig, parse_attempt_name};
@@ -508,11 +508,10 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn runnable_jobs(
         &self,
         queue: &str,
-        share: Option<&str>,
-        order: RunnableOrder,
+        share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        self.inner.runnable_jobs(queue, share, order, limit).await
+        self.inner.runnable_jobs(queue, share, limit).await
     }
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         self.inner.runnable_shares(queue).await

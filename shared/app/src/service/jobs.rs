@@ -6,7 +6,6 @@
 //! is this client token new). Scheduling is not here: a job is stored SUBMITTED, moved to
 //! RUNNABLE by [`Service::accept_submitted`], and waits there for the scheduler.
 
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -24,8 +23,8 @@ use trainyard_domain::{ResourceStatus, State};
 
 use crate::error::AppError;
 use crate::ports::{
-    ClientTokenRecord, Event, EventSink, InsertJob, JobQuery, Page, RunnableOrder, Store,
-    StoreError, Versioned, quota_share_key, share_key,
+    ClientTokenRecord, Event, EventSink, InsertJob, JobQuery, Page, Store, StoreError, Versioned,
+    quota_share_key, runnable_rank, share_key,
 };
 use crate::service::Service;
 use trainyard_scheduler::retry::{TerminateAction, terminate_action};
@@ -162,23 +161,6 @@ pub struct QueueSnapshot {
     pub quota_shares: Option<Vec<(String, CapacityUsage)>>,
     /// When the snapshot was taken.
     pub at_ms: i64,
-}
-
-/// The dispatch order of a queue's runnable jobs, as a sort key. Total: it ends on the job id.
-///
-/// FIFO queues go by the time a job became runnable (submission order for fresh jobs); policy
-/// queues put higher `schedulingPriority` first and then go by age. The same order as the
-/// store's runnable index ([`RunnableOrder`]), so that merging each share's head is exact.
-fn dispatch_key(ordering: QueueOrdering, job: &ServiceJob) -> (Reverse<u32>, i64, String) {
-    let priority = match ordering {
-        QueueOrdering::Fifo => 0,
-        QueueOrdering::FairShare | QueueOrdering::QuotaShare => job.priority(),
-    };
-    (
-        Reverse(priority),
-        job.runnable_at.unwrap_or(job.created_at),
-        job.job_id.clone(),
-    )
 }
 
 fn position(job: &ServiceJob) -> QueuePosition {
@@ -560,13 +542,14 @@ impl<S: Store, E: EventSink> Service<S, E> {
         let Some(queue) = self.store.get_resource::<JobQueue>(&job.job_queue).await? else {
             return Ok(None);
         };
-        let (share, order) = match queue.value.scheduling_policy {
-            None => (None, RunnableOrder::Fifo),
-            Some(_) => (Some(share_key(job)), RunnableOrder::Priority),
-        };
+        let share = queue
+            .value
+            .scheduling_policy
+            .as_ref()
+            .map(|_| share_key(job));
         let ahead = self
             .store
-            .runnable_jobs(&job.job_queue, share, order, POSITION_SCAN_LIMIT)
+            .runnable_jobs(&job.job_queue, share_key(job), POSITION_SCAN_LIMIT)
             .await?;
         Ok(ahead
             .iter()
@@ -724,21 +707,15 @@ impl<S: Store, E: EventSink> Service<S, E> {
     ) -> Result<Vec<ServiceJob>, AppError> {
         let mut jobs = Vec::new();
         if ordering == QueueOrdering::Fifo {
-            jobs = self
-                .store
-                .runnable_jobs(queue, None, RunnableOrder::Fifo, limit)
-                .await?;
+            jobs = self.store.runnable_jobs(queue, "", limit).await?;
         } else {
             for share in self.store.runnable_shares(queue).await? {
-                let head = self
-                    .store
-                    .runnable_jobs(queue, Some(&share), RunnableOrder::Priority, limit)
-                    .await?;
+                let head = self.store.runnable_jobs(queue, &share, limit).await?;
                 jobs.extend(head);
             }
         }
         let mut jobs: Vec<ServiceJob> = jobs.into_iter().map(|v| v.value).collect();
-        jobs.sort_by_cached_key(|job| dispatch_key(ordering, job));
+        jobs.sort_by(|a, b| runnable_rank(a).cmp(&runnable_rank(b)));
         Ok(jobs)
     }
 
@@ -823,7 +800,7 @@ mod tests {
 
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::ports::{Document, NoEvents, Resource, RunnableOrder, Write};
+    use crate::ports::{Document, NoEvents, Resource, Write};
     use crate::testing::{ManualClock, SequentialIds};
     use trainyard_domain::arn::ArnContext;
     use trainyard_domain::payload::TrainingRequest;
@@ -914,11 +891,10 @@ mod tests {
         fn runnable_jobs(
             &self,
             queue: &str,
-            share: Option<&str>,
-            order: RunnableOrder,
+            share: &str,
             limit: usize,
         ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send {
-            self.inner.runnable_jobs(queue, share, order, limit)
+            self.inner.runnable_jobs(queue, share, limit)
         }
         fn runnable_shares(
             &self,
@@ -1030,8 +1006,16 @@ mod tests {
         }
     }
 
+    /// The jobs' ids in line, submitted to a queue of `ordering` (so with a share, or not).
     fn order(ordering: QueueOrdering, mut jobs: Vec<ServiceJob>) -> Vec<String> {
-        jobs.sort_by_cached_key(|j| dispatch_key(ordering, j));
+        for job in &mut jobs {
+            match ordering {
+                QueueOrdering::Fifo => {}
+                QueueOrdering::FairShare => job.share_identifier = Some("s".into()),
+                QueueOrdering::QuotaShare => job.quota_share_name = Some("s".into()),
+            }
+        }
+        jobs.sort_by(|a, b| runnable_rank(a).cmp(&runnable_rank(b)));
         jobs.into_iter().map(|j| j.job_id).collect()
     }
 
@@ -1087,9 +1071,11 @@ mod tests {
             Arc::new(SequentialIds::default()),
             ArnContext::default(),
         );
-        // 600 RUNNABLE jobs over 4 shares (one of them unnamed), with repeated priorities and
-        // times so that ties are broken by the id; more than `limit` in every share.
-        let mut all = Vec::new();
+        // 600 RUNNABLE jobs in a fair-share queue over 4 shares, and the same 600 without shares
+        // in a FIFO queue, with repeated priorities and times so that ties are broken by the id;
+        // more than `limit` in every share.
+        let mut shared = Vec::new();
+        let mut fifo = Vec::new();
         for i in 0..600_i64 {
             let mut j = job(
                 &format!("job-{:03}", (i * 37) % 600),
@@ -1097,18 +1083,25 @@ mod tests {
                 i / 7,
                 Some(i / 5),
             );
-            j.share_identifier = ["a", "b", "c"]
-                .get((i % 4) as usize)
-                .map(|s| (*s).to_owned());
-            service.store.insert_job(&j, None).await.unwrap();
-            all.push(j);
+            let mut plain = j.clone();
+            plain.job_queue = "fifo".into();
+            plain.job_id = format!("fifo-{}", j.job_id);
+            j.share_identifier = Some(["a", "b", "c", "d"][(i % 4) as usize].to_owned());
+            for j in [&j, &plain] {
+                service.store.insert_job(j, None).await.unwrap();
+            }
+            shared.push(j);
+            fifo.push(plain);
         }
-        for (ordering, limit) in [
-            (QueueOrdering::FairShare, 100),
-            (QueueOrdering::FairShare, 7),
-            (QueueOrdering::Fifo, 100),
+        for (queue, ordering, limit, all) in [
+            ("q", QueueOrdering::FairShare, 100, &shared),
+            ("q", QueueOrdering::FairShare, 7, &shared),
+            ("fifo", QueueOrdering::Fifo, 100, &fifo),
         ] {
-            let front = service.front_runnable("q", ordering, limit).await.unwrap();
+            let front = service
+                .front_runnable(queue, ordering, limit)
+                .await
+                .unwrap();
             let got: Vec<String> = front.iter().take(limit).map(|j| j.job_id.clone()).collect();
             let mut want = order(ordering, all.clone());
             want.truncate(limit);

@@ -55,9 +55,8 @@ use trainyard_scheduler::{
 
 use crate::error::AppError;
 use crate::ports::{
-    BackendError, CapacityHolder, EnvironmentUsage, EventSink, RunnableHead, RunnableOrder,
-    ShareUsageRecord, Store, StoreError, TrainingBackend, TrainingJobState, TrainingStatus,
-    Versioned, Write,
+    BackendError, CapacityHolder, EnvironmentUsage, EventSink, RunnableHead, ShareUsageRecord,
+    Store, StoreError, TrainingBackend, TrainingJobState, TrainingStatus, Versioned, Write,
 };
 use crate::service::Service;
 
@@ -653,18 +652,10 @@ impl<S: Store, E: EventSink> Service<S, E> {
             // One list per share (one for a FIFO queue).
             let mut heads = Vec::new();
             match policy {
-                QueuePolicy::Fifo => heads.push(
-                    self.store
-                        .runnable_heads(&name, None, RunnableOrder::Fifo, limit)
-                        .await?,
-                ),
+                QueuePolicy::Fifo => heads.push(self.store.runnable_heads(&name, "", limit).await?),
                 QueuePolicy::FairShare(_) | QueuePolicy::QuotaShare(_) => {
                     for share in self.store.runnable_shares(&name).await? {
-                        heads.push(
-                            self.store
-                                .runnable_heads(&name, Some(&share), RunnableOrder::Priority, limit)
-                                .await?,
-                        );
+                        heads.push(self.store.runnable_heads(&name, &share, limit).await?);
                     }
                 }
             }

@@ -80,22 +80,17 @@ const ATTRIBUTE_FIELDS: [(&str, &str); 3] = [
     ("notBefore", NOT_BEFORE),
 ];
 
-/// Runnable indexes: partition attribute (the queue; present only while RUNNABLE).
+/// Runnable index: partition attribute (the queue; present only while RUNNABLE).
 pub(crate) const RUNNABLE_QUEUE: &str = "rq";
-const RUNNABLE_FIFO_SK: &str = "rfifo";
-const RUNNABLE_PRIORITY_SK: &str = "rprio";
-pub(crate) const RUNNABLE_SHARE_FIFO_SK: &str = "rsfifo";
-const RUNNABLE_SHARE_PRIORITY_SK: &str = "rsprio";
+/// Runnable index: sort attribute, the job's place in its share's line (see [`runnable_key`]).
+pub(crate) const RUNNABLE_SK: &str = "rk";
 
-/// Listing indexes: partitions by queue, queue#status, status and everything; one sort key.
+/// Listing indexes: partitions by queue and by queue and status group ([`queue_status`]); one
+/// sort key. A listing without a queue reads every queue's partition.
 pub(crate) const LIST_QUEUE: &str = "lq";
 pub(crate) const LIST_QUEUE_STATUS: &str = "lqs";
-pub(crate) const LIST_STATUS: &str = "ls";
-pub(crate) const LIST_ALL: &str = "la";
 /// `{created_at}#{job_id}`, newest first when read backwards.
 pub(crate) const LIST_SK: &str = "lsk";
-/// The single partition value of the `by-created` index.
-pub(crate) const LIST_ALL_VALUE: &str = "JOBS";
 
 /// Dispatched index: partition attribute, present only while SCHEDULED, STARTING or RUNNING.
 pub(crate) const DISPATCHED: &str = "dp";
@@ -104,22 +99,13 @@ pub(crate) const DISPATCHED_VALUE: &str = "DISPATCHED";
 
 /// Index names.
 pub(crate) mod index {
-    /// A queue's RUNNABLE jobs by runnable time, then id.
-    pub(crate) const RUNNABLE_FIFO: &str = "runnable-fifo";
-    /// A queue's RUNNABLE jobs by priority descending, runnable time, id.
-    pub(crate) const RUNNABLE_PRIORITY: &str = "runnable-priority";
-    /// A queue's RUNNABLE jobs by share, then runnable time, id.
-    pub(crate) const RUNNABLE_SHARE_FIFO: &str = "runnable-share-fifo";
-    /// A queue's RUNNABLE jobs by share, then priority descending, runnable time, id.
-    pub(crate) const RUNNABLE_SHARE_PRIORITY: &str = "runnable-share-priority";
+    /// A queue's RUNNABLE jobs by share, then in line: priority descending (within a share),
+    /// runnable time, id.
+    pub(crate) const RUNNABLE: &str = "runnable";
     /// Jobs of a queue by creation.
     pub(crate) const BY_QUEUE: &str = "by-queue";
-    /// Jobs of a queue in a status by creation.
+    /// Jobs of a queue in a status group by creation.
     pub(crate) const BY_QUEUE_STATUS: &str = "by-queue-status";
-    /// Jobs in a status by creation.
-    pub(crate) const BY_STATUS: &str = "by-status";
-    /// Every job by creation.
-    pub(crate) const BY_CREATED: &str = "by-created";
     /// Jobs holding capacity, by id.
     pub(crate) const DISPATCHED: &str = "dispatched";
 }
@@ -140,11 +126,11 @@ pub(crate) enum Projected {
     Include(&'static [&'static str]),
 }
 
-/// What the runnable indexes project: with their keys (queue, and the runnable time in every
-/// sort key), everything a [`RunnableHead`] holds, the version included, so that a write based
-/// on a head is still version-checked. Small (about 300 bytes an entry, one write unit), but it
-/// changes with every write of a RUNNABLE job (the version does), so such a write now rewrites
-/// the job's four runnable entries: one write unit each (`docs/storage-dynamodb.md`).
+/// What the runnable index projects: with its keys (queue, and the runnable time in the sort
+/// key), everything a [`RunnableHead`] holds, the version included, so that a write based on a
+/// head is still version-checked. Small (about 300 bytes an entry, one write unit), but it
+/// changes with every write of a RUNNABLE job (the version does), so such a write also rewrites
+/// the job's runnable entry: one write unit (`docs/storage-dynamodb.md`).
 pub(crate) const HEAD_ATTRIBUTES: &[&str] = &[
     JOB_ID,
     VERSION,
@@ -162,29 +148,11 @@ pub(crate) const HEAD_ATTRIBUTES: &[&str] = &[
 pub(crate) const LIST_FILTERS: &[&str] = &[SHARE_IDENTIFIER, QUOTA_SHARE_NAME, NAME_LOWER];
 
 /// Every global secondary index: (name, partition attribute, sort attribute, projection).
-pub(crate) const INDEXES: [(&str, &str, &str, Projected); 9] = [
+pub(crate) const INDEXES: [(&str, &str, &str, Projected); 4] = [
     (
-        index::RUNNABLE_FIFO,
+        index::RUNNABLE,
         RUNNABLE_QUEUE,
-        RUNNABLE_FIFO_SK,
-        Projected::Include(HEAD_ATTRIBUTES),
-    ),
-    (
-        index::RUNNABLE_PRIORITY,
-        RUNNABLE_QUEUE,
-        RUNNABLE_PRIORITY_SK,
-        Projected::Include(HEAD_ATTRIBUTES),
-    ),
-    (
-        index::RUNNABLE_SHARE_FIFO,
-        RUNNABLE_QUEUE,
-        RUNNABLE_SHARE_FIFO_SK,
-        Projected::Include(HEAD_ATTRIBUTES),
-    ),
-    (
-        index::RUNNABLE_SHARE_PRIORITY,
-        RUNNABLE_QUEUE,
-        RUNNABLE_SHARE_PRIORITY_SK,
+        RUNNABLE_SK,
         Projected::Include(HEAD_ATTRIBUTES),
     ),
     (
@@ -196,18 +164,6 @@ pub(crate) const INDEXES: [(&str, &str, &str, Projected); 9] = [
     (
         index::BY_QUEUE_STATUS,
         LIST_QUEUE_STATUS,
-        LIST_SK,
-        Projected::Include(LIST_FILTERS),
-    ),
-    (
-        index::BY_STATUS,
-        LIST_STATUS,
-        LIST_SK,
-        Projected::Include(LIST_FILTERS),
-    ),
-    (
-        index::BY_CREATED,
-        LIST_ALL,
         LIST_SK,
         Projected::Include(LIST_FILTERS),
     ),
@@ -243,10 +199,28 @@ fn parse_sortable_time(text: &str) -> Option<i64> {
     Some((bits ^ (1_u64 << 63)).cast_signed())
 }
 
-/// Reads an `lsk` back into the creation time and job id it was built from.
-pub(crate) fn parse_list_sort_key(key: &str) -> Option<(i64, String)> {
-    let (time, id) = key.split_once(SEP)?;
-    Some((parse_sortable_time(time)?, id.to_owned()))
+/// A RUNNABLE job's place in the runnable index, in the order of
+/// [`runnable_rank`](trainyard_app::ports::runnable_rank) within its share:
+/// `{share}#{invPriority}#{runnableAt}#{jobId}`, or `#{runnableAt}#{jobId}` for a job without a
+/// share (a FIFO queue's: priority does not count there). Grouped by share first, so a share's
+/// line is one key prefix (`{share}#`) and [`runnable_shares`] can skip from share to share.
+///
+/// [`runnable_shares`]: trainyard_app::ports::Store::runnable_shares
+pub(crate) fn runnable_key(job: &ServiceJob) -> String {
+    let share = share_key(job);
+    let time = sortable_time(job.runnable_at.unwrap_or(job.created_at));
+    let id = &job.job_id;
+    if share.is_empty() {
+        format!("{SEP}{time}{SEP}{id}")
+    } else {
+        let priority = inverted_priority(job.priority());
+        format!("{share}{SEP}{priority}{SEP}{time}{SEP}{id}")
+    }
+}
+
+/// The key prefix of a share's line in the runnable index.
+pub(crate) fn runnable_prefix(share: &str) -> String {
+    format!("{share}{SEP}")
 }
 
 /// The partition key of a job.
@@ -276,9 +250,21 @@ pub(crate) fn document_pk(kind: &str) -> String {
     format!("DOC{SEP}{kind}")
 }
 
-/// The `lqs` value: queue and status.
+/// The `lqs` value: the queue and the status's group. SCHEDULED, STARTING and RUNNING share
+/// one group, `DISPATCHED`: a job's entry stays put (and costs no index write) on its way from
+/// SCHEDULED to RUNNING, and a listing of one of them reads the group (no larger than the jobs
+/// holding capacity) and keeps the jobs in that status. Every other status is its own group.
 pub(crate) fn queue_status(queue: &str, status: JobStatus) -> String {
-    format!("{queue}{SEP}{}", status.as_str())
+    format!("{queue}{SEP}{}", status_group(status))
+}
+
+/// The group of `status` in the `by-queue-status` index (see [`queue_status`]).
+pub(crate) fn status_group(status: JobStatus) -> &'static str {
+    if status.is_dispatched() {
+        "DISPATCHED"
+    } else {
+        status.as_str()
+    }
 }
 
 pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
@@ -387,28 +373,10 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
         LIST_QUEUE_STATUS,
         s(queue_status(&job.job_queue, job.status)),
     );
-    put(LIST_STATUS, s(job.status.as_str()));
-    put(LIST_ALL, s(LIST_ALL_VALUE));
     put(LIST_SK, s(list_sort_key(job.created_at, &job.job_id)));
     if job.status == JobStatus::Runnable {
-        let share = share_key(job);
-        let time = sortable_time(job.runnable_at.unwrap_or(job.created_at));
-        let priority = inverted_priority(job.priority());
-        let id = &job.job_id;
         put(RUNNABLE_QUEUE, s(&job.job_queue));
-        put(RUNNABLE_FIFO_SK, s(format!("{time}{SEP}{id}")));
-        put(
-            RUNNABLE_PRIORITY_SK,
-            s(format!("{priority}{SEP}{time}{SEP}{id}")),
-        );
-        put(
-            RUNNABLE_SHARE_FIFO_SK,
-            s(format!("{share}{SEP}{time}{SEP}{id}")),
-        );
-        put(
-            RUNNABLE_SHARE_PRIORITY_SK,
-            s(format!("{share}{SEP}{priority}{SEP}{time}{SEP}{id}")),
-        );
+        put(RUNNABLE_SK, s(runnable_key(job)));
     }
     if matches!(
         job.status,
@@ -483,24 +451,9 @@ pub(crate) fn item_version(key: &str, item: &Item) -> Result<u64, StoreError> {
     })
 }
 
-/// The runnable index and sort attribute for an order, with or without a share.
-pub(crate) fn runnable_index(
-    order: trainyard_app::ports::RunnableOrder,
-    by_share: bool,
-) -> (&'static str, &'static str) {
-    use trainyard_app::ports::RunnableOrder::{Fifo, Priority};
-    match (order, by_share) {
-        (Fifo, false) => (index::RUNNABLE_FIFO, RUNNABLE_FIFO_SK),
-        (Priority, false) => (index::RUNNABLE_PRIORITY, RUNNABLE_PRIORITY_SK),
-        (Fifo, true) => (index::RUNNABLE_SHARE_FIFO, RUNNABLE_SHARE_FIFO_SK),
-        (Priority, true) => (index::RUNNABLE_SHARE_PRIORITY, RUNNABLE_SHARE_PRIORITY_SK),
-    }
-}
-
-/// The [`RunnableHead`] an item of a runnable index describes, `sort` being that index's sort
-/// attribute; `None` for the entry of a job item written before the head attributes (no
-/// [`INSTANCES`]), which the reader must read whole.
-pub(crate) fn runnable_head(item: &Item, sort: &str) -> Result<Option<RunnableHead>, StoreError> {
+/// The [`RunnableHead`] an item of the runnable index describes; `None` for the entry of a job
+/// item written before the head attributes (no [`INSTANCES`]), which the reader must read whole.
+pub(crate) fn runnable_head(item: &Item) -> Result<Option<RunnableHead>, StoreError> {
     let key = match item.get(PK) {
         Some(AttributeValue::S(pk)) => pk.clone(),
         _ => "(a runnable index entry without a key)".to_owned(),
@@ -530,14 +483,14 @@ pub(crate) fn runnable_head(item: &Item, sort: &str) -> Result<Option<RunnableHe
         Some(AttributeValue::S(value)) => Ok(Some(value.clone())),
         Some(other) => Err(corrupt(format!("{name} is not a string: {other:?}"))),
     };
-    // Every runnable sort key ends `{runnableAt}#{jobId}` (ids and the fields before never
+    // The runnable sort key ends `{runnableAt}#{jobId}` (ids and the fields before never
     // contain the separator), and `runnableAt` there already falls back to `createdAt`.
-    let sort_key = text(&key, item, sort)?;
+    let sort_key = text(&key, item, RUNNABLE_SK)?;
     let runnable_at = sort_key
         .rsplit(SEP)
         .nth(1)
         .and_then(parse_sortable_time)
-        .ok_or_else(|| corrupt(format!("{sort} {sort_key} has no runnable time")))?;
+        .ok_or_else(|| corrupt(format!("{RUNNABLE_SK} {sort_key} has no runnable time")))?;
     Ok(Some(RunnableHead {
         job_id: text(&key, item, JOB_ID)?.into(),
         job_queue: text(&key, item, RUNNABLE_QUEUE)?.into(),
@@ -783,22 +736,6 @@ mod tests {
     }
 
     #[test]
-    fn list_sort_keys_read_back_to_their_time_and_id() {
-        for (time, id) in [
-            (0, "a"),
-            (-5, "b-1"),
-            (1_700_000_000_000, "uuid-x"),
-            (i64::MAX, "z"),
-        ] {
-            assert_eq!(
-                parse_list_sort_key(&list_sort_key(time, id)),
-                Some((time, id.to_owned()))
-            );
-        }
-        assert_eq!(parse_list_sort_key("not a key"), None);
-    }
-
-    #[test]
     fn a_job_splits_into_its_own_item_and_a_request_item_and_reads_back_whole() {
         let mut job = trainyard_app::contract::job("j1").build();
         job.service_request_payload = r#"{"TrainingJobName":"x","Hyper":"y"}"#.to_owned();
@@ -837,28 +774,21 @@ mod tests {
         assert_eq!(decode_job(&whole, None).unwrap().value, job);
     }
 
-    /// A runnable job's item, as a runnable index would hold it: the table's keys, the index's
+    /// A runnable job's item, as the runnable index holds it: the table's keys, the index's
     /// keys and the projected attributes.
-    fn entry(job: &ServiceJob, version: u64, order: RunnableOrder, by_share: bool) -> Item {
+    fn entry(job: &ServiceJob, version: u64) -> Item {
         let item = job_items(job, version).unwrap().job;
-        let (_, sort) = runnable_index(order, by_share);
-        let projected = INDEXES
-            .iter()
-            .find(|(_, _, range, _)| *range == sort)
-            .map(|(_, _, _, projected)| *projected)
-            .unwrap();
-        let Projected::Include(attributes) = projected else {
-            panic!("{sort}: a runnable index projects the head attributes");
+        let Projected::Include(attributes) = INDEXES[0].3 else {
+            panic!("the runnable index projects the head attributes");
         };
+        assert_eq!(INDEXES[0].0, index::RUNNABLE);
         item.into_iter()
             .filter(|(name, _)| {
-                [PK, SK, RUNNABLE_QUEUE, sort].contains(&name.as_str())
+                [PK, SK, RUNNABLE_QUEUE, RUNNABLE_SK].contains(&name.as_str())
                     || attributes.contains(&name.as_str())
             })
             .collect()
     }
-
-    use trainyard_app::ports::RunnableOrder;
 
     #[test]
     fn every_runnable_index_entry_reads_back_as_the_jobs_head() {
@@ -879,33 +809,66 @@ mod tests {
             .collect();
         let mut never_runnable_at = job("created").created_at(77).share("s").build();
         never_runnable_at.runnable_at = None;
-        for job in [bare, detailed, never_runnable_at] {
-            for order in [RunnableOrder::Fifo, RunnableOrder::Priority] {
-                for by_share in [false, true] {
-                    let entry = entry(&job, 5, order, by_share);
-                    let (_, sort) = runnable_index(order, by_share);
+        let fifo_with_priority = job("fifo").runnable_at(5).priority(3).build();
+        for job in [bare, detailed, never_runnable_at, fifo_with_priority] {
+            assert_eq!(
+                runnable_head(&entry(&job, 5)).unwrap(),
+                Some(RunnableHead::of(&job, 5)),
+                "{}",
+                job.job_id
+            );
+        }
+    }
+
+    #[test]
+    fn runnable_keys_sort_like_the_line_and_group_by_share() {
+        use trainyard_app::contract::job;
+        use trainyard_app::ports::runnable_rank;
+        let jobs = [
+            job("a").runnable_at(30).priority(1).share("s1").build(),
+            job("b").runnable_at(10).share("s1").build(),
+            job("c").runnable_at(20).priority(5).share("s1").build(),
+            job("d").runnable_at(20).priority(5).share("s1").build(),
+            job("e")
+                .runnable_at(-1)
+                .priority(u32::MAX)
+                .share("s1")
+                .build(),
+            job("f").runnable_at(30).build(),
+            job("g").runnable_at(20).priority(9).build(),
+            job("h").runnable_at(-20).build(),
+        ];
+        for x in &jobs {
+            for y in &jobs {
+                if share_key(x) == share_key(y) {
                     assert_eq!(
-                        runnable_head(&entry, sort).unwrap(),
-                        Some(RunnableHead::of(&job, 5)),
-                        "{} {order:?} {by_share}",
-                        job.job_id
+                        runnable_key(x).cmp(&runnable_key(y)),
+                        runnable_rank(x).cmp(&runnable_rank(y)),
+                        "{} vs {}",
+                        x.job_id,
+                        y.job_id
                     );
                 }
+                assert!(runnable_key(x).starts_with(&runnable_prefix(share_key(x))));
             }
         }
+        // A share's line is one prefix: a longer share starting with its name sorts apart.
+        let short = job("x").share("s").build();
+        let long = job("y").share("s1").build();
+        assert!(!runnable_key(&long).starts_with(&runnable_prefix(share_key(&short))));
     }
 
     #[test]
     fn an_entry_from_before_the_head_attributes_asks_to_be_read_whole() {
         let job = trainyard_app::contract::job("old").build();
-        let mut item = entry(&job, 2, RunnableOrder::Fifo, false);
+        let mut item = entry(&job, 2);
         item.remove(INSTANCES);
-        assert_eq!(runnable_head(&item, RUNNABLE_FIFO_SK).unwrap(), None);
+        assert_eq!(runnable_head(&item).unwrap(), None);
         // A broken entry is corrupt, not a head with a guessed field.
-        let mut broken = entry(&job, 2, RunnableOrder::Fifo, false);
+        let mut broken = entry(&job, 2);
         broken.insert(PRIORITY.to_owned(), s("high"));
         assert!(matches!(
-            runnable_head(&broken, RUNNABLE_FIFO_SK),
+            runnable_head(&broken),
             Err(StoreError::Corrupt { .. })
         ));
     }
