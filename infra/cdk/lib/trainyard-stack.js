@@ -25,7 +25,6 @@ const sqs = require('aws-cdk-lib/aws-sqs');
  * what a scheduling cycle's heads need (so it reads them alone), the listing indexes the
  * attributes ListServiceJobs filters on; other readers fetch jobs with BatchGetItem.
  */
-const KEYS_ONLY = { projectionType: 'KEYS_ONLY' };
 const HEADS = {
   projectionType: 'INCLUDE',
   nonKeyAttributes: [
@@ -36,11 +35,15 @@ const LISTING = {
   projectionType: 'INCLUDE',
   nonKeyAttributes: ['share_identifier', 'quota_share_name', 'name_lower'],
 };
+// The status listing also filters its dispatched partition (every queue's) on the queue.
+const STATUS_LISTING = {
+  projectionType: 'INCLUDE',
+  nonKeyAttributes: ['share_identifier', 'quota_share_name', 'name_lower', 'lq'],
+};
 const INDEXES = [
   ['runnable', 'rq', 'rk', HEADS],
   ['by-queue', 'lq', 'lsk', LISTING],
-  ['by-queue-status', 'lqs', 'lsk', LISTING],
-  ['dispatched', 'dp', 'job_id', KEYS_ONLY],
+  ['by-queue-status', 'lqs', 'lsk', STATUS_LISTING],
 ];
 
 const DLQ_RETENTION_SECONDS = 1209600;

@@ -629,8 +629,8 @@ impl DynamoStore {
         Ok(items)
     }
 
-    /// A page of jobs, newest first. With a queue, one listing index partition is read; without
-    /// one, every queue's, and the pages are merged. A partition is read a page of index entries
+    /// A page of jobs, newest first. With a queue, or a status of a job holding capacity, one
+    /// listing index partition is read; otherwise every queue's, and the pages are merged. A partition is read a page of index entries
     /// at a time, each page's jobs fetched, until `limit + 1` jobs are kept (the extra one says
     /// that a next page exists) or the partition ends.
     async fn list_jobs_now(
@@ -639,18 +639,21 @@ impl DynamoStore {
     ) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         let limit = query.limit.max(1);
         let wanted = limit.saturating_add(1);
-        let mut found = match &query.queue {
-            Some(queue) => self.list_queue_jobs(queue, query, wanted).await?,
-            None => {
-                let mut found = Vec::new();
-                for queue in self.queue_names().await? {
-                    found.extend(self.list_queue_jobs(&queue, query, wanted).await?);
-                }
-                // Newest first across queues, as within each.
-                found.sort_by(|(a, _), (b, _)| b.cmp(a));
-                found
+        let queues = match (&query.queue, query.status) {
+            (None, status) if !status.is_some_and(JobStatus::is_dispatched) => {
+                self.queue_names().await?
             }
+            _ => Vec::new(),
         };
+        let plans = ListPlan::for_query(query, &queues);
+        let mut found = Vec::new();
+        for plan in &plans {
+            found.extend(self.list_partition_jobs(plan, query, wanted).await?);
+        }
+        if plans.len() > 1 {
+            // Newest first across queues, as within each.
+            found.sort_by(|(a, _), (b, _)| b.cmp(a));
+        }
         found.truncate(wanted);
         let more = found.len() > limit;
         found.truncate(limit);
@@ -678,17 +681,16 @@ impl DynamoStore {
             .collect()
     }
 
-    /// Up to `wanted` jobs of `queue` that match `query`, newest first, each with its listing
-    /// sort key. Jobs are kept by what the table says, not the (eventually consistent) index: a
-    /// job whose status left the query's since the index was read, or that shares a status group
-    /// with it (`DISPATCHED`), is passed over.
-    async fn list_queue_jobs(
+    /// Up to `wanted` jobs of `plan`'s partition that match `query`, newest first, each with its
+    /// listing sort key. Jobs are kept by what the table says, not the (eventually consistent)
+    /// index: a job whose status left the query's since the index was read, or that shares the
+    /// dispatched partition with it, is passed over.
+    async fn list_partition_jobs(
         &self,
-        queue: &str,
+        plan: &ListPlan,
         query: &JobQuery,
         wanted: usize,
     ) -> Result<Vec<(String, Versioned<ServiceJob>)>, StoreError> {
-        let plan = ListPlan::new(queue, query);
         let mut kept: Vec<(String, Versioned<ServiceJob>)> = Vec::new();
         let mut start: StartKey = None;
         loop {
@@ -874,6 +876,8 @@ impl DynamoStore {
         Ok(shares)
     }
 
+    /// The dispatched partition of `by-queue-status` (every queue's jobs holding capacity), the
+    /// jobs fetched, by id.
     async fn dispatched_jobs_now(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         let client = &self.client;
         let table = &self.table;
@@ -883,9 +887,9 @@ impl DynamoStore {
                     client
                         .query()
                         .table_name(table)
-                        .index_name(schema::index::DISPATCHED)
-                        .key_condition_expression("dp = :d")
-                        .expression_attribute_values(":d", s(schema::DISPATCHED_VALUE))
+                        .index_name(schema::index::BY_QUEUE_STATUS)
+                        .key_condition_expression("lqs = :d")
+                        .expression_attribute_values(":d", s(schema::DISPATCHED_PARTITION))
                         .set_exclusive_start_key(start)
                 },
                 usize::MAX,
@@ -893,17 +897,13 @@ impl DynamoStore {
             )
             .await?;
         let mut jobs = self.fetch_jobs(&items).await?;
-        jobs.retain(|job| {
-            matches!(
-                job.value.status,
-                JobStatus::Scheduled | JobStatus::Starting | JobStatus::Running
-            )
-        });
+        jobs.retain(|job| job.value.status.is_dispatched());
+        jobs.sort_by(|a, b| a.value.job_id.cmp(&b.value.job_id));
         Ok(jobs)
     }
 }
 
-/// How a `list_jobs` query reads one queue: which index, its key condition, the filters
+/// How a `list_jobs` query reads one index partition: which index, its key condition, the filters
 /// DynamoDB applies after reading, and the placeholders they use.
 struct ListPlan {
     index: &'static str,
@@ -916,20 +916,35 @@ struct ListPlan {
 }
 
 impl ListPlan {
-    /// Picks the index for the query's status (none: `by-queue`; one: its group of
-    /// `by-queue-status`), turns the time window and the cursor into a sort-key range, and the
-    /// other fields into filters.
-    fn new(queue: &str, query: &JobQuery) -> Self {
+    /// The plans that together read what `query` asks for: one partition when the query names
+    /// a queue or a status of a job holding capacity (their partition is every queue's), else
+    /// one per queue in `queues`.
+    fn for_query(query: &JobQuery, queues: &[String]) -> Vec<Self> {
+        match (&query.queue, query.status) {
+            (queue, Some(status)) if status.is_dispatched() => {
+                vec![Self::new(queue.as_deref(), query)]
+            }
+            (Some(queue), _) => vec![Self::new(Some(queue), query)],
+            (None, _) => queues.iter().map(|q| Self::new(Some(q), query)).collect(),
+        }
+    }
+
+    /// Picks the index for the queue and status (no status: `by-queue`; a status: its
+    /// `by-queue-status` partition, filtered on the queue when that partition is the dispatched
+    /// jobs'), turns the time window and the cursor into a sort-key range, and the other fields
+    /// into filters. `queue` may be `None` only with a dispatched status.
+    fn new(queue: Option<&str>, query: &JobQuery) -> Self {
+        let queue_name = queue.unwrap_or_default();
         let (index, partition_attr, partition) = match query.status {
             Some(status) => (
                 schema::index::BY_QUEUE_STATUS,
                 schema::LIST_QUEUE_STATUS,
-                schema::queue_status(queue, status),
+                schema::status_partition(queue_name, status),
             ),
             None => (
                 schema::index::BY_QUEUE,
                 schema::LIST_QUEUE,
-                queue.to_owned(),
+                queue_name.to_owned(),
             ),
         };
         let mut plan = Self {
@@ -982,6 +997,12 @@ impl ListPlan {
         // DynamoDB refuses a placeholder that no expression uses.
         if plan.key_condition.contains("#k") || plan.filter.iter().any(|f| f.contains("#k")) {
             plan.names.push(("#k", schema::LIST_SK));
+        }
+        if let (Some(queue), Some(status)) = (queue, query.status)
+            && status.is_dispatched()
+        {
+            plan.filter.push("lq = :queue");
+            plan.values.push((":queue", s(queue)));
         }
         if let Some(share) = &query.share_identifier {
             plan.filter.push("share_identifier = :share");

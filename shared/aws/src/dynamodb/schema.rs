@@ -85,17 +85,12 @@ pub(crate) const RUNNABLE_QUEUE: &str = "rq";
 /// Runnable index: sort attribute, the job's place in its share's line (see [`runnable_key`]).
 pub(crate) const RUNNABLE_SK: &str = "rk";
 
-/// Listing indexes: partitions by queue and by queue and status group ([`queue_status`]); one
-/// sort key. A listing without a queue reads every queue's partition.
+/// Listing indexes: partitions by queue and by status group ([`status_partition`]); one sort
+/// key. A listing without a queue reads every queue's partition.
 pub(crate) const LIST_QUEUE: &str = "lq";
 pub(crate) const LIST_QUEUE_STATUS: &str = "lqs";
 /// `{created_at}#{job_id}`, newest first when read backwards.
 pub(crate) const LIST_SK: &str = "lsk";
-
-/// Dispatched index: partition attribute, present only while SCHEDULED, STARTING or RUNNING.
-pub(crate) const DISPATCHED: &str = "dp";
-/// The single partition value of the `dispatched` index.
-pub(crate) const DISPATCHED_VALUE: &str = "DISPATCHED";
 
 /// Index names.
 pub(crate) mod index {
@@ -104,26 +99,9 @@ pub(crate) mod index {
     pub(crate) const RUNNABLE: &str = "runnable";
     /// Jobs of a queue by creation.
     pub(crate) const BY_QUEUE: &str = "by-queue";
-    /// Jobs of a queue in a status group by creation.
+    /// Jobs of a queue in a status, by creation; the jobs holding capacity (SCHEDULED, STARTING
+    /// and RUNNING, of every queue) by creation.
     pub(crate) const BY_QUEUE_STATUS: &str = "by-queue-status";
-    /// Jobs holding capacity, by id.
-    pub(crate) const DISPATCHED: &str = "dispatched";
-}
-
-/// What an index holds besides the keys (the table's `pk`/`sk` and its own).
-///
-/// No index holds the job's document: an index copy is written on every change of the item it
-/// copies, at the size of that copy, so whole-item copies made each job write cost a write unit
-/// per KB per index. Readers of the listing and dispatched indexes take the keys from the index
-/// and fetch the items from the table (`BatchGetItem`); the runnable indexes hold the head
-/// attributes, so the cycle reads them alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Projected {
-    /// Only the keys: the dispatched index, read for its keys alone.
-    KeysOnly,
-    /// The keys and these attributes: the listing indexes (their queries filter on them) and the
-    /// runnable indexes (the heads are made of them).
-    Include(&'static [&'static str]),
 }
 
 /// What the runnable index projects: with its keys (queue, and the runnable time in the sort
@@ -143,31 +121,37 @@ pub(crate) const HEAD_ATTRIBUTES: &[&str] = &[
     MAX_RUNTIME_S,
 ];
 
-/// The attributes `list_jobs` filters on, projected into the listing indexes. None of them
+/// The attributes `list_jobs` filters on, projected into the `by-queue` index. None of them
 /// changes after submit, so they never cause an index write by themselves.
 pub(crate) const LIST_FILTERS: &[&str] = &[SHARE_IDENTIFIER, QUOTA_SHARE_NAME, NAME_LOWER];
 
-/// Every global secondary index: (name, partition attribute, sort attribute, projection).
-pub(crate) const INDEXES: [(&str, &str, &str, Projected); 4] = [
+/// What `by-queue-status` projects: the filters, and the queue, which its dispatched group
+/// (every queue's) is filtered on. Set at submit too.
+pub(crate) const STATUS_LIST_FILTERS: &[&str] =
+    &[SHARE_IDENTIFIER, QUOTA_SHARE_NAME, NAME_LOWER, LIST_QUEUE];
+
+/// Every global secondary index: (name, partition attribute, sort attribute, the attributes it
+/// projects besides the keys, the table's `pk`/`sk` and its own).
+///
+/// No index holds the job's document: an index copy is written on every change of the item it
+/// copies, at the size of that copy, so whole-item copies made each job write cost a write unit
+/// per KB per index. Readers of the listing indexes take the keys from the index and fetch the
+/// items from the table (`BatchGetItem`); the runnable index holds the head attributes, so the
+/// cycle reads them alone.
+pub(crate) const INDEXES: [(&str, &str, &str, &[&str]); 3] = [
     (
         index::RUNNABLE,
         RUNNABLE_QUEUE,
         RUNNABLE_SK,
-        Projected::Include(HEAD_ATTRIBUTES),
+        HEAD_ATTRIBUTES,
     ),
-    (
-        index::BY_QUEUE,
-        LIST_QUEUE,
-        LIST_SK,
-        Projected::Include(LIST_FILTERS),
-    ),
+    (index::BY_QUEUE, LIST_QUEUE, LIST_SK, LIST_FILTERS),
     (
         index::BY_QUEUE_STATUS,
         LIST_QUEUE_STATUS,
         LIST_SK,
-        Projected::Include(LIST_FILTERS),
+        STATUS_LIST_FILTERS,
     ),
-    (index::DISPATCHED, DISPATCHED, JOB_ID, Projected::KeysOnly),
 ];
 
 /// How long a client token is kept before DynamoDB may expire it: the contract allows forgetting
@@ -250,22 +234,25 @@ pub(crate) fn document_pk(kind: &str) -> String {
     format!("DOC{SEP}{kind}")
 }
 
-/// The `lqs` value: the queue and the status's group. SCHEDULED, STARTING and RUNNING share
-/// one group, `DISPATCHED`: a job's entry stays put (and costs no index write) on its way from
-/// SCHEDULED to RUNNING, and a listing of one of them reads the group (no larger than the jobs
-/// holding capacity) and keeps the jobs in that status. Every other status is its own group.
-pub(crate) fn queue_status(queue: &str, status: JobStatus) -> String {
-    format!("{queue}{SEP}{}", status_group(status))
-}
-
-/// The group of `status` in the `by-queue-status` index (see [`queue_status`]).
-pub(crate) fn status_group(status: JobStatus) -> &'static str {
+/// The `lqs` value: `{queue}#{STATUS}`, except for the statuses of a job holding capacity:
+/// SCHEDULED, STARTING and RUNNING share one partition, [`DISPATCHED_PARTITION`], for every
+/// queue. A job's entry stays put (and costs no index write) on its way from SCHEDULED to
+/// RUNNING; that partition is what [`dispatched_jobs`] reads, and a listing of one of those
+/// statuses reads it (no larger than the jobs holding capacity) and keeps the jobs of its queue
+/// in its status.
+///
+/// [`dispatched_jobs`]: trainyard_app::ports::Store::dispatched_jobs
+pub(crate) fn status_partition(queue: &str, status: JobStatus) -> String {
     if status.is_dispatched() {
-        "DISPATCHED"
+        DISPATCHED_PARTITION.to_owned()
     } else {
-        status.as_str()
+        format!("{queue}{SEP}{}", status.as_str())
     }
 }
+
+/// The `lqs` of every job holding capacity. Starts with the separator, which no queue name
+/// contains, so it is no `{queue}#{STATUS}`.
+pub(crate) const DISPATCHED_PARTITION: &str = "#DISPATCHED";
 
 pub(crate) fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
@@ -371,18 +358,12 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
     put(LIST_QUEUE, s(&job.job_queue));
     put(
         LIST_QUEUE_STATUS,
-        s(queue_status(&job.job_queue, job.status)),
+        s(status_partition(&job.job_queue, job.status)),
     );
     put(LIST_SK, s(list_sort_key(job.created_at, &job.job_id)));
     if job.status == JobStatus::Runnable {
         put(RUNNABLE_QUEUE, s(&job.job_queue));
         put(RUNNABLE_SK, s(runnable_key(job)));
-    }
-    if matches!(
-        job.status,
-        JobStatus::Scheduled | JobStatus::Starting | JobStatus::Running
-    ) {
-        put(DISPATCHED, s(DISPATCHED_VALUE));
     }
     item
 }
@@ -670,12 +651,9 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), CreateTabl
         request = request.attribute_definitions(string_attr(name)?);
     }
     for (name, hash, range, projected) in INDEXES {
-        let projection = match projected {
-            Projected::KeysOnly => Projection::builder().projection_type(ProjectionType::KeysOnly),
-            Projected::Include(attributes) => Projection::builder()
-                .projection_type(ProjectionType::Include)
-                .set_non_key_attributes(Some(attributes.iter().map(|a| (*a).to_owned()).collect())),
-        };
+        let projection = Projection::builder()
+            .projection_type(ProjectionType::Include)
+            .set_non_key_attributes(Some(projected.iter().map(|a| (*a).to_owned()).collect()));
         request = request.global_secondary_indexes(
             GlobalSecondaryIndex::builder()
                 .index_name(name)
@@ -778,9 +756,7 @@ mod tests {
     /// keys and the projected attributes.
     fn entry(job: &ServiceJob, version: u64) -> Item {
         let item = job_items(job, version).unwrap().job;
-        let Projected::Include(attributes) = INDEXES[0].3 else {
-            panic!("the runnable index projects the head attributes");
-        };
+        let attributes = INDEXES[0].3;
         assert_eq!(INDEXES[0].0, index::RUNNABLE);
         item.into_iter()
             .filter(|(name, _)| {
