@@ -188,7 +188,7 @@ def test_the_table_has_exactly_the_indexes_the_store_queries(sam):
     module = re.search(r"pub\(crate\) mod index \{(.*?)\n\}", schema, re.S)
     assert module, "no `mod index` in schema.rs"
     names = set(re.findall(r'pub\(crate\) const \w+: &str = "([^"]+)";', module.group(1)))
-    assert len(names) >= 4, names
+    assert names, "no index names found in schema.rs"
     (table,) = by_type(sam, "AWS::DynamoDB::Table").values()
     assert {g["IndexName"] for g in table["Properties"]["GlobalSecondaryIndexes"]} == names
 

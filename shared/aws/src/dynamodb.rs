@@ -630,9 +630,9 @@ impl DynamoStore {
     }
 
     /// A page of jobs, newest first. With a queue, or a status of a job holding capacity, one
-    /// listing index partition is read; otherwise every queue's, and the pages are merged. A partition is read a page of index entries
-    /// at a time, each page's jobs fetched, until `limit + 1` jobs are kept (the extra one says
-    /// that a next page exists) or the partition ends.
+    /// listing index partition is read; otherwise every queue's, and the pages are merged. A
+    /// partition is read a page of index entries at a time, each page's jobs fetched, until
+    /// `limit + 1` jobs are kept (the extra one says that a next page exists) or it ends.
     async fn list_jobs_now(
         &self,
         query: &JobQuery,
