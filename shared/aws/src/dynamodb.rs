@@ -38,8 +38,9 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, Put, ReturnConsumedCapacity,
+    AttributeValue, KeysAndAttributes, Put, ReturnConsumedCapacity, ReturnValue,
     ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use trainyard_app::ports::{
@@ -503,6 +504,82 @@ impl DynamoStore {
                         }
                     }
                     Some(_) => Err(StoreError::Conflict),
+                }
+            }
+        }
+    }
+
+    /// Sets the job item's `sr` (or removes it) and bumps its version, in place: one `UpdateItem`
+    /// with the version as its condition, no read. The runnable entry, which projects both,
+    /// follows. An item whose `doc` still holds `statusReason` (written before the reason became
+    /// an attribute, whose reader prefers the document's) fails the condition with its version
+    /// matching; it is read and written whole instead, which moves the reason out.
+    async fn set_status_reason_now(
+        &self,
+        job_id: &str,
+        expected: u64,
+        reason: Option<String>,
+    ) -> Result<u64, StoreError> {
+        let next = match expected.checked_add(1) {
+            Some(next) if expected > 0 => next,
+            _ => return Err(StoreError::Conflict),
+        };
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(schema::key(schema::job_pk(job_id), schema::JOB_SK)))
+            .condition_expression("#v = :expected AND NOT contains(#d, :field)")
+            .expression_attribute_names("#v", schema::VERSION)
+            .expression_attribute_names("#d", schema::DOC)
+            .expression_attribute_names("#r", schema::STATUS_REASON)
+            .expression_attribute_values(":expected", n(expected))
+            .expression_attribute_values(":next", n(next))
+            .expression_attribute_values(":field", s("\"statusReason\""))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .set_return_consumed_capacity(self.capacity_mode());
+        request = match &reason {
+            Some(reason) => request
+                .update_expression("SET #r = :r, #v = :next")
+                .expression_attribute_values(":r", s(reason)),
+            None => request.update_expression("SET #v = :next REMOVE #r"),
+        };
+        if self.accounting.is_some() {
+            // The accounting needs the new image to tell which index entries changed.
+            request = request.return_values(ReturnValue::AllNew);
+        }
+        match request.send().await {
+            Ok(output) => {
+                if let (Some(accounting), Some(item)) = (&self.accounting, output.attributes()) {
+                    let capacity: Vec<_> =
+                        output.consumed_capacity().into_iter().cloned().collect();
+                    accounting.wrote(&[item], false, &capacity);
+                }
+                Ok(next)
+            }
+            Err(error) => {
+                let refused = match error.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(e)) => Some(e.item()),
+                    _ => None,
+                };
+                let stored_version = refused
+                    .flatten()
+                    .and_then(|old| schema::item_version(job_id, old).ok());
+                match (refused, stored_version) {
+                    (None, _) => Err(classify(error)),
+                    // The version matched: the document holds the reason.
+                    (Some(_), Some(version)) if version == expected => {
+                        let Some(stored) = self.get_job(job_id).await? else {
+                            return Err(StoreError::Conflict);
+                        };
+                        if stored.version != expected {
+                            return Err(StoreError::Conflict);
+                        }
+                        let mut job = stored.value;
+                        job.status_reason = reason;
+                        self.update_job_now(&job, expected).await
+                    }
+                    (Some(_), _) => Err(StoreError::Conflict),
                 }
             }
         }
@@ -1256,5 +1333,15 @@ impl Store for DynamoStore {
 
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         self.dispatched_jobs_now().await
+    }
+
+    async fn set_status_reason(
+        &self,
+        job_id: &str,
+        expected_version: u64,
+        reason: Option<String>,
+    ) -> Result<u64, StoreError> {
+        self.set_status_reason_now(job_id, expected_version, reason)
+            .await
     }
 }

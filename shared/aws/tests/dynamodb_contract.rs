@@ -347,7 +347,7 @@ async fn a_job_item_from_before_the_head_attributes_still_reads_as_a_head() {
     client
         .update_item()
         .table_name(store.table())
-        .set_key(Some(key))
+        .set_key(Some(key.clone()))
         .update_expression("SET #d = :d REMOVE #i, #s, #p")
         .expression_attribute_names("#d", "doc")
         .expression_attribute_names("#i", "ins")
@@ -364,4 +364,44 @@ async fn a_job_item_from_before_the_head_attributes_still_reads_as_a_head() {
         heads,
         vec![RunnableHead::of(&old, 1), RunnableHead::of(&new, 1)]
     );
+
+    // Setting its reason in place would leave the document's older one in force: the store
+    // writes the job whole instead, and the reason leaves the document. A stale version is
+    // still refused first.
+    assert!(matches!(
+        store.set_status_reason("a", 2, Some("x".into())).await,
+        Err(trainyard_app::ports::StoreError::Conflict)
+    ));
+    let reason = "CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting".to_owned();
+    assert_eq!(
+        store
+            .set_status_reason("a", 1, Some(reason.clone()))
+            .await
+            .unwrap(),
+        2
+    );
+    let mut expected = old.clone();
+    expected.status_reason = Some(reason.clone());
+    assert_eq!(store.get_job("a").await.unwrap().unwrap().value, expected);
+    let item = client
+        .get_item()
+        .table_name(store.table())
+        .set_key(Some(key))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let AttributeValue::S(doc) = &item["doc"] else {
+        panic!("doc is not a string: {item:?}");
+    };
+    assert!(!doc.contains("statusReason"), "{doc}");
+    assert_eq!(item["sr"], AttributeValue::S(reason.clone()));
+    // Now in place: no read, the same result.
+    assert_eq!(store.set_status_reason("a", 2, None).await.unwrap(), 3);
+    expected.status_reason = None;
+    assert_eq!(store.get_job("a").await.unwrap().unwrap().value, expected);
+    let heads = store.runnable_heads("q", "", 10).await.unwrap();
+    assert_eq!(heads[0], RunnableHead::of(&expected, 3));
 }
