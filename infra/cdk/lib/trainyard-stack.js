@@ -35,10 +35,13 @@ const LISTING = {
   projectionType: 'INCLUDE',
   nonKeyAttributes: ['share_identifier', 'quota_share_name', 'name_lower'],
 };
-// The status listing also filters its dispatched partition (every queue's) on the queue.
+// The status listing also filters its dispatched partition (every queue's) on the queue, and
+// holds what the scheduler needs of a job holding capacity (so a cycle reads them alone).
 const STATUS_LISTING = {
   projectionType: 'INCLUDE',
-  nonKeyAttributes: ['share_identifier', 'quota_share_name', 'name_lower', 'lq'],
+  nonKeyAttributes: [
+    'share_identifier', 'quota_share_name', 'name_lower', 'lq', 'job_id', 'prio', 'ins', 'mrt', 'hs',
+  ],
 };
 const INDEXES = [
   ['runnable', 'rq', 'rk', HEADS],

@@ -639,13 +639,18 @@ impl CapacityHolder {
             job_queue: job.job_queue.as_str().into(),
             share: share_key(job).into(),
             priority: job.priority(),
-            started_at: job
-                .latest_attempt()
-                .and_then(|a| a.started_at)
-                .unwrap_or(job.updated_at),
+            started_at: Self::started_at_of(job),
             instances: std::sync::Arc::new(job.training.instances.clone()),
             max_runtime_s: job.training.max_runtime_s,
         }
+    }
+
+    /// [`started_at`](Self::started_at) of a dispatched job: when its latest attempt started,
+    /// else its last update.
+    pub fn started_at_of(job: &ServiceJob) -> i64 {
+        job.latest_attempt()
+            .and_then(|a| a.started_at)
+            .unwrap_or(job.updated_at)
     }
 
     /// All instances held.

@@ -44,8 +44,8 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use trainyard_app::ports::{
-    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
-    RunnableHead, Store, StoreError, Versioned, Write,
+    CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
+    Resource, RunnableHead, Store, StoreError, Versioned, Write,
 };
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
@@ -610,8 +610,33 @@ impl DynamoStore {
     }
 
     async fn commit_now(&self, writes: &[Write]) -> Result<(), StoreError> {
-        if writes.is_empty() {
-            return Ok(());
+        match writes {
+            [] => return Ok(()),
+            // One write needs no transaction: a conditional put is as atomic, for half the
+            // units (a cycle accounts each fair share's usage this way).
+            [
+                Write::Job {
+                    job,
+                    expected_version,
+                },
+            ] => {
+                return self
+                    .update_job_now(job, *expected_version)
+                    .await
+                    .map(|_| ());
+            }
+            [
+                Write::Document {
+                    kind,
+                    key,
+                    doc,
+                    expected_version,
+                },
+            ] => {
+                let item = Self::document_write(kind, key, doc, *expected_version)?;
+                return self.put_versioned(item, *expected_version).await;
+            }
+            _ => {}
         }
         // First with every job's request as stored; if a job's request turns out to have
         // changed, once more writing those request items too.
@@ -644,6 +669,25 @@ impl DynamoStore {
             Err(Cancelled::Failed(e)) => Err(e),
             Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
         }
+    }
+
+    /// The item a document write puts: `doc` at the version after `expected_version`.
+    fn document_write(
+        kind: &str,
+        key: &str,
+        doc: &trainyard_app::ports::DocumentValue,
+        expected_version: u64,
+    ) -> Result<Item, StoreError> {
+        let Some(next) = expected_version.checked_add(1) else {
+            return Err(StoreError::Conflict);
+        };
+        let doc = schema::encode(key, doc)?;
+        Ok(schema::document_item(
+            schema::document_pk(kind),
+            key,
+            next,
+            doc,
+        ))
     }
 
     /// The transaction of a commit: one put per write, in order, then the request items of the
@@ -681,11 +725,7 @@ impl DynamoStore {
                     doc,
                     expected_version,
                 } => {
-                    let Some(next) = expected_version.checked_add(1) else {
-                        return Err(StoreError::Conflict);
-                    };
-                    let doc = schema::encode(key, doc)?;
-                    let item = schema::document_item(schema::document_pk(kind), key, next, doc);
+                    let item = Self::document_write(kind, key, doc, *expected_version)?;
                     items.push(if *expected_version == 0 {
                         self.put(item, "attribute_not_exists(pk)", None, None)?
                     } else {
@@ -953,30 +993,62 @@ impl DynamoStore {
         Ok(shares)
     }
 
-    /// The dispatched partition of `by-queue-status` (every queue's jobs holding capacity), the
-    /// jobs fetched, by id.
-    async fn dispatched_jobs_now(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+    /// The entries of the dispatched partition of `by-queue-status`: every queue's jobs holding
+    /// capacity.
+    async fn dispatched_entries(&self) -> Result<Vec<Item>, StoreError> {
         let client = &self.client;
         let table = &self.table;
-        let items = self
-            .query_items(
-                |start| {
-                    client
-                        .query()
-                        .table_name(table)
-                        .index_name(schema::index::BY_QUEUE_STATUS)
-                        .key_condition_expression("lqs = :d")
-                        .expression_attribute_values(":d", s(schema::DISPATCHED_PARTITION))
-                        .set_exclusive_start_key(start)
-                },
-                usize::MAX,
-                |_| true,
-            )
-            .await?;
+        self.query_items(
+            |start| {
+                client
+                    .query()
+                    .table_name(table)
+                    .index_name(schema::index::BY_QUEUE_STATUS)
+                    .key_condition_expression("lqs = :d")
+                    .expression_attribute_values(":d", s(schema::DISPATCHED_PARTITION))
+                    .set_exclusive_start_key(start)
+            },
+            usize::MAX,
+            |_| true,
+        )
+        .await
+    }
+
+    /// The dispatched partition's jobs, fetched, by id.
+    async fn dispatched_jobs_now(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+        let items = self.dispatched_entries().await?;
         let mut jobs = self.fetch_jobs(&items).await?;
         jobs.retain(|job| job.value.status.is_dispatched());
         jobs.sort_by(|a, b| a.value.job_id.cmp(&b.value.job_id));
         Ok(jobs)
+    }
+
+    /// The holders straight from the dispatched partition's entries, which project every field
+    /// of a [`CapacityHolder`]: one query, no `BatchGetItem`, by id. An entry written before the
+    /// job item held those fields is read whole instead (and kept only if still dispatched). The
+    /// other entries are as fresh as the index: a job that ended a moment ago may still show
+    /// (whatever the scheduler does to it re-reads it first).
+    async fn capacity_holders_now(&self) -> Result<Vec<CapacityHolder>, StoreError> {
+        let items = self.dispatched_entries().await?;
+        let mut holders = Vec::with_capacity(items.len());
+        let mut old = Vec::new();
+        for item in items {
+            match schema::capacity_holder(&item)? {
+                Some(holder) => holders.push(holder),
+                None => old.push(item),
+            }
+        }
+        if !old.is_empty() {
+            holders.extend(
+                self.fetch_jobs(&old)
+                    .await?
+                    .iter()
+                    .filter(|job| job.value.status.is_dispatched())
+                    .map(|job| CapacityHolder::of(&job.value)),
+            );
+        }
+        holders.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+        Ok(holders)
     }
 }
 
@@ -1333,6 +1405,10 @@ impl Store for DynamoStore {
 
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         self.dispatched_jobs_now().await
+    }
+
+    async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {
+        self.capacity_holders_now().await
     }
 
     async fn set_status_reason(

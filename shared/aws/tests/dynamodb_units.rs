@@ -142,11 +142,15 @@ async fn one_job_from_submit_to_succeeded() {
     );
 }
 
-/// What two consecutive cycles cost: the first after the jobs were accepted (it records a
-/// skip reason on each head it read), and the next one, measured after the environment was
-/// given `free` instances (one per job, so up to `free` dispatches). `shares` fair shares hold
-/// `backlog` RUNNABLE jobs each.
-async fn cycle_cost(shares: usize, backlog: usize, free: u32) -> (Consumed, Consumed, usize) {
+/// What three consecutive cycles cost: the first after the jobs were accepted (it records a
+/// skip reason on each head it read), the next one, measured after the environment was given
+/// `free` instances (one per job, so up to `free` dispatches), and a last one while the jobs it
+/// dispatched hold their capacity. `shares` fair shares hold `backlog` RUNNABLE jobs each.
+async fn cycle_cost(
+    shares: usize,
+    backlog: usize,
+    free: u32,
+) -> (Consumed, Consumed, Consumed, usize) {
     let world = common::World::new(fresh("cycle").await, NoEvents, ArnContext::default());
     world.configure_with("env", "sweeps", 0, true).await;
     let store = world.service.store();
@@ -182,7 +186,11 @@ async fn cycle_cost(shares: usize, backlog: usize, free: u32) -> (Consumed, Cons
     world.clock.advance(1_000);
     store.reset_consumed();
     let report = world.cycle().await;
-    (first, store.consumed(), report.dispatched)
+    let next = store.consumed();
+    world.clock.advance(1_000);
+    store.reset_consumed();
+    assert_eq!(world.cycle().await.dispatched, 0);
+    (first, next, store.consumed(), report.dispatched)
 }
 
 #[tokio::test]
@@ -194,11 +202,21 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
     let mut figures = Vec::new();
     // (shares, backlog per share, free instances in the second cycle). Heads read per share:
     // free + 16 (the cycle's `head_extra`), so a backlog of 24 already exceeds what is read.
-    for (shares, backlog, free) in [(1, 24, 0), (4, 24, 0), (16, 24, 0), (4, 48, 0), (4, 24, 4)] {
-        let (first, next, dispatched) = cycle_cost(shares, backlog, free).await;
-        for (which, c, free, dispatched) in
-            [("first", &first, 0, 0), ("next", &next, free, dispatched)]
-        {
+    // The last case dispatches 64 jobs, so its third cycle reads 64 holders of capacity.
+    for (shares, backlog, free) in [
+        (1, 24, 0),
+        (4, 24, 0),
+        (16, 24, 0),
+        (4, 48, 0),
+        (4, 24, 4),
+        (4, 24, 64),
+    ] {
+        let (first, next, held, dispatched) = cycle_cost(shares, backlog, free).await;
+        let mut cycles = vec![("first", &first, 0, 0), ("next", &next, free, dispatched)];
+        if dispatched > 0 {
+            cycles.push(("holding", &held, free, 0));
+        }
+        for (which, c, free, dispatched) in cycles {
             lines.push(format!(
                 "| {shares} | {backlog} | {which} | {free} | {dispatched} | {} | {:.1} | {:.1} | {:.1} |",
                 c.requests, c.estimated.read, c.estimated.write, c.reported.read
@@ -208,14 +226,21 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
                 c.reads_by_source, c.writes_by_target
             );
         }
-        figures.push(((shares, backlog, free), first, next, dispatched));
+        figures.push(((shares, backlog, free), first, next, held, dispatched));
     }
     println!("\none cycle\n{}", lines.join("\n"));
     let get = |key: (usize, usize, u32)| {
         figures
             .iter()
             .find(|(k, ..)| *k == key)
-            .map(|(_, first, next, d)| (first.clone(), next.clone(), *d))
+            .map(|(_, first, next, _, d)| (first.clone(), next.clone(), *d))
+            .unwrap()
+    };
+    let held = |key: (usize, usize, u32)| {
+        figures
+            .iter()
+            .find(|(k, ..)| *k == key)
+            .map(|(_, _, _, held, _)| held.clone())
             .unwrap()
     };
     let (one_first, one, _) = get((1, 24, 0));
@@ -224,6 +249,23 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
     let (sixteen_first, sixteen, _) = get((16, 24, 0));
     let (_, four_dispatching, dispatched) = get((4, 24, 4));
     assert_eq!(dispatched, 4);
+    let (_, _, dispatched) = get((4, 24, 64));
+    assert_eq!(dispatched, 64);
+    // The jobs holding capacity are read from the index's entries (each projects what the
+    // scheduler needs of it), not fetched: 64 holders cost about 2.5 RCU more than 4 (entries of
+    // about 300 bytes, eventually consistent), where fetching them costs 1 RCU each.
+    let (held_4, held_64) = (held((4, 24, 4)), held((4, 24, 64)));
+    assert!(
+        !held_64.reads_by_source.contains_key("BatchGetItem"),
+        "{:?}",
+        held_64.reads_by_source
+    );
+    assert!(
+        held_64.estimated.read <= held_4.estimated.read + 4.0,
+        "64 holders: {} RCU, 4 holders: {} RCU",
+        held_64.estimated.read,
+        held_4.estimated.read
+    );
     // Neither cycle reads or writes more for a deeper backlog.
     assert_eq!(four.estimated, four_deep.estimated, "steady cycle");
     assert_eq!(four.requests, four_deep.requests);

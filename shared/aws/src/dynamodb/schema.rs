@@ -11,7 +11,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
     KeyType, Projection, ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
-use trainyard_app::ports::{ClientTokenRecord, RunnableHead, StoreError, share_key};
+use trainyard_app::ports::{
+    CapacityHolder, ClientTokenRecord, RunnableHead, StoreError, share_key,
+};
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
 
@@ -70,6 +72,9 @@ pub(crate) const NOT_BEFORE: &str = "nb";
 pub(crate) const INSTANCES: &str = "ins";
 /// The request's `MaxRuntimeInSeconds` (N; absent when not given). A copy, as [`INSTANCES`].
 pub(crate) const MAX_RUNTIME_S: &str = "mrt";
+/// While the job holds capacity: [`CapacityHolder::started_at`] (N, epoch ms), set at dispatch
+/// and unchanged until the job ends, so its `by-queue-status` entry stays put meanwhile.
+pub(crate) const HELD_SINCE: &str = "hs";
 
 /// The job's JSON fields kept as attributes of the job item rather than in its `doc` (the head
 /// attributes above that the job owns; the two copies of the request are written beside it):
@@ -125,10 +130,21 @@ pub(crate) const HEAD_ATTRIBUTES: &[&str] = &[
 /// changes after submit, so they never cause an index write by themselves.
 pub(crate) const LIST_FILTERS: &[&str] = &[SHARE_IDENTIFIER, QUOTA_SHARE_NAME, NAME_LOWER];
 
-/// What `by-queue-status` projects: the filters, and the queue, which its dispatched group
-/// (every queue's) is filtered on. Set at submit too.
-pub(crate) const STATUS_LIST_FILTERS: &[&str] =
-    &[SHARE_IDENTIFIER, QUOTA_SHARE_NAME, NAME_LOWER, LIST_QUEUE];
+/// What `by-queue-status` projects: the filters, the queue (its dispatched partition, every
+/// queue's, is filtered on it), and the rest of a [`CapacityHolder`], so that a cycle reads the
+/// jobs holding capacity from the index alone. Set at submit, or ([`HELD_SINCE`]) at dispatch:
+/// none changes while a job stays in one partition, but for a new `schedulingPriority`.
+pub(crate) const STATUS_PROJECTION: &[&str] = &[
+    SHARE_IDENTIFIER,
+    QUOTA_SHARE_NAME,
+    NAME_LOWER,
+    LIST_QUEUE,
+    JOB_ID,
+    PRIORITY,
+    INSTANCES,
+    MAX_RUNTIME_S,
+    HELD_SINCE,
+];
 
 /// Every global secondary index: (name, partition attribute, sort attribute, the attributes it
 /// projects besides the keys, the table's `pk`/`sk` and its own).
@@ -150,7 +166,7 @@ pub(crate) const INDEXES: [(&str, &str, &str, &[&str]); 3] = [
         index::BY_QUEUE_STATUS,
         LIST_QUEUE_STATUS,
         LIST_SK,
-        STATUS_LIST_FILTERS,
+        STATUS_PROJECTION,
     ),
 ];
 
@@ -365,6 +381,9 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
         put(RUNNABLE_QUEUE, s(&job.job_queue));
         put(RUNNABLE_SK, s(runnable_key(job)));
     }
+    if job.status.is_dispatched() {
+        put(HELD_SINCE, n(CapacityHolder::started_at_of(job)));
+    }
     item
 }
 
@@ -443,21 +462,8 @@ pub(crate) fn runnable_head(item: &Item) -> Result<Option<RunnableHead>, StoreEr
         key: key.clone(),
         message,
     };
-    let instances: std::collections::BTreeMap<String, u32> = match item.get(INSTANCES) {
-        None => return Ok(None),
-        Some(AttributeValue::M(map)) => map
-            .iter()
-            .map(|(instance_type, count)| match count {
-                AttributeValue::N(count) => count
-                    .parse()
-                    .map(|count| (instance_type.clone(), count))
-                    .map_err(|_| corrupt(format!("instance count {count} of {instance_type}"))),
-                other => Err(corrupt(format!(
-                    "instance count of {instance_type} is not a number: {other:?}"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => return Err(corrupt(format!("{INSTANCES} is not a map: {other:?}"))),
+    let Some(instances) = instances(&key, item)? else {
+        return Ok(None);
     };
     let optional_text = |name: &str| match item.get(name) {
         None => Ok(None),
@@ -487,6 +493,66 @@ pub(crate) fn runnable_head(item: &Item) -> Result<Option<RunnableHead>, StoreEr
         status_reason: optional_text(STATUS_REASON)?.map(Into::into),
         version: item_version(&key, item)?,
     }))
+}
+
+/// The [`CapacityHolder`] an entry of the dispatched partition of `by-queue-status` describes;
+/// `None` for the entry of a job item written before the holder's attributes (no [`HELD_SINCE`]
+/// or [`INSTANCES`]), which the reader must read whole.
+pub(crate) fn capacity_holder(item: &Item) -> Result<Option<CapacityHolder>, StoreError> {
+    let key = match item.get(PK) {
+        Some(AttributeValue::S(pk)) => pk.clone(),
+        _ => "(a status index entry without a key)".to_owned(),
+    };
+    let (Some(started_at), Some(instances)) = (
+        optional_number::<i64>(&key, item, HELD_SINCE)?,
+        instances(&key, item)?,
+    ) else {
+        return Ok(None);
+    };
+    let optional_text = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(value)) => Some(value.as_str()),
+        _ => None,
+    };
+    Ok(Some(CapacityHolder {
+        job_id: text(&key, item, JOB_ID)?.into(),
+        job_queue: text(&key, item, LIST_QUEUE)?.into(),
+        share: optional_text(SHARE_IDENTIFIER)
+            .or(optional_text(QUOTA_SHARE_NAME))
+            .unwrap_or_default()
+            .into(),
+        priority: optional_number(&key, item, PRIORITY)?.unwrap_or(0),
+        started_at,
+        instances: std::sync::Arc::new(instances),
+        max_runtime_s: optional_number(&key, item, MAX_RUNTIME_S)?,
+    }))
+}
+
+/// The [`INSTANCES`] map of an item, `None` when it has none.
+fn instances(
+    key: &str,
+    item: &Item,
+) -> Result<Option<std::collections::BTreeMap<String, u32>>, StoreError> {
+    let corrupt = |message: String| StoreError::Corrupt {
+        key: key.to_owned(),
+        message,
+    };
+    match item.get(INSTANCES) {
+        None => Ok(None),
+        Some(AttributeValue::M(map)) => map
+            .iter()
+            .map(|(instance_type, count)| match count {
+                AttributeValue::N(count) => count
+                    .parse()
+                    .map(|count| (instance_type.clone(), count))
+                    .map_err(|_| corrupt(format!("instance count {count} of {instance_type}"))),
+                other => Err(corrupt(format!(
+                    "instance count of {instance_type} is not a number: {other:?}"
+                ))),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some),
+        Some(other) => Err(corrupt(format!("{INSTANCES} is not a map: {other:?}"))),
+    }
 }
 
 /// A client-token item.
@@ -832,6 +898,66 @@ mod tests {
         let short = job("x").share("s").build();
         let long = job("y").share("s1").build();
         assert!(!runnable_key(&long).starts_with(&runnable_prefix(share_key(&short))));
+    }
+
+    /// A job's `by-queue-status` entry: the table's keys, the index's keys and what it projects.
+    fn status_entry(job: &ServiceJob, version: u64) -> Item {
+        let item = job_items(job, version).unwrap().job;
+        let (name, hash, range, attributes) = INDEXES[2];
+        assert_eq!(name, index::BY_QUEUE_STATUS);
+        item.into_iter()
+            .filter(|(name, _)| {
+                [PK, SK, hash, range].contains(&name.as_str())
+                    || attributes.contains(&name.as_str())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_dispatched_entry_reads_back_as_the_holder_and_stays_put_until_the_job_ends() {
+        use trainyard_app::contract::job;
+        use trainyard_domain::job::Attempt;
+        let mut scheduled = job("held")
+            .status(JobStatus::Scheduled)
+            .priority(7)
+            .quota_share("team-a")
+            .build();
+        scheduled.training.max_runtime_s = Some(3_600);
+        scheduled.training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5.xlarge", 1)]
+            .into_iter()
+            .map(|(t, c)| (t.to_owned(), c))
+            .collect();
+        scheduled.attempts.push(Attempt {
+            training_job_name: "AWSBatchheld1".into(),
+            training_job_arn: None,
+            started_at: Some(5_000),
+            stopped_at: None,
+            status_reason: None,
+            service_environment: Some("env".into()),
+        });
+        scheduled.updated_at = 5_000;
+        let first = status_entry(&scheduled, 3);
+        assert_eq!(
+            capacity_holder(&first).unwrap(),
+            Some(CapacityHolder::of(&scheduled))
+        );
+        // STARTING, then RUNNING with an ARN: new versions and documents, the same entry.
+        let mut later = scheduled.clone();
+        for (status, version) in [(JobStatus::Starting, 4), (JobStatus::Running, 5)] {
+            later.status = status;
+            later.updated_at += 60_000;
+            later.attempts[0].training_job_arn = Some("arn:aws:sagemaker:x".into());
+            assert_eq!(status_entry(&later, version), first, "{status:?}");
+        }
+        // Without an attempt start (a job written by hand), the last update stands in.
+        let mut bare = job("bare").status(JobStatus::Running).build();
+        bare.updated_at = 42;
+        let holder = capacity_holder(&status_entry(&bare, 1)).unwrap().unwrap();
+        assert_eq!((holder.started_at, holder.share.as_str()), (42, ""));
+        // An entry of a job item from before the holder's attributes asks to be read whole.
+        let mut old = status_entry(&scheduled, 3);
+        old.remove(HELD_SINCE);
+        assert_eq!(capacity_holder(&old).unwrap(), None);
     }
 
     #[test]
