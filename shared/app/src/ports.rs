@@ -541,18 +541,27 @@ pub trait Store: Send + Sync + 'static {
         expected_version: u64,
         reason: Option<String>,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        async move {
-            let Some(stored) = self.get_job(job_id).await? else {
-                return Err(StoreError::Conflict);
-            };
-            if stored.version != expected_version {
-                return Err(StoreError::Conflict);
-            }
-            let mut job = stored.value;
-            job.status_reason = reason;
-            self.update_job(&job, expected_version).await
-        }
+        set_status_reason_whole(self, job_id, expected_version, reason)
     }
+}
+
+/// [`Store::set_status_reason`] by reading the job and writing it whole: the default, and what a
+/// store that sets the reason in place falls back to when it cannot.
+pub async fn set_status_reason_whole<S: Store + ?Sized>(
+    store: &S,
+    job_id: &str,
+    expected_version: u64,
+    reason: Option<String>,
+) -> Result<u64, StoreError> {
+    let Some(stored) = store.get_job(job_id).await? else {
+        return Err(StoreError::Conflict);
+    };
+    if stored.version != expected_version {
+        return Err(StoreError::Conflict);
+    }
+    let mut job = stored.value;
+    job.status_reason = reason;
+    store.update_job(&job, expected_version).await
 }
 
 /// A RUNNABLE job, as the scheduler sees it (see [`Store::runnable_heads`]): what the planner

@@ -45,7 +45,7 @@ use aws_sdk_dynamodb::types::{
 };
 use trainyard_app::ports::{
     CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
-    Resource, RunnableHead, Store, StoreError, Versioned, Write,
+    Resource, RunnableHead, Store, StoreError, Versioned, Write, set_status_reason_whole,
 };
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
@@ -569,15 +569,7 @@ impl DynamoStore {
                     (None, _) => Err(classify(error)),
                     // The version matched: the document holds the reason.
                     (Some(_), Some(version)) if version == expected => {
-                        let Some(stored) = self.get_job(job_id).await? else {
-                            return Err(StoreError::Conflict);
-                        };
-                        if stored.version != expected {
-                            return Err(StoreError::Conflict);
-                        }
-                        let mut job = stored.value;
-                        job.status_reason = reason;
-                        self.update_job_now(&job, expected).await
+                        set_status_reason_whole(self, job_id, expected, reason).await
                     }
                     (Some(_), _) => Err(StoreError::Conflict),
                 }

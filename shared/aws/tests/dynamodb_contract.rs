@@ -327,20 +327,30 @@ async fn a_job_item_from_before_the_head_attributes_still_reads_as_a_head() {
         ("pk".to_owned(), AttributeValue::S("JOB#a".to_owned())),
         ("sk".to_owned(), AttributeValue::S("JOB".to_owned())),
     ]);
-    let item = client
-        .get_item()
-        .table_name(store.table())
-        .set_key(Some(key.clone()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
-    let AttributeValue::S(doc) = &item["doc"] else {
-        panic!("doc is not a string: {item:?}");
+    // The stored item at `key`, and its `doc`.
+    let stored = |key: HashMap<String, AttributeValue>| {
+        let client = &client;
+        let table = store.table().to_owned();
+        async move {
+            let item = client
+                .get_item()
+                .table_name(table)
+                .set_key(Some(key))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap()
+                .item
+                .unwrap();
+            let AttributeValue::S(doc) = &item["doc"] else {
+                panic!("doc is not a string: {item:?}");
+            };
+            let doc = doc.clone();
+            (item, doc)
+        }
     };
-    let mut doc: serde_json::Value = serde_json::from_str(doc).unwrap();
+    let (_, doc) = stored(key.clone()).await;
+    let mut doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
     assert!(doc.get("statusReason").is_none(), "moved out of doc: {doc}");
     doc["statusReason"] = serde_json::json!(old.status_reason);
     doc["schedulingPriority"] = serde_json::json!(3);
@@ -383,19 +393,7 @@ async fn a_job_item_from_before_the_head_attributes_still_reads_as_a_head() {
     let mut expected = old.clone();
     expected.status_reason = Some(reason.clone());
     assert_eq!(store.get_job("a").await.unwrap().unwrap().value, expected);
-    let item = client
-        .get_item()
-        .table_name(store.table())
-        .set_key(Some(key))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
-    let AttributeValue::S(doc) = &item["doc"] else {
-        panic!("doc is not a string: {item:?}");
-    };
+    let (item, doc) = stored(key).await;
     assert!(!doc.contains("statusReason"), "{doc}");
     assert_eq!(item["sr"], AttributeValue::S(reason.clone()));
     // Now in place: no read, the same result.
