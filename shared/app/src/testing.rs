@@ -1,4 +1,5 @@
-//! Deterministic stand-ins for the clock and id ports, for tests and the simulator.
+//! Deterministic stand-ins for the clock and id ports, for tests and the simulator, and (with
+//! the `emulator` feature) for the training backend.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -183,6 +184,80 @@ mod interleaving_store {
         async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
             YieldOnce(false).await;
             self.inner.dispatched_jobs().await
+        }
+    }
+}
+
+#[cfg(feature = "emulator")]
+pub use emulated::EmulatedSageMaker;
+
+#[cfg(feature = "emulator")]
+mod emulated {
+    use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+    use serde_json::Value;
+    use trainyard_emulator::model::{Config, Emulator, SageMakerError, TimeFormat};
+
+    use super::ManualClock;
+    use crate::ports::{BackendError, Clock, TrainingBackend, TrainingJobState};
+
+    /// The emulator's model as a [`TrainingBackend`], on a test's [`ManualClock`]: training jobs
+    /// move through their phases as the clock is advanced.
+    #[derive(Clone)]
+    pub struct EmulatedSageMaker {
+        /// The model, for tests that look inside or steer it.
+        pub emulator: Arc<Mutex<Emulator>>,
+        /// The clock every call reads.
+        pub clock: Arc<ManualClock>,
+    }
+
+    impl EmulatedSageMaker {
+        /// A backend over a fresh model with `config`, on `clock`.
+        pub fn new(config: Config, clock: Arc<ManualClock>) -> Self {
+            Self {
+                emulator: Arc::new(Mutex::new(Emulator::new(config))),
+                clock,
+            }
+        }
+
+        fn model(&self) -> MutexGuard<'_, Emulator> {
+            self.emulator.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    fn classify(e: SageMakerError) -> BackendError {
+        BackendError::from_sagemaker(e.code(), e.to_string())
+    }
+
+    impl TrainingBackend for EmulatedSageMaker {
+        async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+            let now = self.clock.now_ms();
+            self.model()
+                .create_training_job(&request, now)
+                .map_err(classify)
+        }
+
+        async fn describe_training_job(
+            &self,
+            name: &str,
+        ) -> Result<TrainingJobState, BackendError> {
+            let mut emulator = self.model();
+            emulator.advance(self.clock.now_ms());
+            let detail = emulator
+                .describe_training_job(name, TimeFormat::EpochMillis)
+                .map_err(classify)?;
+            TrainingJobState::from_sagemaker(&detail).ok_or_else(|| {
+                BackendError::Unavailable(format!("the emulator described {name} without a state"))
+            })
+        }
+
+        async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+            let now = self.clock.now_ms();
+            match self.model().stop_training_job(name, now) {
+                // Already finished or stopping: nothing to do.
+                Err(SageMakerError::ValidationException(_)) => Ok(()),
+                other => other.map_err(classify),
+            }
         }
     }
 }

@@ -15,56 +15,16 @@ use trainyard_app::ports::{
 };
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
-use trainyard_app::testing::{ManualClock, SequentialIds};
+use trainyard_app::testing::{EmulatedSageMaker, ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::{EvaluateOnExit, JobStatus, RetryAction, RetryStrategy, TimeoutConfig};
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
 use trainyard_domain::{ResourceStatus, State};
-use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, TimeFormat};
+use trainyard_emulator::model::Config as EmulatorConfig;
 use trainyard_scheduler::retry::RetryConfig;
 
 const T0: i64 = 1_800_000_000_000;
-
-/// The emulator's model as a [`TrainingBackend`], on the test's clock.
-#[derive(Clone)]
-struct EmulatedSageMaker {
-    emulator: Arc<Mutex<Emulator>>,
-    clock: Arc<ManualClock>,
-}
-
-fn classify(e: SageMakerError) -> BackendError {
-    BackendError::from_sagemaker(e.code(), e.to_string())
-}
-
-impl TrainingBackend for EmulatedSageMaker {
-    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
-        let now = self.clock.now_ms();
-        self.emulator
-            .lock()
-            .unwrap()
-            .create_training_job(&request, now)
-            .map_err(classify)
-    }
-
-    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
-        let mut emulator = self.emulator.lock().unwrap();
-        emulator.advance(self.clock.now_ms());
-        let detail = emulator
-            .describe_training_job(name, TimeFormat::EpochMillis)
-            .map_err(classify)?;
-        Ok(TrainingJobState::from_sagemaker(&detail).unwrap())
-    }
-
-    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
-        let now = self.clock.now_ms();
-        match self.emulator.lock().unwrap().stop_training_job(name, now) {
-            // Already finished or stopping: nothing to do.
-            Err(SageMakerError::ValidationException(_)) => Ok(()),
-            other => other.map_err(classify),
-        }
-    }
-}
 
 /// A Trainyard over the memory store and an emulated SageMaker, driven step by step.
 struct World {
@@ -90,10 +50,7 @@ impl World {
             Arc::new(SequentialIds::default()),
             ArnContext::default(),
         );
-        let sagemaker = EmulatedSageMaker {
-            emulator: Arc::new(Mutex::new(Emulator::new(emulator))),
-            clock: clock.clone(),
-        };
+        let sagemaker = EmulatedSageMaker::new(emulator, clock.clone());
         let config = CycleConfig {
             // Short backoffs keep the virtual runs short; the rules are the same.
             retry: RetryConfig {

@@ -748,13 +748,20 @@ impl DynamoStore {
     ) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         let limit = query.limit.max(1);
         let wanted = limit.saturating_add(1);
-        let queues = match (&query.queue, query.status) {
-            (None, status) if !status.is_some_and(JobStatus::is_dispatched) => {
-                self.queue_names().await?
+        // One partition when the query names a queue or a status of a job holding capacity
+        // (their partition is every queue's); else one per queue.
+        let plans = match (&query.queue, query.status) {
+            (queue, Some(status)) if status.is_dispatched() => {
+                vec![ListPlan::new(queue.as_deref(), query)]
             }
-            _ => Vec::new(),
+            (Some(queue), _) => vec![ListPlan::new(Some(queue), query)],
+            (None, _) => self
+                .queue_names()
+                .await?
+                .iter()
+                .map(|queue| ListPlan::new(Some(queue), query))
+                .collect(),
         };
-        let plans = ListPlan::for_query(query, &queues);
         let mut found = Vec::new();
         for plan in &plans {
             found.extend(self.list_partition_jobs(plan, query, wanted).await?);
@@ -1057,19 +1064,6 @@ struct ListPlan {
 }
 
 impl ListPlan {
-    /// The plans that together read what `query` asks for: one partition when the query names
-    /// a queue or a status of a job holding capacity (their partition is every queue's), else
-    /// one per queue in `queues`.
-    fn for_query(query: &JobQuery, queues: &[String]) -> Vec<Self> {
-        match (&query.queue, query.status) {
-            (queue, Some(status)) if status.is_dispatched() => {
-                vec![Self::new(queue.as_deref(), query)]
-            }
-            (Some(queue), _) => vec![Self::new(Some(queue), query)],
-            (None, _) => queues.iter().map(|q| Self::new(Some(q), query)).collect(),
-        }
-    }
-
     /// Picks the index for the queue and status (no status: `by-queue`; a status: its
     /// `by-queue-status` partition, filtered on the queue when that partition is the dispatched
     /// jobs'), turns the time window and the cursor into a sort-key range, and the other fields

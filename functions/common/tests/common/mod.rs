@@ -3,61 +3,21 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use trainyard_app::Service;
-use trainyard_app::ports::{
-    BackendError, Clock, EventSink, Store, TrainingBackend, TrainingJobState,
-};
+use trainyard_app::ports::{EventSink, Store};
 use trainyard_app::service::jobs::SubmitJob;
+pub use trainyard_app::testing::EmulatedSageMaker;
 use trainyard_app::testing::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
-use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, TimeFormat};
+use trainyard_emulator::model::Config as EmulatorConfig;
 use trainyard_functions::config::InitialSetup;
 use trainyard_functions::setup::ensure_initial_setup;
 
 pub const T0: i64 = 1_795_996_800_000;
 pub const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
-
-/// The emulator's model as a [`TrainingBackend`], on the test's clock.
-#[derive(Clone)]
-pub struct EmulatedSageMaker {
-    pub emulator: Arc<Mutex<Emulator>>,
-    pub clock: Arc<ManualClock>,
-}
-
-fn classify(e: SageMakerError) -> BackendError {
-    BackendError::from_sagemaker(e.code(), e.to_string())
-}
-
-impl TrainingBackend for EmulatedSageMaker {
-    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
-        let now = self.clock.now_ms();
-        let mut emulator = self.emulator.lock().unwrap();
-        emulator
-            .create_training_job(&request, now)
-            .map_err(classify)
-    }
-
-    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
-        let mut emulator = self.emulator.lock().unwrap();
-        emulator.advance(self.clock.now_ms());
-        let detail = emulator
-            .describe_training_job(name, TimeFormat::EpochMillis)
-            .map_err(classify)?;
-        Ok(TrainingJobState::from_sagemaker(&detail).unwrap())
-    }
-
-    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
-        let now = self.clock.now_ms();
-        let mut emulator = self.emulator.lock().unwrap();
-        match emulator.stop_training_job(name, now) {
-            Err(SageMakerError::ValidationException(_)) => Ok(()),
-            other => other.map_err(classify),
-        }
-    }
-}
 
 /// A service over `store` after the API's initial setup (queue and environment `default` with
 /// `max_instances`), and an emulated SageMaker on the same clock.
@@ -87,10 +47,7 @@ pub async fn deployment<S: Store, E: EventSink>(
     ensure_initial_setup(service.store(), &setup, T0)
         .await
         .unwrap();
-    let sagemaker = EmulatedSageMaker {
-        emulator: Arc::new(Mutex::new(Emulator::new(EmulatorConfig::default()))),
-        clock: clock.clone(),
-    };
+    let sagemaker = EmulatedSageMaker::new(EmulatorConfig::default(), clock.clone());
     (service, clock, sagemaker)
 }
 
