@@ -487,6 +487,7 @@ pub fn demo_setup(now_ms: i64) -> (ServiceEnvironment, Vec<JobQueue>) {
 #[cfg(test)]
 mod tests {
     use trainyard_app::memory::MemoryStore;
+    use trainyard_app::ports::ConfigStore;
     use trainyard_app::ports::Versioned;
 
     use super::*;

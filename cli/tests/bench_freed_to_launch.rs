@@ -10,13 +10,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use trainyard_app::ports::{ConfigStore, JobStore};
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use trainyard_app::AppError;
 use trainyard_app::Service;
 use trainyard_app::ports::{
-    BackendError, JobQuery, RandomIds, Store, SystemClock, TrainingBackend, TrainingJobState,
+    BackendError, JobQuery, RandomIds, SystemClock, TrainingBackend, TrainingJobState,
 };
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{CycleConfig, CycleReport, DueReport, StateOutcome};

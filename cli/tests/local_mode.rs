@@ -8,6 +8,7 @@ mod support;
 
 use serde_json::{Value, json};
 use support::{Server, cli_at, submit_request};
+use trainyard_app::ports::JobStore;
 
 fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -281,7 +282,6 @@ fn jobs_still_submitted_at_shutdown_are_accepted_when_the_server_starts_again() 
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        use trainyard_app::ports::Store;
         let store =
             trainyard_local::SqliteStore::open(&dir.join("trainyard.db")).expect("open store");
         let stored = store

@@ -127,6 +127,7 @@ pub fn initial_resources(setup: &InitialSetup, now_ms: i64) -> (ServiceEnvironme
 #[cfg(test)]
 mod tests {
     use trainyard_app::memory::MemoryStore;
+    use trainyard_app::ports::ConfigStore;
     use trainyard_app::ports::Versioned;
 
     use super::*;

@@ -19,8 +19,9 @@ use serde::Serialize;
 use serde_json::Value;
 use trainyard_app::Service;
 use trainyard_app::ports::{EventSink, Store, TrainingJobState};
-use trainyard_app::service::scheduling::{CycleConfig, StateOutcome, parse_attempt_name};
+use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
 use trainyard_domain::job::JobStatus;
+use trainyard_domain::training::parse_attempt_name;
 
 use crate::error::FunctionError;
 

@@ -8,14 +8,16 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use trainyard_app::ports::{JobStore, SchedulingStore};
 
 use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
-use trainyard_app::ports::{Clock, NoEvents, Store, TrainingBackend};
-use trainyard_app::service::scheduling::{CycleConfig, attempt_name};
+use trainyard_app::ports::{Clock, NoEvents, TrainingBackend};
+use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_app::testing::ManualClock;
 use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::training::attempt_name;
 use trainyard_functions::retry::RetryFunction;
 use trainyard_functions::scheduler::{LEASE_TTL_MS, PassOutcome, SchedulerFunction, Trigger};
 use trainyard_functions::training_events::{EventOutcome, TrainingEventsFunction};
@@ -159,7 +161,7 @@ async fn training_events_apply_once_in_any_order_and_foreign_or_malformed_ones_a
         }
         if let Some(status) = status {
             let name = event["detail"]["TrainingJobName"].as_str().unwrap();
-            let (id, _) = trainyard_app::service::scheduling::parse_attempt_name(name).unwrap();
+            let (id, _) = trainyard_domain::training::parse_attempt_name(name).unwrap();
             let job = w.job(&id).await;
             assert_eq!(job.status, status, "{file}");
         }

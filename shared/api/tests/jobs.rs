@@ -9,11 +9,11 @@
 mod support;
 
 use std::collections::BTreeSet;
+use trainyard_app::ports::{ConfigStore, JobStore};
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use support::{Harness, T0_MS, harness, submit_body, training_payload};
-use trainyard_app::ports::Store;
 use trainyard_domain::job::JobStatus;
 use trainyard_domain::policy::{FairsharePolicy, QuotaSharePolicy, SchedulingPolicy};
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};

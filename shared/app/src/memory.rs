@@ -19,11 +19,12 @@ use trainyard_domain::job::ServiceJob;
 use trainyard_scheduler::SharedStr;
 
 use crate::ports::{
-    CapacityHolder, ClientTokenRecord, Document, DocumentValue, InsertJob, JobCursor, JobQuery,
-    NameFilter, Page, Resource, RunnableHead, Store, StoreError, Versioned, Write, runnable_rank,
-    share_key,
+    CapacityHolder, ClientTokenRecord, ConfigStore, Document, DocumentValue, InsertJob, JobCursor,
+    JobQuery, JobStore, NameFilter, Page, Resource, RunnableHead, SchedulingStore, StoreError,
+    Versioned, Write,
 };
 use trainyard_domain::job::JobStatus;
+use trainyard_domain::order::{runnable_rank, share_key};
 
 /// A decoded copy of a stored JSON value, of whatever type it was last read or written as.
 type Decoded = Option<Arc<dyn Any + Send + Sync>>;
@@ -355,7 +356,7 @@ fn corrupt(key: String, e: serde_json::Error) -> StoreError {
     }
 }
 
-impl Store for MemoryStore {
+impl JobStore for MemoryStore {
     async fn insert_job(
         &self,
         job: &ServiceJob,
@@ -397,28 +398,6 @@ impl Store for MemoryStore {
             }
             _ => Err(StoreError::Conflict),
         }
-    }
-
-    async fn set_status_reason(
-        &self,
-        job_id: &str,
-        expected_version: u64,
-        reason: Option<String>,
-    ) -> Result<u64, StoreError> {
-        let mut inner = self.lock();
-        let Inner { jobs, index, .. } = &mut *inner;
-        let Some(stored) = jobs
-            .get_mut(job_id)
-            .filter(|s| s.version == expected_version)
-        else {
-            return Err(StoreError::Conflict);
-        };
-        // Only the reason changes: no index entry moves, and a RUNNABLE job's summary takes
-        // the new reason and version (as `Inner::replace_job` does for such an update).
-        stored.version += 1;
-        index.new_reason(job_id, reason.as_deref(), stored.version);
-        stored.value.status_reason = reason;
-        Ok(stored.version)
     }
 
     async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
@@ -474,7 +453,9 @@ impl Store for MemoryStore {
         };
         Ok(Page { items, next })
     }
+}
 
+impl ConfigStore for MemoryStore {
     async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
         let key = (R::KIND, resource.key());
         let doc = serde_json::to_value(resource).map_err(|e| corrupt(key.1.clone(), e))?;
@@ -556,6 +537,30 @@ impl Store for MemoryStore {
             }
             _ => Err(StoreError::Conflict),
         }
+    }
+}
+
+impl SchedulingStore for MemoryStore {
+    async fn set_status_reason(
+        &self,
+        job_id: &str,
+        expected_version: u64,
+        reason: Option<String>,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        let Inner { jobs, index, .. } = &mut *inner;
+        let Some(stored) = jobs
+            .get_mut(job_id)
+            .filter(|s| s.version == expected_version)
+        else {
+            return Err(StoreError::Conflict);
+        };
+        // Only the reason changes: no index entry moves, and a RUNNABLE job's summary takes
+        // the new reason and version (as `Inner::replace_job` does for such an update).
+        stored.version += 1;
+        index.new_reason(job_id, reason.as_deref(), stored.version);
+        stored.value.status_reason = reason;
+        Ok(stored.version)
     }
 
     async fn get_document<D: Document>(

@@ -25,7 +25,7 @@ use trainyard_domain::arn::ArnContext;
 
 use trainyard_domain::job::ServiceJob;
 
-use crate::ports::{Clock, Event, EventSink, Ids, Store};
+use crate::ports::{Clock, Event, EventSink, Ids};
 
 /// The use-cases, over a store `S` and an event sink `E`.
 pub struct Service<S, E> {
@@ -36,7 +36,7 @@ pub struct Service<S, E> {
     arns: ArnContext,
 }
 
-impl<S: Store, E: EventSink> Service<S, E> {
+impl<S, E: EventSink> Service<S, E> {
     /// Builds the service from its adapters.
     pub fn new(
         store: S,

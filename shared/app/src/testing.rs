@@ -94,11 +94,11 @@ mod interleaving_store {
 
     use super::{Interleaving, YieldOnce};
     use crate::ports::{
-        ClientTokenRecord, Document, InsertJob, JobQuery, Page, Resource, Store, StoreError,
-        Versioned, Write,
+        ClientTokenRecord, ConfigStore, Document, InsertJob, JobQuery, JobStore, Page, Resource,
+        SchedulingStore, StoreError, Versioned, Write,
     };
 
-    impl<S: Store> Store for Interleaving<S> {
+    impl<S: JobStore> JobStore for Interleaving<S> {
         async fn insert_job(
             &self,
             job: &ServiceJob,
@@ -122,6 +122,9 @@ mod interleaving_store {
             YieldOnce(false).await;
             self.inner.list_jobs(query).await
         }
+    }
+
+    impl<S: ConfigStore> ConfigStore for Interleaving<S> {
         async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
             YieldOnce(false).await;
             self.inner.create_resource(resource).await
@@ -153,6 +156,9 @@ mod interleaving_store {
             YieldOnce(false).await;
             self.inner.delete_resource::<R>(key, expected_version).await
         }
+    }
+
+    impl<S: SchedulingStore> SchedulingStore for Interleaving<S> {
         async fn get_document<D: Document>(
             &self,
             key: &str,

@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use trainyard_app::ports::{ConfigStore, JobStore, SchedulingStore};
 
 use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, Clock, EnvironmentUsage, NoEvents, Store, TrainingBackend, TrainingJobState,
+    BackendError, Clock, EnvironmentUsage, NoEvents, TrainingBackend, TrainingJobState,
 };
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};

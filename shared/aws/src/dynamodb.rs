@@ -33,6 +33,7 @@ mod units;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use trainyard_app::ports::{ConfigStore, JobStore, SchedulingStore};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -45,7 +46,7 @@ use aws_sdk_dynamodb::types::{
 };
 use trainyard_app::ports::{
     CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
-    Resource, RunnableHead, Store, StoreError, Versioned, Write, set_status_reason_whole,
+    Resource, RunnableHead, StoreError, Versioned, Write, set_status_reason_whole,
 };
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
@@ -1254,7 +1255,7 @@ fn unavailable(message: &str, error: impl std::error::Error + Send + Sync + 'sta
     }
 }
 
-impl Store for DynamoStore {
+impl JobStore for DynamoStore {
     async fn insert_job(
         &self,
         job: &ServiceJob,
@@ -1283,7 +1284,9 @@ impl Store for DynamoStore {
     async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         self.list_jobs_now(query).await
     }
+}
 
+impl ConfigStore for DynamoStore {
     async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
         let key = resource.key();
         let doc = schema::encode(&key, resource)?;
@@ -1347,7 +1350,9 @@ impl Store for DynamoStore {
         }
         Ok(())
     }
+}
 
+impl SchedulingStore for DynamoStore {
     async fn get_document<D: Document>(
         &self,
         key: &str,

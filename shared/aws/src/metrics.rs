@@ -22,11 +22,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
-use trainyard_app::ports::{
-    EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError, share_key,
-};
+use trainyard_app::ports::{EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError};
 use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::job::JobStatus;
+use trainyard_domain::order::share_key;
 use trainyard_domain::queue::JobQueue;
 use trainyard_scheduler::retry::{Requeue, requeue_cause};
 
@@ -502,6 +501,8 @@ impl JobCounts {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use trainyard_app::ports::{ConfigStore, JobStore, SchedulingStore};
 
     use trainyard_app::contract::job;
     use trainyard_app::memory::MemoryStore;

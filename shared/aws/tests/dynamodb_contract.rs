@@ -8,10 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use trainyard_app::ports::{JobStore, SchedulingStore};
 
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::Client;
-use trainyard_app::ports::{JobQuery, Store};
+use trainyard_app::ports::JobQuery;
 use trainyard_aws::dynamodb::{DynamoStore, create_table};
 
 const ENDPOINT_VARIABLE: &str = "AWS_ENDPOINT_URL_DYNAMODB";

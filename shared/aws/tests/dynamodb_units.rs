@@ -13,8 +13,8 @@
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use trainyard_app::ports::{ConfigStore, JobStore};
 
-use trainyard_app::ports::Store;
 use trainyard_app::ports::{NoEvents, TrainingStatus};
 use trainyard_aws::dynamodb::{Consumed, DynamoStore, create_table};
 use trainyard_domain::arn::ArnContext;

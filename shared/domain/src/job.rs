@@ -297,6 +297,47 @@ pub struct ServiceJob {
 }
 
 impl ServiceJob {
+    /// A job just submitted at `now`: SUBMITTED, with no attempt, no share, priority, retry
+    /// strategy, timeout, tags or token (set those with struct update syntax).
+    pub fn submitted(
+        job_id: String,
+        job_name: String,
+        job_queue: String,
+        service_request_payload: String,
+        training: TrainingRequest,
+        now: i64,
+    ) -> Self {
+        Self {
+            job_id,
+            job_name,
+            job_queue,
+            service_job_type: ServiceJobType::SagemakerTraining,
+            service_request_payload,
+            training,
+            share_identifier: None,
+            quota_share_name: None,
+            scheduling_priority: None,
+            retry_strategy: None,
+            timeout_config: None,
+            preemption_configuration: None,
+            tags: Tags::new(),
+            client_token: None,
+            status: JobStatus::Submitted,
+            status_reason: None,
+            is_terminated: false,
+            termination_reason: None,
+            not_before: None,
+            attempts: Vec::new(),
+            preemption_summary: None,
+            created_at: now,
+            runnable_at: None,
+            scheduled_at: None,
+            started_at: None,
+            stopped_at: None,
+            updated_at: now,
+        }
+    }
+
     /// The job's scheduling priority, 0 when unset.
     pub fn priority(&self) -> u32 {
         self.scheduling_priority.unwrap_or(0)

@@ -1,8 +1,8 @@
 //! Trainyard's domain model: the pure core shared by every host (Lambda, local mode, simulator).
 //!
 //! It speaks AWS Batch's vocabulary for service jobs. Nothing here performs I/O, reads a clock or
-//! draws randomness: times are epoch milliseconds passed in by the caller, identifiers are made
-//! elsewhere. `Cargo.toml` is the proof: serde and thiserror only.
+//! draws OS randomness: times are epoch milliseconds passed in by the caller, identifiers are made
+//! elsewhere, and the one generator ([`random`]) is seeded by its caller. `Cargo.toml` is the proof: serde and thiserror only.
 //!
 //! # Layout
 //!
@@ -13,16 +13,23 @@
 //! - [`environment`], [`queue`], [`policy`], [`quota_share`]: the configuration resources.
 //! - [`limits`]: every documented range and size limit, in one place, each with its source.
 //! - [`names`]: the resource-name rule Batch applies to queues, environments, policies, shares.
+//! - [`random`]: the one seeded generator (SplitMix64) and stable hash (FNV-1a) every crate uses.
+//! - [`order`]: the dispatch order of RUNNABLE jobs within a share ([`order::runnable_rank`]).
+//! - [`training`]: attempts as SageMaker knows them: training-job names, SageMaker's status
+//!   vocabulary and its mapping to Batch statuses.
 
 pub mod arn;
 pub mod environment;
 pub mod job;
 pub mod limits;
 pub mod names;
+pub mod order;
 pub mod payload;
 pub mod policy;
 pub mod queue;
 pub mod quota_share;
+pub mod random;
+pub mod training;
 
 /// Tags on a resource: at most 50, keys 1–128 characters, values up to 256 (see [`limits`]).
 /// A `BTreeMap` so that serialised output is stable.

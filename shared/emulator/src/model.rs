@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use trainyard_domain::random::{Fnv1a, SplitMix64};
 
 use serde_json::{Map, Value, json};
 use trainyard_domain::payload::training_request_of;
@@ -297,33 +298,7 @@ pub struct Emulator {
     jobs: BTreeMap<String, Job>,
     events: Vec<StateChange>,
     event_seq: u64,
-    rng: SplitMix,
-}
-
-/// SplitMix64: small, fast, and fully determined by its seed.
-#[derive(Debug, Clone)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// FNV-1a, to derive a per-job stream from the seed and the name.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    rng: SplitMix64,
 }
 
 fn validation(message: impl Into<String>) -> SageMakerError {
@@ -333,7 +308,7 @@ fn validation(message: impl Into<String>) -> SageMakerError {
 impl Emulator {
     /// An emulator with no jobs.
     pub fn new(config: Config) -> Self {
-        let rng = SplitMix(config.seed ^ 0x5EED);
+        let rng = SplitMix64::new(config.seed ^ 0x5EED);
         Self {
             config,
             jobs: BTreeMap::new(),
@@ -410,7 +385,7 @@ impl Emulator {
         };
         let outcome = match hyper_str("emulator_outcome") {
             None => {
-                let mut job_rng = SplitMix(self.config.seed ^ fnv(key.as_bytes()));
+                let mut job_rng = SplitMix64::new(self.config.seed ^ Fnv1a::of(key.as_bytes()));
                 let draw = job_rng.unit();
                 if draw < self.config.capacity_error_rate {
                     Outcome::Capacity
@@ -605,7 +580,7 @@ impl Emulator {
     /// Queues one copy of a state change, delayed as configured, in delivery order.
     fn queue_event(&mut self, job: Job, at_ms: i64) {
         let delay = if self.config.max_event_delay_ms > 0 {
-            (self.rng.next() % (self.config.max_event_delay_ms as u64 + 1)) as i64
+            (self.rng.next_u64() % (self.config.max_event_delay_ms as u64 + 1)) as i64
         } else {
             0
         };

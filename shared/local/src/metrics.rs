@@ -16,10 +16,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
 use trainyard_app::ports::{
-    Clock, EnvironmentUsage, Event, JobQuery, Store, StoreError, SystemClock, share_key,
+    Clock, EnvironmentUsage, Event, JobQuery, Store, StoreError, SystemClock,
 };
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
 use trainyard_domain::job::JobStatus;
+use trainyard_domain::order::share_key;
 use trainyard_scheduler::retry::{Requeue, requeue_cause};
 
 /// Upper bounds of the latency histograms' buckets, in seconds: from the loop's own reaction

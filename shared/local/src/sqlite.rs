@@ -30,15 +30,17 @@ mod schema;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+use trainyard_app::ports::{ConfigStore, JobStore, SchedulingStore};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use trainyard_app::ports::{
-    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource, Store,
-    StoreError, Versioned, Write, share_key,
+    ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page, Resource,
+    StoreError, Versioned, Write,
 };
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
+use trainyard_domain::order::share_key;
 
 pub use schema::{LATEST_VERSION as SCHEMA_VERSION, user_version};
 
@@ -795,7 +797,7 @@ fn decode<T: serde::de::DeserializeOwned>(
     Ok(Versioned { value, version })
 }
 
-impl Store for SqliteStore {
+impl JobStore for SqliteStore {
     async fn insert_job(
         &self,
         job: &ServiceJob,
@@ -819,7 +821,9 @@ impl Store for SqliteStore {
         cooperate().await;
         self.list_jobs_now(query)
     }
+}
 
+impl ConfigStore for SqliteStore {
     async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
         cooperate().await;
         self.create_resource_now(resource)
@@ -855,7 +859,9 @@ impl Store for SqliteStore {
         cooperate().await;
         self.delete_resource_now::<R>(key, expected_version)
     }
+}
 
+impl SchedulingStore for SqliteStore {
     async fn get_document<D: Document>(
         &self,
         key: &str,

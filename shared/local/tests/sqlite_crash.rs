@@ -11,9 +11,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use trainyard_app::ports::JobStore;
 
 use trainyard_app::contract::job;
-use trainyard_app::ports::Store;
 use trainyard_local::SqliteStore;
 
 /// Set (to a database path) only in the child process.

@@ -2,10 +2,11 @@
 //! failures are classified.
 
 use std::time::Duration;
+use trainyard_app::ports::{ConfigStore, JobStore};
 
 use rusqlite::Connection;
 use trainyard_app::contract::{job, queue, quota_share, token};
-use trainyard_app::ports::{InsertJob, JobQuery, Store, StoreError};
+use trainyard_app::ports::{InsertJob, JobQuery, StoreError};
 use trainyard_domain::job::JobStatus;
 use trainyard_domain::queue::JobQueue;
 use trainyard_domain::quota_share::QuotaShare;

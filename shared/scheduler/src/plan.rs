@@ -927,4 +927,59 @@ mod tests {
         let left: Vec<&str> = groups.rest().map(|(name, _)| name).collect();
         assert_eq!(left, ["a", "c"]);
     }
+
+    /// The stores keep each share's line in `trainyard_domain::order::runnable_rank` order and
+    /// the planner sorts a share's heads with `within_share` (or `fifo` without a share): the two
+    /// must agree, or a cycle would read the wrong heads.
+    #[test]
+    fn the_stores_dispatch_order_agrees_with_the_planners() {
+        use trainyard_domain::job::ServiceJob;
+        use trainyard_domain::order::{runnable_rank, share_key};
+        use trainyard_domain::payload::TrainingRequest;
+        use trainyard_domain::random::SplitMix64;
+
+        for seed in 0..200 {
+            let mut rng = SplitMix64::new(seed);
+            let shared = rng.below(2) == 0;
+            let jobs: Vec<ServiceJob> = (0..12)
+                .map(|i| {
+                    let training = TrainingRequest::single("t", "ml.g5.xlarge", 1);
+                    let created = rng.below(4) as i64;
+                    let mut job = ServiceJob::submitted(
+                        format!("job-{:02}", rng.below(100) * 100 + i),
+                        "j".into(),
+                        "q".into(),
+                        "{}".into(),
+                        training,
+                        created,
+                    );
+                    job.share_identifier = shared.then(|| "team".to_owned());
+                    job.scheduling_priority = (rng.below(3) > 0).then(|| rng.below(3) as u32);
+                    job.runnable_at = (rng.below(2) == 0).then(|| created + rng.below(3) as i64);
+                    job
+                })
+                .collect();
+            let mut by_rank: Vec<&ServiceJob> = jobs.iter().collect();
+            by_rank.sort_by(|a, b| runnable_rank(a).cmp(&runnable_rank(b)));
+            // What the app hands the planner of each job (`RunnableHead` → `PendingJob`).
+            let pending: Vec<PendingJob> = jobs
+                .iter()
+                .map(|job| PendingJob {
+                    job_id: job.job_id.as_str().into(),
+                    queue: job.job_queue.as_str().into(),
+                    share: (!share_key(job).is_empty()).then(|| share_key(job).into()),
+                    priority: job.priority(),
+                    runnable_at_ms: job.runnable_at.unwrap_or(job.created_at),
+                    instances: Arc::new(job.training.instances.clone()),
+                    max_runtime_s: None,
+                    not_before_ms: None,
+                })
+                .collect();
+            let mut by_planner: Vec<&PendingJob> = pending.iter().collect();
+            by_planner.sort_by(if shared { within_share } else { fifo });
+            let ranked: Vec<&str> = by_rank.iter().map(|j| j.job_id.as_str()).collect();
+            let planned: Vec<&str> = by_planner.iter().map(|j| j.job_id.as_str()).collect();
+            assert_eq!(ranked, planned, "seed {seed}");
+        }
+    }
 }

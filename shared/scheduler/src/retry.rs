@@ -116,6 +116,7 @@
 
 use trainyard_domain::job::{Attempt, RetryAction, ServiceJob};
 use trainyard_domain::queue::{JobStateTimeLimitAction, TimeLimitAction};
+use trainyard_domain::random::Fnv1a;
 
 /// The prefix Batch puts before SageMaker's own words in a status reason.
 pub const SAGEMAKER_PREFIX: &str = "Received status from SageMaker: ";
@@ -687,46 +688,4 @@ pub fn terminate_action(job: &ServiceJob) -> TerminateAction {
     }
     // Not dispatched, or dispatched with no attempt on record (nothing to stop).
     TerminateAction::FailNow
-}
-
-/// FNV-1a, 64-bit: tiny, public-domain, and its output is fixed by its definition.
-struct Fnv1a(u64);
-
-impl Fnv1a {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-
-    fn new() -> Self {
-        Self(Self::OFFSET_BASIS)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 ^= u64::from(*byte);
-            self.0 = self.0.wrapping_mul(Self::PRIME);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Published FNV-1a 64 test vectors, so a refactor cannot silently change every jitter.
-    #[test]
-    fn fnv1a_matches_the_published_vectors() {
-        for (input, expected) in [
-            ("", 0xcbf2_9ce4_8422_2325_u64),
-            ("a", 0xaf63_dc4c_8601_ec8c),
-            ("foobar", 0x8594_4171_f739_67e8),
-        ] {
-            let mut h = Fnv1a::new();
-            h.write(input.as_bytes());
-            assert_eq!(h.finish(), expected, "{input:?}");
-        }
-    }
 }

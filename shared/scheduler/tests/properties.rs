@@ -2,6 +2,7 @@
 //! seed, which proptest prints on failure; `generate(seed)` replays it exactly.
 
 use std::collections::BTreeMap;
+use trainyard_domain::random::SplitMix64;
 
 use proptest::prelude::*;
 use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
@@ -15,20 +16,8 @@ use trainyard_scheduler::{
 const NOW: i64 = 1_000_000_000;
 const GPU: &str = "ml.p4d.24xlarge";
 
-/// SplitMix64: a tiny, well-known generator, so a seed fully determines a case.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+/// A seed fully determines a case.
+type Rng = SplitMix64;
 
 fn instances(n: u32) -> BTreeMap<String, u32> {
     BTreeMap::from([(GPU.to_owned(), n)])
@@ -37,7 +26,7 @@ fn instances(n: u32) -> BTreeMap<String, u32> {
 /// One environment, 1–4 queues (FIFO or fair share), running attempts within capacity, and up
 /// to 40 pending jobs.
 fn generate(seed: u64) -> Snapshot {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let limit = 1 + rng.below(16) as u32;
     let queue_count = 1 + rng.below(4);
     let queues: Vec<QueueState> = (0..queue_count)

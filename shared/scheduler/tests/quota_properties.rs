@@ -7,6 +7,7 @@
 //! over, advance time past the minimum runtime, repeat.
 
 use std::collections::{BTreeMap, BTreeSet};
+use trainyard_domain::random::SplitMix64;
 
 use proptest::prelude::*;
 use trainyard_domain::environment::CapacityLimit;
@@ -22,26 +23,14 @@ const CYCLES: usize = 40;
 /// Each cycle advances past the default minimum runtime, so that preemption is possible.
 const STEP_MS: i64 = 700_000;
 
-/// SplitMix64: a seed fully determines a case.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+/// A seed fully determines a case.
+type Rng = SplitMix64;
 
 /// The starting world: one quota-managed environment with two instance types, 2–4 shares with
 /// random limits, strategies, borrow limits and in-share preemption, and 10–40 pending jobs.
 /// `finite` jobs end after their runtime; otherwise they run until preempted.
 fn world(seed: u64) -> (Snapshot, bool) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let capacity: Vec<u32> = TYPES.iter().map(|_| 2 + rng.below(12) as u32).collect();
     let share_count = 2 + rng.below(3);
     let strategies = [

@@ -9,6 +9,7 @@ use trainyard_domain::job::{
 };
 use trainyard_domain::payload::TrainingRequest;
 use trainyard_domain::queue::{JobStateTimeLimitAction, TimeLimitAction, TimeLimitState};
+use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::retry::{
     AfterFailure, AttemptFailure, CAPACITY_CODE, CAPACITY_REASON, FailureKind, JitterTag,
     PREEMPTED_REASON, RetryConfig, StopCause, TIMEOUT_REASON, TerminateAction, attempt_deadline,
@@ -1007,25 +1008,15 @@ fn time_spent_on_capacity_failures_counts_towards_the_limit() {
 // ---------------------------------------------------------------------------------------------
 // Properties
 
-/// SplitMix64, so one seed fully determines a case.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn string(&mut self, alphabet: &[char], max_len: u64) -> String {
-        let len = self.below(max_len + 1);
-        (0..len)
-            .map(|_| alphabet[self.below(alphabet.len() as u64) as usize])
-            .collect()
-    }
+/// One seed fully determines a case.
+type Rng = SplitMix64;
+
+/// A string of up to `max_len` characters of `alphabet`.
+fn string(rng: &mut Rng, alphabet: &[char], max_len: u64) -> String {
+    let len = rng.below(max_len + 1);
+    (0..len)
+        .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+        .collect()
 }
 
 /// The obvious recursive matcher: exponential in the worst case, obviously right.
@@ -1040,9 +1031,9 @@ fn naive(pattern: &[char], text: &[char]) -> bool {
 proptest! {
     #[test]
     fn glob_agrees_with_the_naive_matcher(seed in any::<u64>()) {
-        let mut rng = Rng(seed);
-        let pattern = rng.string(&['a', 'b', 'é', '*'], 8);
-        let text = rng.string(&['a', 'b', 'é'], 10);
+        let mut rng = Rng::new(seed);
+        let pattern = string(&mut rng, &['a', 'b', 'é', '*'], 8);
+        let text = string(&mut rng, &['a', 'b', 'é'], 10);
         let p: Vec<char> = pattern.chars().collect();
         let t: Vec<char> = text.chars().collect();
         prop_assert_eq!(
@@ -1056,7 +1047,7 @@ proptest! {
 
     #[test]
     fn backoff_grows_with_n_and_stays_within_its_bounds(seed in any::<u64>()) {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let base = 1 + rng.below(60_000) as i64;
         let cap = base + rng.below(3_600_000) as i64;
         let jitter_max = rng.below(30_000) as i64;
@@ -1067,7 +1058,7 @@ proptest! {
             retry_cap_ms: cap,
             jitter_max_ms: jitter_max,
         };
-        let id = format!("job-{}", rng.next());
+        let id = format!("job-{}", rng.next_u64());
         let mut previous = 0;
         for n in 0..70 {
             let backoff = backoff_ms(base, cap, n);

@@ -40,12 +40,13 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use trainyard_app::ports::{ConfigStore, JobStore};
 
 use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, NoEvents, Store, TrainingBackend, TrainingJobState, TrainingStatus,
+    BackendError, NoEvents, TrainingBackend, TrainingJobState, TrainingStatus,
 };
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};

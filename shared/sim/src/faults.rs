@@ -50,20 +50,22 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use trainyard_app::ports::{ConfigStore, JobStore, SchedulingStore};
+use trainyard_domain::random::SplitMix64;
 
 use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     BackendError, ClientTokenRecord, Clock, Document, EnvironmentUsage, InsertJob, JobQuery,
-    NoEvents, Page, Resource, Store, StoreError, TrainingBackend, TrainingJobState, Versioned,
-    Write,
+    NoEvents, Page, Resource, StoreError, TrainingBackend, TrainingJobState, Versioned, Write,
 };
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::{CycleConfig, parse_attempt_name};
+use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_app::testing::{Interleaving, ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
+use trainyard_domain::training::parse_attempt_name;
 use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, StateChange};
 use trainyard_scheduler::retry::{RetryConfig, consumes_attempt};
 
@@ -91,33 +93,12 @@ const FAULT_WINDOW_S: i64 = 300;
 /// 5 s provisioning), so the job's next events arrive first.
 const REORDER_HOLD_MS: i64 = 30_000;
 
-/// SplitMix64: the run's one source of randomness, fully determined by the seed.
-#[derive(Debug, Clone)]
-struct Rng(u64);
+/// The run's one source of randomness, fully determined by the seed.
+type Rng = SplitMix64;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    /// Uniform in [0, max).
-    fn rate(&mut self, max: f64) -> f64 {
-        self.unit() * max
-    }
+/// Uniform in `[0, max)`: the chance of a fault, at most `max`.
+fn rate(rng: &mut Rng, max: f64) -> f64 {
+    rng.unit() * max
 }
 
 /// The fault mix of one seed: each rate is the chance of the fault at each opportunity.
@@ -155,19 +136,19 @@ impl FaultRates {
     /// A mix drawn from `rng`: every fault is possible, at a seed-chosen rate.
     fn draw(rng: &mut Rng) -> Self {
         Self {
-            event_duplicate: rng.rate(0.3),
-            event_drop: rng.rate(0.2),
-            event_reorder: rng.rate(0.5),
+            event_duplicate: rate(rng, 0.3),
+            event_drop: rate(rng, 0.2),
+            event_reorder: rate(rng, 0.5),
             event_max_delay_ms: rng.range(0, 30_000) as i64,
-            create_throttled: rng.rate(0.3),
-            create_limit_exceeded: rng.rate(0.2),
-            create_ack_lost: rng.rate(0.2),
-            store_conflict: rng.rate(0.1),
-            store_unavailable: rng.rate(0.05),
-            store_crash_after_write: rng.rate(0.05),
-            concurrent_cycles: rng.rate(0.5),
-            capacity_error: rng.rate(0.2),
-            algorithm_error: rng.rate(0.2),
+            create_throttled: rate(rng, 0.3),
+            create_limit_exceeded: rate(rng, 0.2),
+            create_ack_lost: rate(rng, 0.2),
+            store_conflict: rate(rng, 0.1),
+            store_unavailable: rate(rng, 0.05),
+            store_crash_after_write: rate(rng, 0.05),
+            concurrent_cycles: rate(rng, 0.5),
+            capacity_error: rate(rng, 0.2),
+            algorithm_error: rate(rng, 0.2),
         }
     }
 
@@ -231,7 +212,7 @@ impl Workload {
     /// The workload of `seed`: 6–20 jobs on 2–6 instances, submitted over two minutes, each
     /// running 5–90 s, under a seed-chosen policy and fault mix.
     pub fn generate(seed: u64) -> Self {
-        let mut rng = Rng(seed ^ 0xFA17_5EED);
+        let mut rng = Rng::new(seed ^ 0xFA17_5EED);
         let policy = ALL_POLICIES[rng.range(0, ALL_POLICIES.len() as u64 - 1) as usize];
         let rates = FaultRates::draw(&mut rng);
         let mut scenario = small_scenario();
@@ -438,7 +419,7 @@ fn describe_writes(writes: &[Write]) -> String {
     format!("commit of {} writes", writes.len())
 }
 
-impl<S: Store> Store for FaultyStore<S> {
+impl<S: JobStore> JobStore for FaultyStore<S> {
     async fn insert_job(
         &self,
         job: &ServiceJob,
@@ -446,9 +427,11 @@ impl<S: Store> Store for FaultyStore<S> {
     ) -> Result<InsertJob, StoreError> {
         self.inner.insert_job(job, token).await
     }
+
     async fn get_job(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
         self.inner.get_job(job_id).await
     }
+
     async fn update_job(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
         let what = format!("update of job {} ({})", job.job_id, job.status);
         let crash = self.before_write(&what)?;
@@ -458,21 +441,28 @@ impl<S: Store> Store for FaultyStore<S> {
         }
         Ok(version)
     }
+
     async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         self.inner.list_jobs(query).await
     }
+}
+
+impl<S: ConfigStore> ConfigStore for FaultyStore<S> {
     async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
         self.inner.create_resource(resource).await
     }
+
     async fn get_resource<R: Resource>(
         &self,
         key: &str,
     ) -> Result<Option<Versioned<R>>, StoreError> {
         self.inner.get_resource(key).await
     }
+
     async fn list_resources<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
         self.inner.list_resources().await
     }
+
     async fn update_resource<R: Resource>(
         &self,
         resource: &R,
@@ -480,6 +470,7 @@ impl<S: Store> Store for FaultyStore<S> {
     ) -> Result<u64, StoreError> {
         self.inner.update_resource(resource, expected_version).await
     }
+
     async fn delete_resource<R: Resource>(
         &self,
         key: &str,
@@ -487,15 +478,20 @@ impl<S: Store> Store for FaultyStore<S> {
     ) -> Result<(), StoreError> {
         self.inner.delete_resource::<R>(key, expected_version).await
     }
+}
+
+impl<S: SchedulingStore> SchedulingStore for FaultyStore<S> {
     async fn get_document<D: Document>(
         &self,
         key: &str,
     ) -> Result<Option<Versioned<D>>, StoreError> {
         self.inner.get_document(key).await
     }
+
     async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
         self.inner.list_documents().await
     }
+
     async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
         let what = describe_writes(writes);
         let crash = self.before_write(&what)?;
@@ -505,6 +501,7 @@ impl<S: Store> Store for FaultyStore<S> {
         }
         Ok(())
     }
+
     async fn runnable_jobs(
         &self,
         queue: &str,
@@ -513,9 +510,11 @@ impl<S: Store> Store for FaultyStore<S> {
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         self.inner.runnable_jobs(queue, share, limit).await
     }
+
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         self.inner.runnable_shares(queue).await
     }
+
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         self.inner.dispatched_jobs().await
     }
@@ -599,7 +598,8 @@ impl FaultyBackend {
                 if self.rates.event_max_delay_ms > 0 {
                     let mut c = self.chaos.lock();
                     if c.on {
-                        delay += (c.rng.next() % (self.rates.event_max_delay_ms as u64 + 1)) as i64;
+                        delay +=
+                            (c.rng.next_u64() % (self.rates.event_max_delay_ms as u64 + 1)) as i64;
                     }
                 }
                 s.seq += 1;
@@ -1037,7 +1037,7 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
     let clock = Arc::new(ManualClock::new(T0_MS));
     let chaos = Arc::new(Chaos {
         state: Mutex::new(ChaosState {
-            rng: Rng(workload.seed ^ 0xC4A0_5EED),
+            rng: Rng::new(workload.seed ^ 0xC4A0_5EED),
             on: false,
             injected: 0,
             by_kind: BTreeMap::new(),

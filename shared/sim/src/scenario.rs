@@ -18,6 +18,7 @@
 //! mapping from a trace: its `n` largest shares by offered load, the rest folded.
 
 use std::collections::BTreeMap;
+use trainyard_domain::random::{Fnv1a, mix64, unit_of};
 
 use serde::{Deserialize, Serialize};
 
@@ -460,23 +461,14 @@ pub fn offered_loads(trace: &Trace, default_share: &str) -> BTreeMap<String, f64
 /// 64-bit FNV-1a over the seed (little-endian), the share, a 0 byte, and the job id, mixed by
 /// SplitMix64's finaliser and mapped to `[0, 1)` by its top 53 bits.
 pub fn unit_hash(seed: u64, share: &str, id: &str) -> f64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = seed
-        .to_le_bytes()
-        .into_iter()
-        .chain(share.bytes())
-        .chain([0u8])
-        .chain(id.bytes());
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let mut hash = Fnv1a::new();
+    hash.write(&seed.to_le_bytes());
+    hash.write(share.as_bytes());
+    hash.write(&[0]);
+    hash.write(id.as_bytes());
     // SplitMix64's finaliser: FNV-1a alone leaves the top bits of similar short keys
     // correlated (measured: 7% instead of 10% in the first tier).
-    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^= h >> 31;
-    (h >> 11) as f64 / (1u64 << 53) as f64
+    unit_of(mix64(hash.finish()))
 }
 
 /// Splits `total` into whole parts proportional to `weights` (largest remainder, ties by

@@ -16,7 +16,7 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use super::Service;
 use crate::error::AppError;
-use crate::ports::{EventSink, Resource, Store, StoreError, Versioned};
+use crate::ports::{ConfigStore, EventSink, Resource, StoreError, Versioned};
 
 /// What `CreateServiceEnvironment` asks for, after the API decoded and range-checked it.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,7 +115,7 @@ pub(super) fn not_found(kind: ResourceKind, name: &str) -> AppError {
     ))
 }
 
-impl<S: Store, E: EventSink> Service<S, E> {
+impl<S: ConfigStore, E: EventSink> Service<S, E> {
     /// Resolves a name or ARN of `kind` to its name; a malformed or foreign ARN is refused.
     pub(super) fn resolve_reference(
         &self,

@@ -24,7 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
-use crate::ports::{Document, EventSink, Store, StoreError, Versioned, Write};
+use crate::ports::{Document, EventSink, SchedulingStore, StoreError, Versioned, Write};
 use crate::service::Service;
 
 /// A named lease and who holds it until when.
@@ -82,7 +82,7 @@ fn take(
     })
 }
 
-impl<S: Store, E: EventSink> Service<S, E> {
+impl<S: SchedulingStore, E: EventSink> Service<S, E> {
     /// Takes the lease if free, expired, or already ours; None while someone else holds it.
     ///
     /// One read and one version-checked commit; losing a race to another taker is `None`, not
@@ -154,6 +154,7 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
 #[cfg(test)]
 mod tests {
+    use crate::ports::Store;
     use std::sync::Arc;
 
     use trainyard_domain::arn::ArnContext;

@@ -13,7 +13,7 @@ use trainyard_domain::queue::JobQueue;
 use super::Service;
 use super::environments::{created, written};
 use crate::error::AppError;
-use crate::ports::{EventSink, Store, Versioned};
+use crate::ports::{ConfigStore, EventSink, Versioned};
 
 /// What `CreateSchedulingPolicy` asks for, after the API decoded and range-checked it.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,7 +96,7 @@ fn check_one_kind(
     }
 }
 
-impl<S: Store, E: EventSink> Service<S, E> {
+impl<S: ConfigStore, E: EventSink> Service<S, E> {
     /// `CreateSchedulingPolicy`.
     pub async fn create_scheduling_policy(
         &self,

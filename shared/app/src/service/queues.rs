@@ -19,7 +19,7 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 use super::Service;
 use super::environments::{created, not_found, written};
 use crate::error::AppError;
-use crate::ports::{EventSink, JobQuery, Resource, Store, Versioned};
+use crate::ports::{ConfigStore, EventSink, JobQuery, JobStore, Resource, Versioned};
 
 /// The status reason Batch reports for a healthy queue.
 pub const HEALTHY: &str = "JobQueue Healthy";
@@ -97,7 +97,7 @@ fn policy_kind(policy: &SchedulingPolicy) -> &'static str {
     }
 }
 
-impl<S: Store, E: EventSink> Service<S, E> {
+impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
     /// Resolves the environments of a `serviceEnvironmentOrder` to names and checks they exist.
     async fn resolve_environment_order(
         &self,

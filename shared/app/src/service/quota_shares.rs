@@ -17,7 +17,7 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 use super::Service;
 use super::environments::{created, not_found, written};
 use crate::error::AppError;
-use crate::ports::{EventSink, Store, Versioned, quota_share_key};
+use crate::ports::{ConfigStore, EventSink, JobStore, Versioned, quota_share_key};
 
 /// Reason given to jobs terminated because their quota share was deleted.
 pub const QUOTA_SHARE_DELETED_REASON: &str = "Quota share deleted";
@@ -116,7 +116,7 @@ fn check_share_limits(
     Ok(())
 }
 
-impl<S: Store, E: EventSink> Service<S, E> {
+impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
     /// Resolves a quota share ARN to its identity.
     fn quota_share_id(&self, arn: &str) -> Result<QuotaShareId, AppError> {
         self.arns

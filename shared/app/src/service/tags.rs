@@ -13,7 +13,7 @@ use trainyard_domain::quota_share::QuotaShare;
 use super::Service;
 use super::environments::{not_found, written};
 use crate::error::AppError;
-use crate::ports::{EventSink, Resource, Store, StoreError, quota_share_key};
+use crate::ports::{ConfigStore, EventSink, JobStore, Resource, StoreError, quota_share_key};
 
 /// A resource whose tags can be edited in place.
 trait Tagged: Resource {
@@ -85,7 +85,7 @@ impl Edit<'_> {
     }
 }
 
-impl<S: Store, E: EventSink> Service<S, E> {
+impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
     /// Works out what a tagging ARN names. Only ARNs are accepted here (as in Batch), and
     /// they must be of a kind Trainyard serves, in its partition, region and account.
     fn tag_target(&self, arn: &str) -> Result<Target, AppError> {
@@ -217,7 +217,10 @@ impl<S: Store, E: EventSink> Service<S, E> {
 
     /// `ListTagsForResource`.
     pub async fn list_tags_for_resource(&self, arn: &str) -> Result<Tags, AppError> {
-        async fn tags_of<S: Store, R: Tagged>(store: &S, key: &str) -> Result<Tags, AppError> {
+        async fn tags_of<S: ConfigStore, R: Tagged>(
+            store: &S,
+            key: &str,
+        ) -> Result<Tags, AppError> {
             let mut found = store
                 .get_resource::<R>(key)
                 .await?

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::time::Duration;
+use trainyard_domain::random::Fnv1a;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::client::Waiters;
@@ -11,11 +12,10 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
     KeyType, Projection, ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
-use trainyard_app::ports::{
-    CapacityHolder, ClientTokenRecord, RunnableHead, StoreError, share_key,
-};
+use trainyard_app::ports::{CapacityHolder, ClientTokenRecord, RunnableHead, StoreError};
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::order::share_key;
 
 /// An item, as the SDK passes it.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -200,7 +200,7 @@ fn parse_sortable_time(text: &str) -> Option<i64> {
 }
 
 /// A RUNNABLE job's place in the runnable index, in the order of
-/// [`runnable_rank`](trainyard_app::ports::runnable_rank) within its share:
+/// [`runnable_rank`](trainyard_domain::order::runnable_rank) within its share:
 /// `{share}#{invPriority}#{runnableAt}#{jobId}`, or `#{runnableAt}#{jobId}` for a job without a
 /// share (a FIFO queue's: priority does not count there). Grouped by share first, so a share's
 /// line is one key prefix (`{share}#`) and [`runnable_shares`] can skip from share to share.
@@ -292,12 +292,7 @@ pub(crate) struct JobItems {
 
 /// A 64-bit FNV-1a fingerprint, in hex: stable across builds and platforms (unlike `Hasher`s).
 fn fingerprint(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", Fnv1a::of(text.as_bytes()))
 }
 
 /// Splits `job` at `version` into its two items.
@@ -865,7 +860,7 @@ mod tests {
     #[test]
     fn runnable_keys_sort_like_the_line_and_group_by_share() {
         use trainyard_app::contract::job;
-        use trainyard_app::ports::runnable_rank;
+        use trainyard_domain::order::runnable_rank;
         let jobs = [
             job("a").runnable_at(30).priority(1).share("s1").build(),
             job("b").runnable_at(10).share("s1").build(),

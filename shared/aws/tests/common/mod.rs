@@ -14,13 +14,14 @@ use trainyard_app::ports::{
     BackendError, EventSink, Store, TrainingBackend, TrainingJobState, TrainingStatus,
 };
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::{CycleConfig, CycleReport, StateOutcome, attempt_name};
+use trainyard_app::service::scheduling::{CycleConfig, CycleReport, StateOutcome};
 use trainyard_app::testing::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::JobStatus;
 use trainyard_domain::policy::{FairsharePolicy, SchedulingPolicy};
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
+use trainyard_domain::training::attempt_name;
 use trainyard_domain::{ResourceStatus, State};
 
 /// Some time in 2027, so that times in events look real.

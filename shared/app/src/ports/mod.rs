@@ -1,0 +1,28 @@
+//! Ports: what the use-cases need from the outside world, as narrow traits, and the records
+//! they exchange.
+//!
+//! - [`store`]: [`JobStore`], [`ConfigStore`] and [`SchedulingStore`] (with [`Store`] for all
+//!   three), versioned values, documents and atomic writes.
+//! - [`records`]: what the store ports take and return (queries, pages, usage documents, the
+//!   summaries a cycle reads).
+//! - [`backend`]: the training backend (SageMaker, or the emulator).
+//! - [`events`]: the event sink.
+//! - [`time`]: the clock and id minting.
+
+pub mod backend;
+pub mod events;
+pub mod records;
+pub mod store;
+pub mod time;
+
+pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatus};
+pub use events::{Event, EventSink, NoEvents};
+pub use records::{
+    CapacityHolder, ClientTokenRecord, EnvironmentUsage, InsertJob, JobCursor, JobQuery,
+    NameFilter, Page, RunnableHead, ShareUsageRecord, quota_share_key,
+};
+pub use store::{
+    ConfigStore, Document, DocumentValue, JobStore, Resource, SchedulingStore, Store, StoreError,
+    Versioned, Write, set_status_reason_whole,
+};
+pub use time::{Clock, Ids, RandomIds, SystemClock};

@@ -1,0 +1,261 @@
+//! The records the store ports exchange: client tokens, job queries and pages, the scheduler's
+//! documents (capacity in use, fair-share usage) and the summaries a cycle reads of jobs.
+
+use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::order::share_key;
+
+use super::store::Document;
+
+/// The store key of a quota share: `{queue}/{name}`.
+pub fn quota_share_key(queue: &str, name: &str) -> String {
+    // Not `format!`: a cycle builds one key per fair share.
+    let mut key = String::with_capacity(queue.len() + 1 + name.len());
+    key.push_str(queue);
+    key.push('/');
+    key.push_str(name);
+    key
+}
+
+/// A `clientToken` remembered with the request it came with, so a retry of the same request
+/// returns the same job and a different request reusing the token is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientTokenRecord {
+    /// The token.
+    pub token: String,
+    /// SHA-256 (hex) of the canonical request, without the token.
+    pub request_hash: String,
+    /// The job the token created.
+    pub job_id: String,
+    /// When it was recorded (epoch ms); tokens may be forgotten after a day.
+    pub created_at: i64,
+}
+
+/// Result of inserting a job with a client token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertJob {
+    /// The job was stored (with its token, if any) atomically.
+    Inserted,
+    /// The token was already recorded; nothing was written. Carries the earlier record.
+    TokenExists(ClientTokenRecord),
+}
+
+/// The case-insensitive `JOB_NAME` filter: exact, or a prefix when the value ends with `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameFilter {
+    /// Case-insensitive equality (the value is stored lower-cased).
+    Exact(String),
+    /// Case-insensitive prefix (lower-cased, without the `*`).
+    Prefix(String),
+}
+
+/// Where a page of jobs continues: strictly after this (created_at, job_id) in newest-first order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCursor {
+    /// `createdAt` of the last job returned.
+    pub created_at: i64,
+    /// `jobId` of the last job returned (tie-breaker).
+    pub job_id: String,
+}
+
+/// A query over jobs. All set fields must match. Results are newest first: `created_at`
+/// descending, then `job_id` descending.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JobQuery {
+    /// Queue name.
+    pub queue: Option<String>,
+    /// Status.
+    pub status: Option<JobStatus>,
+    /// Fair-share share identifier.
+    pub share_identifier: Option<String>,
+    /// Quota share name.
+    pub quota_share_name: Option<String>,
+    /// Job name filter.
+    pub name: Option<NameFilter>,
+    /// Only jobs created strictly before this time (epoch ms).
+    pub created_before: Option<i64>,
+    /// Only jobs created strictly after this time (epoch ms).
+    pub created_after: Option<i64>,
+    /// Continue after this position.
+    pub after: Option<JobCursor>,
+    /// Page size, at least 1.
+    pub limit: usize,
+}
+
+/// One page of results; `next` is set only when more may follow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Where the next page starts.
+    pub next: Option<JobCursor>,
+}
+
+/// Instances a service environment has handed out, per instance type.
+///
+/// Every dispatch and every release changes it in the same atomic commit as the job, with a
+/// version check, so two cycles planning at once can never both hand out the last instance: the
+/// second commit fails and its job waits for the next cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentUsage {
+    /// The service environment.
+    pub environment: String,
+    /// Instances in use per instance type (types at zero are removed).
+    pub instances: std::collections::BTreeMap<String, u64>,
+}
+
+impl EnvironmentUsage {
+    /// All instances in use.
+    pub fn total(&self) -> u64 {
+        self.instances.values().sum()
+    }
+
+    /// Takes `instances` (a job being dispatched).
+    pub fn add(&mut self, instances: &std::collections::BTreeMap<String, u32>) {
+        for (ty, n) in instances {
+            *self.instances.entry(ty.clone()).or_insert(0) += u64::from(*n);
+        }
+    }
+
+    /// Gives back `instances` (an attempt that ended), never below zero.
+    pub fn remove(&mut self, instances: &std::collections::BTreeMap<String, u32>) {
+        for (ty, n) in instances {
+            if let Some(used) = self.instances.get_mut(ty) {
+                *used = used.saturating_sub(u64::from(*n));
+                if *used == 0 {
+                    self.instances.remove(ty);
+                }
+            }
+        }
+    }
+}
+
+impl Document for EnvironmentUsage {
+    const KIND: &'static str = "environment-usage";
+    fn key(&self) -> String {
+        self.environment.clone()
+    }
+}
+
+/// The decayed usage of one fair share (see `trainyard_scheduler::fair_share`).
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShareUsageRecord {
+    /// Queue name.
+    pub queue: String,
+    /// Share identifier.
+    pub share: String,
+    /// Decayed instance-seconds and when they were last brought up to date.
+    pub usage: trainyard_scheduler::fair_share::ShareUsage,
+}
+
+impl Document for ShareUsageRecord {
+    const KIND: &'static str = "share-usage";
+    fn key(&self) -> String {
+        quota_share_key(&self.queue, &self.share)
+    }
+}
+
+/// A RUNNABLE job, as the scheduler sees it (see [`SchedulingStore::runnable_heads`](super::SchedulingStore::runnable_heads)): what the planner
+/// orders and fits, plus the status reason and version a cycle needs to record why it waits.
+///
+/// Its text and instances are shared ([`SharedStr`], `Arc`) like [`CapacityHolder`]'s: a store
+/// that keeps the summaries hands every cycle the same ones, and the planner's [`PendingJob`]
+/// takes them as they are.
+///
+/// [`PendingJob`]: trainyard_scheduler::PendingJob
+/// [`SharedStr`]: trainyard_scheduler::SharedStr
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnableHead {
+    /// Job id.
+    pub job_id: trainyard_scheduler::SharedStr,
+    /// Queue name.
+    pub job_queue: trainyard_scheduler::SharedStr,
+    /// Its fair share or quota share ([`share_key`]; empty when none).
+    pub share: trainyard_scheduler::SharedStr,
+    /// `schedulingPriority` (0 when unset).
+    pub priority: u32,
+    /// Its place in line: its submission, or its last requeue (its creation if never recorded).
+    pub runnable_at: i64,
+    /// Instances it needs, per instance type.
+    pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
+    /// `MaxRuntimeInSeconds` of the request, if given.
+    pub max_runtime_s: Option<u64>,
+    /// Not to be dispatched before this time (retry backoff).
+    pub not_before: Option<i64>,
+    /// The status reason stored on the job (the last skip reason recorded).
+    pub status_reason: Option<trainyard_scheduler::SharedStr>,
+    /// The job's stored version: a write based on this summary expects it.
+    pub version: u64,
+}
+
+impl RunnableHead {
+    /// The summary of a RUNNABLE job stored at `version`.
+    pub fn of(job: &ServiceJob, version: u64) -> Self {
+        Self {
+            job_id: job.job_id.as_str().into(),
+            job_queue: job.job_queue.as_str().into(),
+            share: share_key(job).into(),
+            priority: job.priority(),
+            runnable_at: job.runnable_at.unwrap_or(job.created_at),
+            instances: std::sync::Arc::new(job.training.instances.clone()),
+            max_runtime_s: job.training.max_runtime_s,
+            not_before: job.not_before,
+            status_reason: job.status_reason.as_deref().map(Into::into),
+            version,
+        }
+    }
+}
+
+/// A job holding capacity, as the scheduler sees it (see [`SchedulingStore::capacity_holders`](super::SchedulingStore::capacity_holders)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Ids and instances are shared ([`SharedStr`], `Arc`): a store that keeps the summaries (the memory store does)
+/// hands every cycle the same ones, and the planner's [`RunningJob`] takes them as they are.
+///
+/// [`RunningJob`]: trainyard_scheduler::RunningJob
+/// [`SharedStr`]: trainyard_scheduler::SharedStr
+pub struct CapacityHolder {
+    /// Job id.
+    pub job_id: trainyard_scheduler::SharedStr,
+    /// Queue name.
+    pub job_queue: trainyard_scheduler::SharedStr,
+    /// Its fair share or quota share ([`share_key`]; empty when none).
+    pub share: trainyard_scheduler::SharedStr,
+    /// `schedulingPriority` (0 when unset).
+    pub priority: u32,
+    /// When its latest attempt started (the job's last update if the attempt has no start).
+    pub started_at: i64,
+    /// Instances held, per instance type.
+    pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
+    /// `MaxRuntimeInSeconds` of the request, if given.
+    pub max_runtime_s: Option<u64>,
+}
+
+impl CapacityHolder {
+    /// The summary of a dispatched job.
+    pub fn of(job: &ServiceJob) -> Self {
+        Self {
+            job_id: job.job_id.as_str().into(),
+            job_queue: job.job_queue.as_str().into(),
+            share: share_key(job).into(),
+            priority: job.priority(),
+            started_at: Self::started_at_of(job),
+            instances: std::sync::Arc::new(job.training.instances.clone()),
+            max_runtime_s: job.training.max_runtime_s,
+        }
+    }
+
+    /// [`started_at`](Self::started_at) of a dispatched job: when its latest attempt started,
+    /// else its last update.
+    pub fn started_at_of(job: &ServiceJob) -> i64 {
+        job.latest_attempt()
+            .and_then(|a| a.started_at)
+            .unwrap_or(job.updated_at)
+    }
+
+    /// All instances held.
+    pub fn total_instances(&self) -> u64 {
+        self.instances.values().map(|n| u64::from(*n)).sum()
+    }
+}

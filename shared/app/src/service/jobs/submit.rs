@@ -1,0 +1,254 @@
+//! Submitting a job, and accepting submitted jobs into their queues (SUBMITTED → RUNNABLE).
+
+use super::*;
+
+/// SHA-256 (hex) of the canonical request: the resolved queue name and every member but the
+/// client token, serialised with a fixed member order (tags are a sorted map).
+pub(super) fn request_hash(queue: &str, cmd: &SubmitJob) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(queue.as_bytes());
+    hasher.update(b"\n");
+    // Serialising plain structs and sorted maps cannot fail; an empty body would only make
+    // distinct requests collide on the same token, never accept a different one silently.
+    hasher.update(serde_json::to_vec(cmd).unwrap_or_default());
+    format!("{:x}", hasher.finalize())
+}
+
+impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
+    /// Checks `shareIdentifier` / `quotaShareName` against the queue's policy.
+    pub(super) async fn check_share(
+        &self,
+        queue: &JobQueue,
+        ordering: QueueOrdering,
+        cmd: &SubmitJob,
+    ) -> Result<(), AppError> {
+        let queue_name = &queue.job_queue_name;
+        if cmd.share_identifier.is_some() && cmd.quota_share_name.is_some() {
+            return Err(AppError::Invalid(
+                "Specify shareIdentifier or quotaShareName, not both".into(),
+            ));
+        }
+        match ordering {
+            QueueOrdering::Fifo => {
+                if cmd.share_identifier.is_some() {
+                    return Err(AppError::Invalid(format!(
+                        "shareIdentifier is not allowed: job queue {queue_name} has no fair-share scheduling policy"
+                    )));
+                }
+                if cmd.quota_share_name.is_some() {
+                    return Err(AppError::Invalid(format!(
+                        "quotaShareName is not allowed: job queue {queue_name} has no quota-share scheduling policy"
+                    )));
+                }
+            }
+            QueueOrdering::FairShare => {
+                if cmd.quota_share_name.is_some() {
+                    return Err(AppError::Invalid(format!(
+                        "quotaShareName is not allowed: job queue {queue_name} has a fair-share scheduling policy; use shareIdentifier"
+                    )));
+                }
+                if cmd.share_identifier.is_none() {
+                    return Err(AppError::Invalid(format!(
+                        "shareIdentifier is required: job queue {queue_name} has a fair-share scheduling policy"
+                    )));
+                }
+            }
+            QueueOrdering::QuotaShare => {
+                if cmd.share_identifier.is_some() {
+                    return Err(AppError::Invalid(format!(
+                        "shareIdentifier is not allowed: job queue {queue_name} has a quota-share scheduling policy; use quotaShareName"
+                    )));
+                }
+                let Some(share) = &cmd.quota_share_name else {
+                    return Err(AppError::Invalid(format!(
+                        "quotaShareName is required: job queue {queue_name} has a quota-share scheduling policy"
+                    )));
+                };
+                let found = self
+                    .store
+                    .get_resource::<QuotaShare>(&quota_share_key(queue_name, share))
+                    .await?
+                    .ok_or_else(|| {
+                        AppError::NotFound(format!(
+                            "Quota share {share} does not exist in job queue {queue_name}"
+                        ))
+                    })?
+                    .value;
+                if found.state != State::Enabled {
+                    return Err(AppError::Invalid(format!(
+                        "Quota share {share} in job queue {queue_name} is DISABLED and accepts no new jobs"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `SubmitServiceJob`: stores the job as SUBMITTED and publishes `JobSubmitted`.
+    ///
+    /// Idempotent on `clientToken`: the same request with the same token returns the job the
+    /// first call created; a different request with a used token is refused.
+    pub async fn submit(&self, cmd: SubmitJob) -> Result<SubmittedJob, AppError> {
+        let queue = self.load_queue(&cmd.job_queue).await?;
+        let queue_name = queue.job_queue_name.clone();
+        if queue.job_queue_type != JobQueueType::SagemakerTraining {
+            return Err(AppError::Invalid(format!(
+                "Job queue {queue_name} is not of type SAGEMAKER_TRAINING"
+            )));
+        }
+        if queue.state != State::Enabled {
+            return Err(AppError::Invalid(format!(
+                "Job queue {queue_name} is DISABLED and accepts no new jobs"
+            )));
+        }
+        if matches!(
+            queue.status,
+            ResourceStatus::Deleting | ResourceStatus::Deleted
+        ) {
+            return Err(AppError::Invalid(format!(
+                "Job queue {queue_name} is being deleted and accepts no new jobs"
+            )));
+        }
+        let ordering = self.ordering_of(&queue).await?;
+        self.check_share(&queue, ordering, &cmd).await?;
+        let training = parse_training_request(&cmd.service_request_payload)
+            .map_err(|e| AppError::Invalid(e.to_string()))?;
+
+        let now = self.clock.now_ms();
+        let job_id = self.ids.job_id();
+        let token = cmd.client_token.as_ref().map(|token| ClientTokenRecord {
+            token: token.clone(),
+            request_hash: request_hash(&queue_name, &cmd),
+            job_id: job_id.clone(),
+            created_at: now,
+        });
+        let job = ServiceJob {
+            service_job_type: cmd.service_job_type,
+            share_identifier: cmd.share_identifier,
+            quota_share_name: cmd.quota_share_name,
+            scheduling_priority: cmd.scheduling_priority,
+            retry_strategy: cmd.retry_strategy,
+            timeout_config: cmd.timeout_config,
+            preemption_configuration: cmd.preemption_configuration,
+            tags: cmd.tags,
+            client_token: cmd.client_token,
+            ..ServiceJob::submitted(
+                job_id.clone(),
+                cmd.job_name,
+                queue_name.clone(),
+                cmd.service_request_payload,
+                training,
+                now,
+            )
+        };
+
+        match self.store.insert_job(&job, token.as_ref()).await? {
+            InsertJob::Inserted => {}
+            InsertJob::TokenExists(earlier) => {
+                let same = token
+                    .as_ref()
+                    .is_some_and(|t| t.request_hash == earlier.request_hash);
+                if !same {
+                    return Err(AppError::Invalid(format!(
+                        "clientToken {} was already used for a different request; use a new token for a new job",
+                        earlier.token
+                    )));
+                }
+                let job_name = match self.store.get_job(&earlier.job_id).await? {
+                    Some(stored) => stored.value.job_name,
+                    // Same hash means same jobName, so the request's name is the earlier one.
+                    None => job.job_name,
+                };
+                return Ok(SubmittedJob {
+                    job_arn: self.arns.job_arn(&earlier.job_id),
+                    job_id: earlier.job_id,
+                    job_name,
+                });
+            }
+        }
+        tracing::info!(job_id = %job.job_id, job_queue = %queue_name, "job submitted");
+        self.events
+            .publish(Event::JobSubmitted {
+                job_id: job.job_id.clone(),
+                job_queue: queue_name,
+            })
+            .await;
+        Ok(SubmittedJob {
+            job_arn: self.arns.job_arn(&job.job_id),
+            job_id: job.job_id,
+            job_name: job.job_name,
+        })
+    }
+
+    /// Moves up to `limit` SUBMITTED jobs, oldest first, into their queues (RUNNABLE). A job
+    /// whose queue no longer exists fails with a reason saying so. A job someone else changed
+    /// meanwhile (a version conflict) is left alone. Returns how many jobs were moved.
+    pub async fn accept_submitted(&self, limit: usize, min_age_ms: i64) -> Result<usize, AppError> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        // Only jobs at least `min_age_ms` old: a client that describes its job right after
+        // submitting must still see SUBMITTED (the SageMaker SDK asserts it).
+        let cutoff = self.clock.now_ms().saturating_sub(min_age_ms.max(0));
+        let query = JobQuery {
+            status: Some(JobStatus::Submitted),
+            created_before: Some(cutoff.saturating_add(1)),
+            ..JobQuery::default()
+        };
+        let mut submitted = self.scan_jobs(query, ACCEPT_SCAN_CAP).await?;
+        // Oldest first, so that a FIFO queue's runnable order matches submission order.
+        submitted.sort_by(|a, b| (a.created_at, &a.job_id).cmp(&(b.created_at, &b.job_id)));
+        submitted.truncate(limit);
+
+        let mut queue_exists: BTreeMap<String, bool> = BTreeMap::new();
+        let mut moved = 0;
+        for job in submitted {
+            let exists = match queue_exists.get(&job.job_queue) {
+                Some(exists) => *exists,
+                None => {
+                    let exists = self
+                        .store
+                        .get_resource::<JobQueue>(&job.job_queue)
+                        .await?
+                        .is_some();
+                    queue_exists.insert(job.job_queue.clone(), exists);
+                    exists
+                }
+            };
+            // Re-read for the version: the scan's copy may be stale by now.
+            let Some(Versioned {
+                value: mut job,
+                version,
+            }) = self.store.get_job(&job.job_id).await?
+            else {
+                continue;
+            };
+            if job.status != JobStatus::Submitted {
+                continue;
+            }
+            let now = self.clock.now_ms();
+            let (next, reason) = if exists {
+                (JobStatus::Runnable, None)
+            } else {
+                (
+                    JobStatus::Failed,
+                    Some(format!(
+                        "Job queue {} no longer exists; the job was never queued",
+                        job.job_queue
+                    )),
+                )
+            };
+            if job.transition(next, reason, now).is_err() {
+                continue;
+            }
+            match self.store.update_job(&job, version).await {
+                Ok(_) => {}
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            moved += 1;
+            self.publish_status(&job).await;
+        }
+        Ok(moved)
+    }
+}

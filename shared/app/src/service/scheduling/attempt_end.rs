@@ -1,0 +1,192 @@
+//! The end of an attempt and SageMaker's state changes: a state change (from an event, or from
+//! describing an attempt) moves the job along; a terminal one ends the attempt, decides what
+//! comes next (success, retry, capacity requeue, failure) and releases its capacity, in one
+//! commit.
+
+use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::training::{batch_status, parse_attempt_name};
+use trainyard_scheduler::retry::{self, AfterFailure, AttemptFailure, StopCause};
+
+use super::launch::record_preemption;
+use super::{CycleConfig, Ending, RACE_RETRIES, StateOutcome};
+use crate::error::AppError;
+use crate::ports::{
+    EnvironmentUsage, EventSink, SchedulingStore, StoreError, TrainingJobState, TrainingStatus,
+    Write,
+};
+use crate::service::Service;
+
+impl<S: SchedulingStore, E: EventSink> Service<S, E> {
+    /// Ends attempt `n` of a job: stamps the attempt, decides the job's next status (success,
+    /// retry, capacity requeue, failure) and releases the attempt's capacity, all in one commit.
+    /// Re-reads and retries when it loses a race.
+    pub(super) async fn finish_attempt(
+        &self,
+        job_id: &str,
+        n: usize,
+        ending: Ending,
+        config: &CycleConfig,
+    ) -> Result<StateOutcome, AppError> {
+        for _ in 0..RACE_RETRIES {
+            let now = self.clock.now_ms();
+            let Some(stored) = self.store.get_job(job_id).await? else {
+                return Ok(StateOutcome::Unknown);
+            };
+            let mut job = stored.value;
+            if job.attempts.len() != n || !job.status.is_dispatched() {
+                return Ok(StateOutcome::Ignored);
+            }
+            let Some(attempt) = job.attempts.last_mut() else {
+                return Ok(StateOutcome::Ignored);
+            };
+            attempt.stopped_at = Some(now);
+            let environment = attempt.service_environment.clone();
+            let (next, reason) = match &ending {
+                Ending::Completed => {
+                    let reason = retry::sagemaker_reason("Training job completed");
+                    attempt.status_reason = Some(reason.clone());
+                    (JobStatus::Succeeded, reason)
+                }
+                Ending::Failed(failure) => {
+                    attempt.status_reason = Some(retry::attempt_status_reason(failure));
+                    let decision = retry::decide_after_failure(&job, failure, now, &config.retry);
+                    if *failure == AttemptFailure::Stopped(StopCause::Preempted) {
+                        record_preemption(&mut job);
+                    }
+                    match decision {
+                        AfterFailure::Requeue {
+                            not_before_ms,
+                            status_reason,
+                            ..
+                        } => {
+                            job.not_before = Some(not_before_ms);
+                            (JobStatus::Runnable, status_reason)
+                        }
+                        AfterFailure::Failed { status_reason } => {
+                            (JobStatus::Failed, status_reason)
+                        }
+                    }
+                }
+            };
+            if job.transition(next, Some(reason), now).is_err() {
+                return Ok(StateOutcome::Ignored);
+            }
+            let mut writes = vec![Write::job(job.clone(), stored.version)];
+            if let Some(environment) = &environment {
+                let usage = self
+                    .store
+                    .get_document::<EnvironmentUsage>(environment)
+                    .await?;
+                if let Some(mut usage) = usage {
+                    usage.value.remove(&job.training.instances);
+                    writes.push(Write::document(&usage.value, usage.version)?);
+                }
+            }
+            match self.store.commit(&writes).await {
+                Ok(()) => {
+                    tracing::info!(job_id = %job.job_id, attempt = n, status = %next,
+                        reason = job.status_reason.as_deref().unwrap_or(""), "attempt ended");
+                    self.publish_status(&job).await;
+                    return Ok(StateOutcome::Applied(next));
+                }
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(AppError::Internal(StoreError::Conflict))
+    }
+
+    /// Applies a SageMaker state change (from an event, or from describing an attempt).
+    /// Duplicates, stale attempts, backward moves and finished jobs are ignored.
+    pub async fn on_training_state(
+        &self,
+        state: &TrainingJobState,
+        config: &CycleConfig,
+    ) -> Result<StateOutcome, AppError> {
+        let Some((job_id, n)) = parse_attempt_name(&state.name) else {
+            return Ok(StateOutcome::Unknown);
+        };
+        for _ in 0..RACE_RETRIES {
+            let Some(stored) = self.store.get_job(&job_id).await? else {
+                return Ok(StateOutcome::Unknown);
+            };
+            let mut job = stored.value;
+            if job.attempts.len() != n || !job.status.is_dispatched() {
+                return Ok(StateOutcome::Ignored);
+            }
+            let Some(next) = batch_status(state) else {
+                return Ok(StateOutcome::Ignored);
+            };
+            match next {
+                JobStatus::Succeeded => {
+                    return self
+                        .finish_attempt(&job_id, n, Ending::Completed, config)
+                        .await;
+                }
+                JobStatus::Failed => {
+                    let failure = self.failure_of(&job, state);
+                    return self
+                        .finish_attempt(&job_id, n, Ending::Failed(failure), config)
+                        .await;
+                }
+                _ => {}
+            }
+            if !job.status.can_transition_to(next) {
+                return Ok(StateOutcome::Ignored);
+            }
+            let now = self.clock.now_ms();
+            if let Some(attempt) = job.attempts.last_mut() {
+                attempt
+                    .training_job_arn
+                    .get_or_insert_with(|| state.arn.clone());
+            }
+            let reason = job.status_reason.take().filter(|_| job.is_terminated);
+            if job.transition(next, reason, now).is_err() {
+                return Ok(StateOutcome::Ignored);
+            }
+            match self.store.update_job(&job, stored.version).await {
+                Ok(_) => {
+                    self.publish_status(&job).await;
+                    return Ok(StateOutcome::Applied(next));
+                }
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(AppError::Internal(StoreError::Conflict))
+    }
+
+    /// Why a `Failed` or `Stopped` attempt ended, using what Trainyard recorded when it asked
+    /// for the stop.
+    fn failure_of(&self, job: &ServiceJob, state: &TrainingJobState) -> AttemptFailure {
+        if state.status == TrainingStatus::Failed {
+            let reason = state
+                .failure_reason
+                .clone()
+                .unwrap_or_else(|| "Unknown failure".into());
+            return AttemptFailure::Failed {
+                failure_reason: reason,
+            };
+        }
+        let requested = job
+            .latest_attempt()
+            .and_then(|a| a.status_reason.as_deref());
+        let cause = if job.is_terminated {
+            StopCause::Terminated {
+                reason: job
+                    .termination_reason
+                    .clone()
+                    .unwrap_or_else(|| "Terminated".into()),
+            }
+        } else if requested == Some(retry::TIMEOUT_REASON) {
+            StopCause::Timeout
+        } else if requested == Some(retry::PREEMPTED_REASON) {
+            StopCause::Preempted
+        } else if state.secondary == "MaxWaitTimeExceeded" {
+            StopCause::CapacityWait
+        } else {
+            StopCause::External
+        };
+        AttemptFailure::Stopped(cause)
+    }
+}

@@ -1,0 +1,317 @@
+//! One scheduling cycle: snapshot (step 1, in `snapshot`), plan (2), commit each dispatch (3)
+//! and launch it (4, in `launch`), ask victims to stop (4b), record why the others wait (5), and
+//! account fair-share usage (6).
+
+use std::cmp::Ordering;
+
+use trainyard_domain::job::{Attempt, JobStatus};
+use trainyard_domain::training::attempt_name;
+use trainyard_scheduler::fair_share::ShareUsage;
+use trainyard_scheduler::retry;
+use trainyard_scheduler::{Dispatch, Skip, SkipReason, plan_cycle};
+
+use super::snapshot::Loaded;
+use super::{CycleConfig, CycleReport};
+use crate::error::AppError;
+use crate::ports::{
+    ConfigStore, EnvironmentUsage, EventSink, SchedulingStore, ShareUsageRecord, StoreError,
+    TrainingBackend, Versioned, Write,
+};
+use crate::service::Service;
+
+/// Whether a status reason has the code `code` (a [`SkipReason::code`], which never contains
+/// ` - `): the text before ` - `, or all of it when there is none. Compared as a prefix, without
+/// searching: a cycle asks this of every waiting head.
+fn has_reason_code(reason: &str, code: &str) -> bool {
+    reason
+        .strip_prefix(code)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(" - "))
+}
+
+impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
+    /// Runs one scheduling cycle (see the module docs of `scheduling` for its steps).
+    pub async fn run_cycle<B: TrainingBackend>(
+        &self,
+        backend: &B,
+        config: &CycleConfig,
+    ) -> Result<CycleReport, AppError> {
+        let now = self.clock.now_ms();
+        let mut report = CycleReport::default();
+
+        // 1. Snapshot.
+        let mut loaded = self.load_snapshot(config).await?;
+
+        // 2. Plan.
+        let plan = plan_cycle(&loaded.snapshot, now, &config.planner);
+
+        // 3 and 4. Commit each dispatch, then launch it.
+        for dispatch in &plan.dispatches {
+            self.dispatch(backend, &mut loaded, dispatch, now, config, &mut report)
+                .await?;
+        }
+
+        // 4b. Preempt: mark each victim's attempt, then stop it. Its Stopped state change
+        // requeues it (or fails it once preemptionRetriesBeforeTermination is spent) and releases
+        // the capacity the preemptor waits for.
+        for preemption in &plan.preemptions {
+            if self
+                .preempt(backend, &preemption.victim_job_id, config)
+                .await?
+            {
+                report.preemptions += 1;
+                tracing::info!(victim = %preemption.victim_job_id, for_job = %preemption.for_job_id,
+                    reason = ?preemption.reason, "preempting");
+            }
+        }
+
+        // 5. Record why the others wait, and apply the queues' time limits to them.
+        for skip in &plan.skips {
+            self.record_skip(&loaded, skip, now, &mut report).await?;
+        }
+
+        // 6. Fair-share usage.
+        self.account_usage(&loaded, now).await?;
+        Ok(report)
+    }
+
+    /// Steps 3 and 4 for one dispatch: the job RUNNABLE → SCHEDULED with a new attempt and the
+    /// environment's usage, in one version-checked commit; then the launch.
+    async fn dispatch<B: TrainingBackend>(
+        &self,
+        backend: &B,
+        loaded: &mut Loaded,
+        dispatch: &Dispatch,
+        now: i64,
+        config: &CycleConfig,
+        report: &mut CycleReport,
+    ) -> Result<(), AppError> {
+        let Some(waiting) = loaded.waiting.get(dispatch.job_id.as_str()) else {
+            return Ok(());
+        };
+        // The job as the snapshot saw it, or a conflict: it changed since (another cycle
+        // dispatched it, it was terminated), and the plan's assumption no longer holds.
+        let stored = match self.store.get_job(&dispatch.job_id).await? {
+            Some(stored) if stored.version == waiting.version => stored,
+            _ => {
+                report.conflicts += 1;
+                return self.reread_usage(loaded, &dispatch.environment).await;
+            }
+        };
+        let usage = loaded
+            .usage
+            .get(dispatch.environment.as_str())
+            .cloned()
+            .unwrap_or(Versioned {
+                value: EnvironmentUsage {
+                    environment: dispatch.environment.to_string(),
+                    ..EnvironmentUsage::default()
+                },
+                version: 0,
+            });
+        let mut job = stored.value;
+        let n = job.attempts.len() + 1;
+        if job.transition(JobStatus::Scheduled, None, now).is_err() {
+            return Ok(());
+        }
+        job.not_before = None;
+        job.attempts.push(Attempt {
+            training_job_name: attempt_name(&job, n),
+            training_job_arn: None,
+            started_at: Some(now),
+            stopped_at: None,
+            status_reason: None,
+            service_environment: Some(dispatch.environment.to_string()),
+        });
+        let mut new_usage = usage.value.clone();
+        new_usage.add(&job.training.instances);
+        let writes = [
+            Write::job(job.clone(), stored.version),
+            Write::document(&new_usage, usage.version)?,
+        ];
+        match self.store.commit(&writes).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict) => {
+                report.conflicts += 1;
+                return self.reread_usage(loaded, &dispatch.environment).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        loaded.usage.insert(
+            dispatch.environment.to_string(),
+            Versioned {
+                value: new_usage,
+                version: usage.version + 1,
+            },
+        );
+        report.dispatched += 1;
+        tracing::info!(job_id = %job.job_id, queue = %job.job_queue, attempt = n,
+            environment = %dispatch.environment, "dispatched");
+        self.publish_status(&job).await;
+        self.launch(backend, &job, config, report).await
+    }
+
+    /// After a conflicting dispatch: another writer changed the job or the environment, so the
+    /// environment's usage is read again and the rest of the cycle checks against what is
+    /// really stored.
+    async fn reread_usage(&self, loaded: &mut Loaded, environment: &str) -> Result<(), AppError> {
+        let fresh = self
+            .store
+            .get_document::<EnvironmentUsage>(environment)
+            .await?;
+        if let Some(fresh) = fresh {
+            loaded.usage.insert(environment.to_owned(), fresh);
+        }
+        Ok(())
+    }
+
+    /// Step 5 for one waiting job: its skip reason, recorded when its code changes (`CAPACITY:…`,
+    /// `PRIORITY:…`: the text before ` - `), and its queue's time limits applied. The figures
+    /// after the code move from cycle to cycle; rewriting every waiting head whenever they do
+    /// would cost a store write per head per cycle, so the text shows them as of when the job
+    /// began waiting for that reason.
+    async fn record_skip(
+        &self,
+        loaded: &Loaded,
+        skip: &Skip,
+        now: i64,
+        report: &mut CycleReport,
+    ) -> Result<(), AppError> {
+        let Some(waiting) = loaded.waiting.get(skip.job_id.as_str()) else {
+            return Ok(());
+        };
+        // During a capacity backoff Batch's CAPACITY reason says more than "backing off".
+        let capacity_wait = matches!(skip.reason, SkipReason::Backoff { .. })
+            && waiting
+                .status_reason
+                .as_deref()
+                .is_some_and(retry::is_capacity_reason);
+        let changed = !capacity_wait
+            && !waiting
+                .status_reason
+                .as_deref()
+                .is_some_and(|r| has_reason_code(r, skip.reason.code()));
+        // Most waiting jobs keep their reason and their queue has no time limits: nothing to
+        // write, so spare the read of the job.
+        if !changed && !waiting.time_limits {
+            return Ok(());
+        }
+        // Without time limits only the reason is written, in place.
+        if !waiting.time_limits {
+            let reason = Some(skip.reason.to_string());
+            return match self
+                .store
+                .set_status_reason(&skip.job_id, waiting.version, reason)
+                .await
+            {
+                Ok(_) => {
+                    report.reasons_updated += 1;
+                    Ok(())
+                }
+                // Changed since the snapshot: the next cycle sees the new state.
+                Err(StoreError::Conflict) => Ok(()),
+                Err(e) => Err(e.into()),
+            };
+        }
+        // Changed since the snapshot: the next cycle sees the new state.
+        let stored = match self.store.get_job(&skip.job_id).await? {
+            Some(stored) if stored.version == waiting.version => stored,
+            _ => return Ok(()),
+        };
+        let actions = loaded
+            .queues
+            .get(&stored.value.job_queue)
+            .map_or(&[][..], |q| &q.job_state_time_limit_actions[..]);
+        let mut job = stored.value.clone();
+        if changed {
+            job.status_reason = Some(skip.reason.to_string());
+        }
+        if let Some(reason) = retry::time_limit_action(actions, &job, now) {
+            if job.transition(JobStatus::Failed, Some(reason), now).is_ok() {
+                job.is_terminated = true;
+                if self.store.update_job(&job, stored.version).await.is_ok() {
+                    self.publish_status(&job).await;
+                }
+            }
+            return Ok(());
+        }
+        if !changed {
+            return Ok(());
+        }
+        match self.store.update_job(&job, stored.version).await {
+            Ok(_) => report.reasons_updated += 1,
+            // Changed since the snapshot: the next cycle sees the new state.
+            Err(StoreError::Conflict) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    /// Step 6: each fair share's decayed usage advances to `now` with the instances it held.
+    async fn account_usage(&self, loaded: &Loaded, now: i64) -> Result<(), AppError> {
+        // The records were read with the snapshot; a concurrent cycle that wrote one since makes
+        // that write conflict, which is harmless (it accounted the same interval).
+        // Every share that holds instances or has a record: the two maps merged in key order.
+        let mut holding = loaded.held.iter().peekable();
+        let mut stored = loaded.share_usage.iter().peekable();
+        loop {
+            let order = match (holding.peek(), stored.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((h, _)), Some((s, _))) => h.cmp(s),
+            };
+            let (key, held, existing) = match order {
+                Ordering::Less => holding.next().map(|(k, n)| (k, *n, None)),
+                Ordering::Greater => stored.next().map(|(k, r)| (k, 0, Some(r))),
+                Ordering::Equal => holding
+                    .next()
+                    .zip(stored.next())
+                    .map(|((k, n), (_, r))| (k, *n, Some(r))),
+            }
+            .unwrap_or_else(|| unreachable!("peeked"));
+            let Some(half_life) = loaded.fair_queues.get(key.queue.as_str()) else {
+                continue;
+            };
+            let (usage, version) = match existing {
+                Some(r) => (r.value.usage, r.version),
+                None => (
+                    ShareUsage {
+                        instance_seconds: 0.0,
+                        at_ms: now,
+                    },
+                    0,
+                ),
+            };
+            let record = ShareUsageRecord {
+                queue: key.queue.to_string(),
+                share: key.share.to_string(),
+                usage: usage.advance(now, held, *half_life),
+            };
+            match self
+                .store
+                .commit(&[Write::document_value(record, version)])
+                .await
+            {
+                // A concurrent cycle accounted the same interval: nothing is lost.
+                Ok(()) | Err(StoreError::Conflict) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reason_code_is_the_text_before_the_dash() {
+        let code = "CAPACITY:SERVICE_ENVIRONMENT_FULL";
+        assert!(has_reason_code(code, code));
+        assert!(has_reason_code(&format!("{code} - needs 2, 1 free"), code));
+        assert!(!has_reason_code(&format!("{code}X - needs 2"), code));
+        assert!(!has_reason_code("CAPACITY - needs 2", code));
+        assert!(!has_reason_code("", code));
+    }
+}

@@ -1,0 +1,197 @@
+//! Step 4 of a cycle, and preemption: creating an attempt's training job under its
+//! deterministic name (adopting one that an earlier launch created), recording its ARN, and
+//! asking a victim's training job to stop.
+
+use serde_json::Value;
+use trainyard_domain::job::ServiceJob;
+use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
+
+use super::{CycleConfig, CycleReport, Ending, RACE_RETRIES};
+use crate::error::AppError;
+use crate::ports::{BackendError, EventSink, SchedulingStore, StoreError, TrainingBackend};
+use crate::service::Service;
+
+/// How many preempted attempts a job's `preemptionSummary` lists (a sliding window).
+const RECENT_PREEMPTIONS: usize = 5;
+
+/// The CreateTrainingJob request of an attempt: the submitted payload under the attempt's name.
+fn launch_request(job: &ServiceJob, name: &str) -> Result<Value, AppError> {
+    let mut request: Value = serde_json::from_str(&job.service_request_payload).map_err(|e| {
+        AppError::Internal(StoreError::Corrupt {
+            key: job.job_id.clone(),
+            message: e.to_string(),
+        })
+    })?;
+    if let Value::Object(map) = &mut request {
+        map.insert("TrainingJobName".into(), Value::String(name.to_owned()));
+    }
+    Ok(request)
+}
+
+/// Counts a preemption of the job's latest attempt in its `preemptionSummary`.
+pub(super) fn record_preemption(job: &mut ServiceJob) {
+    let Some(attempt) = job.latest_attempt().cloned() else {
+        return;
+    };
+    let summary = job.preemption_summary.get_or_insert_with(Default::default);
+    summary.preempted_attempt_count += 1;
+    summary.recent_preempted_attempts.push(attempt);
+    let excess = summary
+        .recent_preempted_attempts
+        .len()
+        .saturating_sub(RECENT_PREEMPTIONS);
+    summary.recent_preempted_attempts.drain(..excess);
+}
+
+/// What a refused launch ends the attempt with, counted in `report`.
+fn refusal_failure(refusal: BackendError, report: &mut CycleReport) -> AttemptFailure {
+    match refusal {
+        BackendError::Capacity(message) => {
+            report.capacity_errors += 1;
+            AttemptFailure::Rejected {
+                code: "ResourceLimitExceeded".into(),
+                message,
+            }
+        }
+        BackendError::Rejected { code, message } => {
+            report.rejected += 1;
+            AttemptFailure::Rejected { code, message }
+        }
+        other => AttemptFailure::Rejected {
+            code: "Unknown".into(),
+            message: other.to_string(),
+        },
+    }
+}
+
+impl<S: SchedulingStore, E: EventSink> Service<S, E> {
+    /// Step 4: creates the attempt's training job and records its ARN, or ends the attempt.
+    pub(super) async fn launch<B: TrainingBackend>(
+        &self,
+        backend: &B,
+        job: &ServiceJob,
+        config: &CycleConfig,
+        report: &mut CycleReport,
+    ) -> Result<(), AppError> {
+        let n = job.attempts.len();
+        let Some(attempt) = job.latest_attempt() else {
+            return Ok(());
+        };
+        let name = attempt.training_job_name.clone();
+        let created = backend
+            .create_training_job(launch_request(job, &name)?)
+            .await;
+        let arn = match created {
+            Ok(arn) => arn,
+            // An earlier launch of this very attempt got through (a crash, a retried call).
+            Err(BackendError::AlreadyExists(_)) => {
+                match backend.describe_training_job(&name).await {
+                    Ok(state) => state.arn,
+                    Err(e) => {
+                        tracing::warn!(job_id = %job.job_id, error = %e, "launch adopted but not described; will retry");
+                        report.launch_deferred += 1;
+                        return Ok(());
+                    }
+                }
+            }
+            // Refused. But an earlier create of this very attempt may have landed with its
+            // response lost, and SageMaker may check the quota before the name: only a describe
+            // that finds nothing proves that no training job runs under this name.
+            Err(refusal @ (BackendError::Capacity(_) | BackendError::Rejected { .. })) => {
+                match backend.describe_training_job(&name).await {
+                    Ok(state) => state.arn,
+                    Err(BackendError::NotFound(_)) => {
+                        let failure = refusal_failure(refusal, report);
+                        self.finish_attempt(&job.job_id, n, Ending::Failed(failure), config)
+                            .await?;
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::warn!(job_id = %job.job_id, error = %e, "refused launch not described; will retry");
+                        report.launch_deferred += 1;
+                        return Ok(());
+                    }
+                }
+            }
+            Err(e @ (BackendError::NotFound(_) | BackendError::Unavailable(_))) => {
+                tracing::warn!(job_id = %job.job_id, error = %e, "launch deferred to the next pass");
+                report.launch_deferred += 1;
+                return Ok(());
+            }
+        };
+        report.launched += 1;
+        self.record_arn(&job.job_id, n, &arn).await
+    }
+
+    /// Stores attempt `n`'s training-job ARN (if it is still the job's latest attempt).
+    async fn record_arn(&self, job_id: &str, n: usize, arn: &str) -> Result<(), AppError> {
+        for _ in 0..RACE_RETRIES {
+            let Some(stored) = self.store.get_job(job_id).await? else {
+                return Ok(());
+            };
+            let mut job = stored.value;
+            let Some(attempt) = job.attempts.get_mut(n.wrapping_sub(1)) else {
+                return Ok(());
+            };
+            if attempt.training_job_arn.as_deref() == Some(arn) {
+                return Ok(());
+            }
+            attempt.training_job_arn = Some(arn.to_owned());
+            match self.store.update_job(&job, stored.version).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the backend to stop a running job so that its capacity goes to a preemptor. The
+    /// attempt is marked first, so that its Stopped state change is read as a preemption. Returns
+    /// whether this was a new preemption: false if the victim had already ended or moved on, or
+    /// had already been asked to stop.
+    pub(super) async fn preempt<B: TrainingBackend>(
+        &self,
+        backend: &B,
+        victim: &str,
+        config: &CycleConfig,
+    ) -> Result<bool, AppError> {
+        let Some(stored) = self.store.get_job(victim).await? else {
+            return Ok(false);
+        };
+        let mut job = stored.value;
+        let n = job.attempts.len();
+        if !job.status.is_dispatched() || job.is_terminated {
+            return Ok(false);
+        }
+        let Some(attempt) = job.attempts.last_mut() else {
+            return Ok(false);
+        };
+        let name = attempt.training_job_name.clone();
+        // A cycle during the victim's stop grace plans the same preemption again: the stop is
+        // asked for again (harmless), but counted once, when the attempt is first marked.
+        let first = attempt.status_reason.is_none();
+        if first {
+            attempt.status_reason = Some(retry::PREEMPTED_REASON.to_owned());
+            match self.store.update_job(&job, stored.version).await {
+                Ok(_) => {}
+                // The victim changed (ended, terminated): the next cycle plans again.
+                Err(StoreError::Conflict) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match backend.stop_training_job(&name).await {
+            Ok(()) => Ok(first),
+            // Never launched: nothing runs, so the attempt ends here.
+            Err(BackendError::NotFound(_)) => {
+                let ending = Ending::Failed(AttemptFailure::Stopped(StopCause::Preempted));
+                self.finish_attempt(victim, n, ending, config).await?;
+                Ok(first)
+            }
+            Err(e) => {
+                tracing::warn!(job_id = %victim, error = %e, "preemption stop deferred");
+                Ok(false)
+            }
+        }
+    }
+}

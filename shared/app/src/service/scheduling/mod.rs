@@ -1,0 +1,135 @@
+//! The scheduling loop's use-cases: the cycle (snapshot → plan → commit → launch), SageMaker
+//! state changes, and the periodic pass for due work (timeouts, time limits, terminations,
+//! launches to retry, missed events).
+//!
+//! # The cycle
+//!
+//! 1. **Snapshot.** Configuration, the jobs holding capacity, capacity in use per environment
+//!    (one document each), fair-share usage, and the *heads* of each queue and share: the first
+//!    RUNNABLE jobs in dispatch order, as many as the environment has free instances plus
+//!    [`CycleConfig::head_extra`]. Reads grow with queues, shares and free capacity, never with
+//!    the backlog; jobs are read as summaries (`Store::capacity_holders`,
+//!    `Store::runnable_heads`), and whole only when the cycle writes them.
+//! 2. **Plan** with the pure planner (`trainyard_scheduler::plan_cycle`).
+//! 3. **Commit** each dispatch atomically: the job RUNNABLE → SCHEDULED with a new attempt, and
+//!    the environment's usage document, both version-checked. A concurrent cycle that got there
+//!    first makes the commit fail; the job simply waits for the next cycle. Capacity can
+//!    therefore never be over-committed, whatever runs at once.
+//! 4. **Launch** the attempt under its deterministic name ([`attempt_name`]). `ResourceInUse`
+//!    means an earlier launch got through: the attempt is adopted. `ResourceLimitExceeded` puts
+//!    the job back to RUNNABLE without using an attempt; a rejected request fails the job; a
+//!    throttled or failed call leaves the attempt SCHEDULED without an ARN, and the periodic
+//!    pass launches it again (the name makes that idempotent).
+//! 5. **Record** each waiting job's skip reason when its code changes (`CAPACITY:…`,
+//!    `PRIORITY:…`: the text before ` - `). The figures after it (instances free, when a head
+//!    should start) move from cycle to cycle; rewriting every waiting head whenever they do would
+//!    cost a store write per head per cycle, so the text shows them as of when the job began
+//!    waiting for that reason.
+//! 6. **Account** fair-share usage: each share's decayed instance-seconds advance to now with
+//!    the instances it held since the last cycle.
+//!
+//! # Layout
+//!
+//! One module a step: `snapshot` (step 1), `cycle` (steps 2, 3, 5 and 6), `launch` (step 4
+//! and preemption), `attempt_end` (state changes, and the end of an attempt), `due` (the
+//! periodic pass).
+//!
+//! # State changes
+//!
+//! SageMaker's events (or a describe, when reconciling) map to Batch statuses: `InProgress`
+//! with `Downloading` → STARTING, `Training`/`Uploading` → RUNNING, `Completed` → SUCCEEDED,
+//! `Failed`/`Stopped` → a retry decision (`trainyard_scheduler::retry`). Events for an older
+//! attempt, for a finished job, or that would move a job backwards are ignored: duplicates and
+//! reordering change nothing. Capacity is released in the same commit as the final state.
+
+mod attempt_end;
+mod cycle;
+mod due;
+mod launch;
+mod snapshot;
+
+use trainyard_domain::job::JobStatus;
+use trainyard_scheduler::Config as PlannerConfig;
+use trainyard_scheduler::retry::{AttemptFailure, RetryConfig};
+
+/// Settings of the scheduling loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CycleConfig {
+    /// The planner's settings (strict FIFO or backfill, default runtime).
+    pub planner: PlannerConfig,
+    /// Backoff for retries and capacity errors.
+    pub retry: RetryConfig,
+    /// Heads read per queue or share beyond the environment's free instances: candidates for
+    /// backfill and for skip reasons.
+    pub head_extra: usize,
+    /// Most heads read per queue or share, whatever the free capacity (bounds one cycle).
+    pub max_heads: usize,
+}
+
+impl Default for CycleConfig {
+    fn default() -> Self {
+        Self {
+            planner: PlannerConfig::default(),
+            retry: RetryConfig::default(),
+            head_extra: 16,
+            max_heads: 1_000,
+        }
+    }
+}
+
+/// What one cycle did, for logs and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CycleReport {
+    /// Jobs committed to SCHEDULED.
+    pub dispatched: usize,
+    /// Attempts SageMaker accepted (or already had).
+    pub launched: usize,
+    /// Dispatches refused because the job or the environment changed since the snapshot.
+    pub conflicts: usize,
+    /// Launches refused for lack of capacity (job back to RUNNABLE).
+    pub capacity_errors: usize,
+    /// Launches left for the next pass (throttled, unavailable).
+    pub launch_deferred: usize,
+    /// Jobs failed because SageMaker rejected the request.
+    pub rejected: usize,
+    /// Waiting jobs whose skip reason changed.
+    pub reasons_updated: usize,
+    /// Running attempts asked to stop to give their capacity back (quota shares), each counted
+    /// in the cycle that first asked (later cycles during its stop grace ask again).
+    pub preemptions: usize,
+}
+
+/// What [`Service::on_training_state`](crate::Service::on_training_state) did with a state
+/// change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateOutcome {
+    /// The job moved (to the contained status).
+    Applied(JobStatus),
+    /// Nothing to do: a duplicate, a stale or out-of-order event, or a finished job.
+    Ignored,
+    /// Not one of Trainyard's training jobs, or its job no longer exists.
+    Unknown,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ending {
+    /// The training job completed.
+    Completed,
+    /// It failed, was stopped, or could not be created.
+    Failed(AttemptFailure),
+}
+
+/// What one pass over the due work did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DueReport {
+    /// Attempts whose launch was retried.
+    pub relaunched: usize,
+    /// Attempts asked to stop (terminated or timed out).
+    pub stops_requested: usize,
+    /// State changes found by describing attempts (events that went missing).
+    pub reconciled: usize,
+}
+
+/// Most times a use-case re-reads and retries after losing a race on the same job.
+const RACE_RETRIES: usize = 5;

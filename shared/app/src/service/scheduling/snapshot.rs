@@ -1,0 +1,393 @@
+//! Step 1 of a cycle: the snapshot the planner plans over, and what the cycle keeps beside it
+//! to act on the plan (each pending job's stored version and reason, capacity in use with its
+//! version, fair-share usage records).
+
+use std::collections::BTreeMap;
+
+use trainyard_domain::environment::ServiceEnvironment;
+use trainyard_domain::policy::SchedulingPolicy;
+use trainyard_domain::queue::JobQueue;
+use trainyard_domain::quota_share::{InSharePreemption, QuotaShare};
+use trainyard_domain::{ResourceStatus, State};
+use trainyard_scheduler::{
+    Config as PlannerConfig, EnvironmentState, PendingJob, QueuePolicy, QueueState,
+    QuotaShareState, RunningJob, ShareKey, SharedStr, Snapshot,
+};
+
+use super::CycleConfig;
+use crate::error::AppError;
+use crate::ports::{
+    CapacityHolder, ConfigStore, EnvironmentUsage, EventSink, RunnableHead, SchedulingStore,
+    ShareUsageRecord, Versioned,
+};
+use crate::service::Service;
+
+/// What a cycle remembers of a pending job it handed the planner, to act on the plan.
+pub(super) struct Waiting {
+    /// The version the snapshot read: a dispatch or reason write expects it.
+    pub(super) version: u64,
+    /// The status reason stored then.
+    pub(super) status_reason: Option<SharedStr>,
+    /// Whether its queue has `jobStateTimeLimitActions` (then every skip reads the job whole).
+    pub(super) time_limits: bool,
+}
+
+/// The snapshot's pending jobs, looked up by the ids the plan hands back.
+#[derive(Default)]
+pub(super) struct WaitingJobs {
+    jobs: Vec<(SharedStr, Waiting)>,
+    /// Index in `jobs` by the address of the id's text. The plan's ids are clones of the
+    /// snapshot's, so they are found without hashing or comparing 36 characters; any other
+    /// string with the same text is found by a scan.
+    by_address: foldhash::HashMap<usize, usize>,
+}
+
+impl WaitingJobs {
+    fn reserve(&mut self, n: usize) {
+        self.jobs.reserve(n);
+        self.by_address.reserve(n);
+    }
+
+    fn insert(&mut self, id: SharedStr, waiting: Waiting) {
+        self.by_address.insert(address(&id), self.jobs.len());
+        self.jobs.push((id, waiting));
+    }
+
+    pub(super) fn get(&self, id: &str) -> Option<&Waiting> {
+        let found = self.by_address.get(&address(id)).map(|i| &self.jobs[*i]);
+        found
+            .filter(|(job, _)| std::ptr::eq(job.as_str(), id))
+            .or_else(|| self.jobs.iter().find(|(job, _)| job.as_str() == id))
+            .map(|(_, waiting)| waiting)
+    }
+}
+
+/// The address of a string's text: the same for every clone of one [`SharedStr`], and distinct
+/// between strings alive at once.
+fn address(s: &str) -> usize {
+    s.as_ptr() as usize
+}
+
+/// The planner's view of the world, plus what a cycle needs to act on the plan.
+pub(super) struct Loaded {
+    pub(super) snapshot: Snapshot,
+    /// The pending jobs of the snapshot.
+    pub(super) waiting: WaitingJobs,
+    pub(super) queues: BTreeMap<String, JobQueue>,
+    pub(super) usage: BTreeMap<String, Versioned<EnvironmentUsage>>,
+    /// Instances held per fair share before this cycle's dispatches.
+    pub(super) held: BTreeMap<ShareKey, u64>,
+    /// Fair-share queues and their decay windows (seconds).
+    pub(super) fair_queues: BTreeMap<String, u32>,
+    /// Each share's stored usage record, with its version for step 6's write.
+    pub(super) share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>>,
+}
+
+/// The configuration a cycle plans under, as stored.
+struct Configuration {
+    environments: Vec<Versioned<ServiceEnvironment>>,
+    queues: Vec<Versioned<JobQueue>>,
+    policies: BTreeMap<String, SchedulingPolicy>,
+    /// Quota shares by queue, in name order (the planner reads them per queue).
+    quota_shares: BTreeMap<String, Vec<QuotaShareState>>,
+}
+
+/// The planner's view of a head, and what the cycle keeps of it.
+fn pending(head: RunnableHead, time_limits: bool) -> (PendingJob, Waiting) {
+    let waiting = Waiting {
+        version: head.version,
+        status_reason: head.status_reason,
+        time_limits,
+    };
+    let job = PendingJob {
+        job_id: head.job_id,
+        queue: head.job_queue,
+        share: (!head.share.is_empty()).then_some(head.share),
+        priority: head.priority,
+        runnable_at_ms: head.runnable_at,
+        instances: head.instances,
+        max_runtime_s: head.max_runtime_s,
+        not_before_ms: head.not_before,
+    };
+    (job, waiting)
+}
+
+/// The planner's view of a job holding capacity.
+fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
+    let started = job.started_at;
+    let runtime_s = job.max_runtime_s.unwrap_or(planner.default_runtime_s);
+    RunningJob {
+        job_id: job.job_id,
+        queue: job.job_queue,
+        share: (!job.share.is_empty()).then_some(job.share),
+        priority: job.priority,
+        started_at_ms: started,
+        instances: job.instances,
+        expected_end_ms: started.saturating_add((runtime_s as i64).saturating_mul(1000)),
+    }
+}
+
+/// The planner's view of a quota share.
+fn quota_share_state(share: QuotaShare) -> QuotaShareState {
+    let sharing = &share.resource_sharing_configuration;
+    QuotaShareState {
+        limits: share
+            .capacity_limits
+            .iter()
+            .map(|l| (l.capacity_unit.clone(), l.max_capacity))
+            .collect(),
+        strategy: sharing.strategy,
+        borrow_limit_percent: sharing.borrow_limit.unwrap_or(-1),
+        in_share_preemption: share.preemption_configuration.in_share_preemption
+            == InSharePreemption::Enabled,
+        enabled: share.state == State::Enabled,
+        name: share.quota_share_name,
+    }
+}
+
+/// The planner's view of every environment, and the instances each has free.
+fn environment_states(
+    environments: Vec<Versioned<ServiceEnvironment>>,
+    usage: &BTreeMap<String, Versioned<EnvironmentUsage>>,
+) -> (Vec<EnvironmentState>, BTreeMap<String, u64>) {
+    let mut states = Vec::with_capacity(environments.len());
+    let mut free = BTreeMap::new();
+    for env in environments {
+        let env = env.value;
+        let max: u64 = env
+            .capacity_limits
+            .iter()
+            .map(|l| u64::from(l.max_capacity))
+            .sum();
+        let used = usage
+            .get(&env.service_environment_name)
+            .map_or(0, |u| u.value.total());
+        free.insert(
+            env.service_environment_name.clone(),
+            max.saturating_sub(used),
+        );
+        states.push(EnvironmentState {
+            name: env.service_environment_name,
+            enabled: env.state == State::Enabled && env.status != ResourceStatus::Deleting,
+            limits: env.capacity_limits,
+        });
+    }
+    (states, free)
+}
+
+/// Instances held per fair share or quota share. Counted by the addresses of the names (a store
+/// that shares one string per name, as the memory store does, gives one entry per share without
+/// comparing text), then summed by name.
+fn held_per_share(holders: &[CapacityHolder]) -> BTreeMap<ShareKey, u64> {
+    let mut held_by: foldhash::HashMap<(usize, usize), (&CapacityHolder, u64)> =
+        foldhash::HashMap::default();
+    for job in holders.iter().filter(|j| !j.share.is_empty()) {
+        let entry = held_by.entry((address(&job.job_queue), address(&job.share)));
+        entry.or_insert((job, 0)).1 += job.total_instances();
+    }
+    let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
+    for (job, n) in held_by.into_values() {
+        let key = ShareKey {
+            queue: job.job_queue.clone(),
+            share: job.share.clone(),
+        };
+        *held.entry(key).or_insert(0) += n;
+    }
+    held
+}
+
+impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
+    /// Step 1: reads everything the planner needs (see the module docs of `scheduling`).
+    pub(super) async fn load_snapshot(&self, config: &CycleConfig) -> Result<Loaded, AppError> {
+        let mut configuration = self.load_configuration().await?;
+        let usage: BTreeMap<String, Versioned<EnvironmentUsage>> = self
+            .store
+            .list_documents::<EnvironmentUsage>()
+            .await?
+            .into_iter()
+            .map(|u| (u.value.environment.clone(), u))
+            .collect();
+
+        let mut snapshot = Snapshot::default();
+        let environments = std::mem::take(&mut configuration.environments);
+        let (environments, free) = environment_states(environments, &usage);
+        snapshot.environments = environments;
+
+        let mut waiting = WaitingJobs::default();
+        let mut fair_queues = BTreeMap::new();
+        let mut queue_map = BTreeMap::new();
+        for queue in std::mem::take(&mut configuration.queues) {
+            let queue = queue.value;
+            let name = queue.job_queue_name.clone();
+            let policy = queue_policy(&queue, &mut configuration, &mut fair_queues);
+            // The heads: enough to fill the free capacity, plus candidates for backfill.
+            let env_free = queue
+                .service_environment()
+                .and_then(|e| free.get(e))
+                .copied()
+                .unwrap_or(0);
+            let limit = usize::try_from(env_free)
+                .unwrap_or(usize::MAX)
+                .saturating_add(config.head_extra)
+                .min(config.max_heads);
+            let heads = self.queue_heads(&name, &policy, limit).await?;
+            let time_limits = !queue.job_state_time_limit_actions.is_empty();
+            let count = heads.iter().map(Vec::len).sum();
+            snapshot.pending.reserve(count);
+            waiting.reserve(count);
+            for head in heads.into_iter().flatten() {
+                let (job, head) = pending(head, time_limits);
+                waiting.insert(job.job_id.clone(), head);
+                snapshot.pending.push(job);
+            }
+            snapshot.queues.push(QueueState {
+                name: name.clone(),
+                priority: queue.priority,
+                environment: queue.service_environment().map(str::to_owned),
+                policy,
+            });
+            queue_map.insert(name, queue);
+        }
+
+        // Summaries, not whole jobs: every cycle reads all of them.
+        let holders = self.store.capacity_holders().await?;
+        let held = held_per_share(&holders);
+        snapshot.running = holders
+            .into_iter()
+            .map(|job| running(job, &config.planner))
+            .collect();
+        let share_usage = self.share_usage().await?;
+        snapshot.usage = share_usage
+            .iter()
+            .map(|(k, r)| (k.clone(), r.value.usage))
+            .collect();
+        Ok(Loaded {
+            snapshot,
+            waiting,
+            queues: queue_map,
+            usage,
+            held,
+            fair_queues,
+            share_usage,
+        })
+    }
+
+    /// Every environment, queue, policy and quota share.
+    async fn load_configuration(&self) -> Result<Configuration, AppError> {
+        let environments = self.store.list_resources::<ServiceEnvironment>().await?;
+        let queues = self.store.list_resources::<JobQueue>().await?;
+        let policies: BTreeMap<String, SchedulingPolicy> = self
+            .store
+            .list_resources::<SchedulingPolicy>()
+            .await?
+            .into_iter()
+            .map(|p| (p.value.name.clone(), p.value))
+            .collect();
+        let mut quota_shares: BTreeMap<String, Vec<QuotaShareState>> = BTreeMap::new();
+        for share in self.store.list_resources::<QuotaShare>().await? {
+            let queue = share.value.job_queue.clone();
+            let state = quota_share_state(share.value);
+            quota_shares.entry(queue).or_default().push(state);
+        }
+        for shares in quota_shares.values_mut() {
+            shares.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        Ok(Configuration {
+            environments,
+            queues,
+            policies,
+            quota_shares,
+        })
+    }
+
+    /// The first `limit` RUNNABLE jobs of each of the queue's lines: one list per share (one
+    /// for a FIFO queue).
+    async fn queue_heads(
+        &self,
+        queue: &str,
+        policy: &QueuePolicy,
+        limit: usize,
+    ) -> Result<Vec<Vec<RunnableHead>>, AppError> {
+        let mut heads = Vec::new();
+        match policy {
+            QueuePolicy::Fifo => heads.push(self.store.runnable_heads(queue, "", limit).await?),
+            QueuePolicy::FairShare(_) | QueuePolicy::QuotaShare(_) => {
+                for share in self.store.runnable_shares(queue).await? {
+                    heads.push(self.store.runnable_heads(queue, &share, limit).await?);
+                }
+            }
+        }
+        Ok(heads)
+    }
+
+    /// Each fair share's stored usage record, by share.
+    async fn share_usage(
+        &self,
+    ) -> Result<BTreeMap<ShareKey, Versioned<ShareUsageRecord>>, AppError> {
+        Ok(self
+            .store
+            .list_documents::<ShareUsageRecord>()
+            .await?
+            .into_iter()
+            .map(|r| {
+                let key = ShareKey {
+                    queue: r.value.queue.as_str().into(),
+                    share: r.value.share.as_str().into(),
+                };
+                (key, r)
+            })
+            .collect())
+    }
+}
+
+/// The planner's view of a queue's policy. A fair-share queue's decay window is noted in
+/// `fair_queues`; a quota-share queue takes its shares out of `configuration`.
+fn queue_policy(
+    queue: &JobQueue,
+    configuration: &mut Configuration,
+    fair_queues: &mut BTreeMap<String, u32>,
+) -> QueuePolicy {
+    let name = &queue.job_queue_name;
+    let policy = queue
+        .scheduling_policy
+        .as_ref()
+        .and_then(|p| configuration.policies.get(p));
+    match policy {
+        Some(SchedulingPolicy {
+            fairshare_policy: Some(fair),
+            ..
+        }) => {
+            fair_queues.insert(name.clone(), fair.share_decay_s());
+            QueuePolicy::FairShare(fair.clone())
+        }
+        Some(SchedulingPolicy {
+            quota_share_policy: Some(_),
+            ..
+        }) => QueuePolicy::QuotaShare(configuration.quota_shares.remove(name).unwrap_or_default()),
+        _ => QueuePolicy::Fifo,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_jobs_are_found_by_their_own_id_or_by_an_equal_one() {
+        let mut jobs = WaitingJobs::default();
+        let id = SharedStr::from("0f8fad5b-d9cb-469f-a165-70867728950e");
+        let waiting = |version| Waiting {
+            version,
+            status_reason: None,
+            time_limits: false,
+        };
+        jobs.insert(id.clone(), waiting(3));
+        jobs.insert("another".into(), waiting(4));
+        assert_eq!(jobs.get(&id).map(|w| w.version), Some(3));
+        // The same text in another string (not a clone of the snapshot's id).
+        let copy = String::from(id.as_str());
+        assert_eq!(jobs.get(&copy).map(|w| w.version), Some(3));
+        assert_eq!(jobs.get("another").map(|w| w.version), Some(4));
+        assert!(jobs.get("missing").is_none());
+    }
+}
