@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 use trainyard_app::Service;
-use trainyard_app::ports::{EventSink, Store, TrainingBackend};
+use trainyard_app::ports::{EventSink, SchedulingStore, TrainingBackend};
 use trainyard_app::service::scheduling::CycleConfig;
 
 use crate::error::FunctionError;
@@ -29,15 +29,17 @@ pub struct DueWorkReport {
     pub reconciled: usize,
 }
 
-/// The retry handler over any store, event sink and training backend.
-pub struct RetryFunction<S: Store, E: EventSink, B: TrainingBackend> {
+/// The retry handler over any store, event sink and training backend. Its store port is
+/// [`SchedulingStore`] alone (the jobs holding capacity, job reads and writes, usage documents
+/// and commits); its SageMaker calls are the backend's create, describe and stop.
+pub struct RetryFunction<S: SchedulingStore, E: EventSink, B: TrainingBackend> {
     service: Arc<Service<S, E>>,
     backend: B,
     cycle: CycleConfig,
     quiet_ms: i64,
 }
 
-impl<S: Store, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B> {
+impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B> {
     /// A handler that describes attempts quiet for `quiet_ms`.
     pub fn new(service: Arc<Service<S, E>>, backend: B, cycle: CycleConfig, quiet_ms: i64) -> Self {
         Self {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
-use trainyard_app::ports::{EventSink, Store, TrainingBackend};
+use trainyard_app::ports::{ConfigStore, EventSink, SchedulingStore, TrainingBackend};
 use trainyard_app::service::lease::Lease;
 use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_app::{AppError, Service};
@@ -121,8 +121,10 @@ pub struct PassReport {
     pub reason: Option<String>,
 }
 
-/// The scheduler's handler over any store, event sink and training backend.
-pub struct SchedulerFunction<S: Store, E: EventSink, B: TrainingBackend> {
+/// The scheduler's handler over any store, event sink and training backend. Its store ports are
+/// [`ConfigStore`] (the configuration a cycle plans under) and [`SchedulingStore`] (accepting
+/// submitted jobs, the lease, the cycle's indexes, documents and commits).
+pub struct SchedulerFunction<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend> {
     service: Arc<Service<S, E>>,
     backend: B,
     cycle: CycleConfig,
@@ -131,7 +133,9 @@ pub struct SchedulerFunction<S: Store, E: EventSink, B: TrainingBackend> {
     lease_wait: Duration,
 }
 
-impl<S: Store, E: EventSink, B: TrainingBackend> SchedulerFunction<S, E, B> {
+impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
+    SchedulerFunction<S, E, B>
+{
     /// A handler that waits up to [`LEASE_WAIT`] for a held lease.
     pub fn new(service: Arc<Service<S, E>>, backend: B, cycle: CycleConfig) -> Self {
         Self {

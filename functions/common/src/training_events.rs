@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 use trainyard_app::Service;
-use trainyard_app::ports::{EventSink, Store, TrainingJobState};
+use trainyard_app::ports::{EventSink, SchedulingStore, TrainingJobState};
 use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
 use trainyard_domain::job::JobStatus;
 use trainyard_domain::training::parse_attempt_name;
@@ -80,13 +80,14 @@ pub fn parse_state_change(event: &Value) -> Result<TrainingJobState, String> {
     })
 }
 
-/// The training-events handler over any store and event sink (it never calls SageMaker).
-pub struct TrainingEventsFunction<S: Store, E: EventSink> {
+/// The training-events handler over any store and event sink (it never calls SageMaker). Its
+/// store port is [`SchedulingStore`] alone (job reads and writes, usage documents, commits).
+pub struct TrainingEventsFunction<S: SchedulingStore, E: EventSink> {
     service: Arc<Service<S, E>>,
     cycle: CycleConfig,
 }
 
-impl<S: Store, E: EventSink> TrainingEventsFunction<S, E> {
+impl<S: SchedulingStore, E: EventSink> TrainingEventsFunction<S, E> {
     /// A handler applying state changes with `cycle`'s retry settings.
     pub fn new(service: Arc<Service<S, E>>, cycle: CycleConfig) -> Self {
         Self { service, cycle }

@@ -1,4 +1,4 @@
-//! The in-memory store: the reference implementation of [`Store`], for unit tests and the
+//! The in-memory store: the reference implementation of [`Store`](crate::Store), for unit tests and the
 //! simulator. One mutex over ordered maps; every method is one atomic step.
 //!
 //! Besides the jobs themselves it keeps indexes, updated in the same step as every job write, so
@@ -270,7 +270,7 @@ fn same_index_entries(old: &ServiceJob, new: &ServiceJob, group: Option<GroupFn>
         && group.is_none_or(|g| g(old) == g(new))
 }
 
-/// A [`Store`] in process memory.
+/// A [`Store`](crate::Store) in process memory.
 #[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,

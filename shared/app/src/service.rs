@@ -4,10 +4,12 @@
 //! use-cases live in submodules, one per area, each adding methods to `Service`:
 //!
 //! - `jobs`: submit, describe, list, terminate, update priority, accept submitted jobs,
-//!   queue snapshot.
+//!   queue snapshot (`JobStore` and `ConfigStore`; `SchedulingStore` for a job's place in line
+//!   and the snapshot).
 //! - `environments`, `queues`, `policies`, `quota_shares`: configuration CRUD with Batch's rules.
 //! - `tags`: tagging any resource by ARN.
-//! - `scheduling`: the cycle, SageMaker state changes, and the periodic pass for due work.
+//! - `scheduling`: the cycle, SageMaker state changes, and the periodic pass for due work
+//!   (`SchedulingStore`; `ConfigStore` too for the cycle).
 //! - `lease`: the scheduler lease (a fencing token for single-writer hosts such as Lambda).
 
 pub mod environments;

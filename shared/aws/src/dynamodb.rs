@@ -1,4 +1,4 @@
-//! The DynamoDB store: the [`Store`] port on one table (single-table design).
+//! The DynamoDB store: the [`Store`](trainyard_app::Store) port on one table (single-table design).
 //!
 //! # Shape
 //!
@@ -58,7 +58,7 @@ pub use units::{Consumed, Units, item_size};
 /// `TransactWriteItems` takes at most this many actions.
 const MAX_TRANSACTION_ITEMS: usize = 100;
 
-/// A [`Store`] on one DynamoDB table, created by [`create_table`].
+/// A [`Store`](trainyard_app::Store) on one DynamoDB table, created by [`create_table`].
 #[derive(Debug, Clone)]
 pub struct DynamoStore {
     client: Client,

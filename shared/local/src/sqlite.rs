@@ -20,7 +20,7 @@
 //! # Concurrency
 //!
 //! One connection behind a mutex: SQLite serialises writers anyway, and one connection lets
-//! every statement stay prepared (`prepare_cached`). Each [`Store`] method is one transaction
+//! every statement stay prepared (`prepare_cached`). Each [`Store`](trainyard_app::Store) method is one transaction
 //! (or one autocommit statement). Methods run on the caller's task without `spawn_blocking`
 //! (they yield once first, see `cooperate`):
 //! they take microseconds, less than the hop to a blocking thread would.
@@ -134,7 +134,7 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// checkpointer falls far behind (64 MiB of 4 KiB pages), so the WAL stays bounded regardless.
 const FALLBACK_AUTOCHECKPOINT_PAGES: i64 = 16_384;
 
-/// A [`Store`] in one SQLite file (or in memory, for tests).
+/// A [`Store`](trainyard_app::Store) in one SQLite file (or in memory, for tests).
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     /// Checkpoints the WAL off the request path (file-backed stores only); stopped on drop.

@@ -6,7 +6,7 @@
 //! it the invocation returns at once: the holder's cycle will see whatever woke this one.
 //!
 //! A lease is a [`Document`] of kind `"lease"`, so it lives in the same store as everything else
-//! and is taken with one version-checked [`Store::commit`]: two takers that read the same state
+//! and is taken with one version-checked [`SchedulingStore::commit`]: two takers that read the same state
 //! cannot both win, because the second commit names a version that is no longer there.
 //!
 //! # Why the cycle is safe even without it

@@ -102,7 +102,7 @@ impl Resource for QuotaShare {
 }
 
 /// Scheduler state the store keeps beside jobs and configuration: JSON documents under
-/// (kind, key), versioned like resources, and written together with jobs by [`Store::commit`].
+/// (kind, key), versioned like resources, and written together with jobs by [`SchedulingStore::commit`].
 pub trait Document: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
     /// The kind's stable name (it is stored: never change one).
     const KIND: &'static str;
@@ -199,8 +199,8 @@ pub trait SchedulingStore: JobStore {
     /// written job and document gets its version plus one (documents created get 1).
     fn commit(&self, writes: &[Write]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// The first `limit` RUNNABLE jobs of `queue` whose [`share_key`] is `share`, in their
-    /// [`runnable_rank`] order: FIFO for a FIFO queue (`share` empty), priority first within a
+    /// The first `limit` RUNNABLE jobs of `queue` whose [`share_key`](trainyard_domain::order::share_key) is `share`, in their
+    /// [`runnable_rank`](trainyard_domain::order::runnable_rank) order: FIFO for a FIFO queue (`share` empty), priority first within a
     /// share of a queue with a policy. Reads an index: the cost grows with `limit`, not the
     /// backlog. One order per share is all a store keeps: the one the scheduler dispatches in.
     fn runnable_jobs(
@@ -210,7 +210,7 @@ pub trait SchedulingStore: JobStore {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Versioned<ServiceJob>>, StoreError>> + Send;
 
-    /// The distinct [`share_key`]s of `queue`'s RUNNABLE jobs, ordered.
+    /// The distinct [`share_key`](trainyard_domain::order::share_key)s of `queue`'s RUNNABLE jobs, ordered.
     fn runnable_shares(
         &self,
         queue: &str,

@@ -15,7 +15,7 @@
 //!    the environment's usage document, both version-checked. A concurrent cycle that got there
 //!    first makes the commit fail; the job simply waits for the next cycle. Capacity can
 //!    therefore never be over-committed, whatever runs at once.
-//! 4. **Launch** the attempt under its deterministic name ([`attempt_name`]). `ResourceInUse`
+//! 4. **Launch** the attempt under its deterministic name ([`attempt_name`](trainyard_domain::training::attempt_name)). `ResourceInUse`
 //!    means an earlier launch got through: the attempt is adopted. `ResourceLimitExceeded` puts
 //!    the job back to RUNNABLE without using an attempt; a rejected request fails the job; a
 //!    throttled or failed call leaves the attempt SCHEDULED without an ARN, and the periodic
