@@ -447,35 +447,14 @@ mod tests {
     }
 
     fn job() -> ServiceJob {
-        ServiceJob {
-            job_id: "j1".into(),
-            job_name: "train".into(),
-            job_queue: "q".into(),
-            service_job_type: ServiceJobType::SagemakerTraining,
-            service_request_payload: "{}".into(),
-            training: TrainingRequest::single("t", "ml.p4d.24xlarge", 2),
-            share_identifier: None,
-            quota_share_name: None,
-            scheduling_priority: None,
-            retry_strategy: None,
-            timeout_config: None,
-            preemption_configuration: None,
-            tags: Tags::new(),
-            client_token: None,
-            status: Submitted,
-            status_reason: None,
-            is_terminated: false,
-            termination_reason: None,
-            not_before: None,
-            attempts: vec![],
-            preemption_summary: None,
-            created_at: 1_000,
-            runnable_at: None,
-            scheduled_at: None,
-            started_at: None,
-            stopped_at: None,
-            updated_at: 1_000,
-        }
+        ServiceJob::submitted(
+            "j1".into(),
+            "train".into(),
+            "q".into(),
+            "{}".into(),
+            TrainingRequest::single("t", "ml.p4d.24xlarge", 2),
+            1_000,
+        )
     }
 
     #[test]
