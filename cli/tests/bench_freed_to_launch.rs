@@ -14,13 +14,13 @@ use trainyard_app::ports::{ConfigStore, JobStore};
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
-use trainyard_app::AppError;
 use trainyard_app::Service;
 use trainyard_app::ports::{
-    BackendError, JobQuery, RandomIds, SystemClock, TrainingBackend, TrainingJobState,
+    BackendError, Event, EventSink, JobQuery, RandomIds, SystemClock, TrainingBackend,
+    TrainingJobState,
 };
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::{CycleConfig, CycleReport, DueReport, StateOutcome};
+use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::JobStatus;
@@ -30,9 +30,7 @@ use trainyard_emulator::http::SharedEmulator;
 use trainyard_emulator::model::{Config, Emulator};
 use trainyard_local::SqliteStore;
 use trainyard_local::backend::EmulatedSageMaker;
-use trainyard_local::event_loop::{
-    Intake, LocalEvents, LoopConfig, Scheduler, Scheduling, run_scheduling,
-};
+use trainyard_local::event_loop::{LocalEvents, LoopConfig, Scheduler, run_scheduling};
 use trainyard_local::metrics::Metrics;
 
 const JOBS: usize = 200;
@@ -60,31 +58,24 @@ impl TrainingBackend for TimedBackend {
     }
 }
 
-/// The scheduler, noting when a terminal state (capacity freed) has been applied.
-struct TimedScheduler<T> {
-    inner: T,
+/// Local mode's event sink, noting when a terminal status (capacity freed) is published: in the
+/// same call that commits it.
+#[derive(Clone)]
+struct TimedEvents {
+    inner: LocalEvents,
     freed: Times,
 }
 
-impl<T: Scheduling> Intake for TimedScheduler<T> {
-    async fn accept_submitted(&self, limit: usize, min_age_ms: i64) -> Result<usize, AppError> {
-        self.inner.accept_submitted(limit, min_age_ms).await
-    }
-}
-
-impl<T: Scheduling> Scheduling for TimedScheduler<T> {
-    async fn on_training_state(&self, detail: &Value) -> Result<StateOutcome, AppError> {
-        let outcome = self.inner.on_training_state(detail).await;
-        if let Ok(StateOutcome::Applied(JobStatus::Succeeded | JobStatus::Failed)) = outcome {
+impl EventSink for TimedEvents {
+    async fn publish(&self, event: Event) {
+        if let Event::JobStatusChanged {
+            status: JobStatus::Succeeded | JobStatus::Failed,
+            ..
+        } = &event
+        {
             self.freed.lock().unwrap().push(Instant::now());
         }
-        outcome
-    }
-    async fn run_due_work(&self) -> Result<DueReport, AppError> {
-        self.inner.run_due_work().await
-    }
-    async fn run_cycle(&self) -> Result<CycleReport, AppError> {
-        self.inner.run_cycle().await
+        self.inner.publish(event).await;
     }
 }
 
@@ -93,9 +84,13 @@ impl<T: Scheduling> Scheduling for TimedScheduler<T> {
 async fn capacity_freed_to_next_launch_latency() {
     let dir = tempfile::tempdir().unwrap();
     let events = LocalEvents::new();
+    let freed: Times = Arc::default();
     let service = Arc::new(Service::new(
         SqliteStore::open(&dir.path().join("bench.db")).unwrap(),
-        events.clone(),
+        TimedEvents {
+            inner: events.clone(),
+            freed: freed.clone(),
+        },
         Arc::new(SystemClock),
         Arc::new(RandomIds),
         ArnContext::default(),
@@ -166,15 +161,16 @@ async fn capacity_freed_to_next_launch_latency() {
 
     let shared = SharedEmulator::with_wall_clock(Emulator::new(Config::default()));
     let creates: Times = Arc::default();
-    let freed: Times = Arc::default();
     let backend = TimedBackend {
         inner: EmulatedSageMaker::new(shared.clone(), 1.0),
         creates: creates.clone(),
     };
-    let scheduler = Arc::new(TimedScheduler {
-        inner: Scheduler::new(service.clone(), backend, CycleConfig::default(), 10_000),
-        freed: freed.clone(),
-    });
+    let scheduler = Arc::new(Scheduler::new(
+        service.clone(),
+        backend,
+        CycleConfig::default(),
+        10_000,
+    ));
     let (stop, stopping) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

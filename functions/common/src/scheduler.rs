@@ -7,11 +7,14 @@
 //!    have taken its snapshot before this trigger's job existed. If it is still held after
 //!    that, the invocation ends without work; the holder's repeat cycles and the next schedule
 //!    tick cover it.
-//! 2. **Accept** SUBMITTED jobs into their queues, in batches, until a batch comes back short
-//!    (bounded by [`MAX_ACCEPT_BATCHES`]).
-//! 3. **Cycle**, again while the last one dispatched (capacity may remain for jobs a
-//!    conflict or a per-cycle bound left waiting), at most [`MAX_CYCLES`] times.
-//! 4. **Release** the lease, whatever happened in 2 and 3.
+//! 2. **Pass** (`Service::pass`, the same pass every host runs; state changes and due work are
+//!    the other functions' triggers): accept SUBMITTED jobs into their queues, in batches, until
+//!    a batch comes back short (bounded by [`MAX_ACCEPT_BATCHES`]); then cycle, again while the
+//!    last one dispatched (capacity may remain for jobs a conflict or a per-cycle bound left
+//!    waiting), at most [`MAX_CYCLES`] times. A failed step does not stop the next; the first
+//!    failure is the invocation's error. No step starts within [`STEP_MARGIN`] of the
+//!    invocation's deadline.
+//! 3. **Release** the lease, whatever happened in 2.
 //!
 //! The lease only saves duelling work: two passes at once are still correct, because each
 //! dispatch commits with version checks on the job and the environment's usage.
@@ -24,7 +27,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use trainyard_app::ports::{ConfigStore, EventSink, SchedulingStore, TrainingBackend};
 use trainyard_app::service::lease::Lease;
-use trainyard_app::service::scheduling::CycleConfig;
+use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput};
 use trainyard_app::{AppError, Service};
 
 use crate::error::FunctionError;
@@ -47,6 +50,9 @@ pub const ACCEPT_BATCH: usize = 100;
 pub const MAX_ACCEPT_BATCHES: usize = 50;
 /// Most cycles per invocation.
 pub const MAX_CYCLES: usize = 5;
+/// No step of a pass starts this close to the invocation's deadline, so that the lease is given
+/// back and the response sent before the function times out.
+pub const STEP_MARGIN: Duration = Duration::from_secs(5);
 /// The `detail-type`s of Trainyard's internal events that trigger a pass.
 pub const TRIGGER_DETAIL_TYPES: [&str; 2] = ["Job Submitted", "Capacity Released"];
 /// The `source` of Trainyard's own events.
@@ -192,7 +198,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             return Ok(report);
         };
         report.lease_token = Some(lease.token);
-        let worked = self.pass(&mut report).await;
+        let worked = self.pass(&mut report, deadline).await;
         // Give the lease back whether or not the pass failed; a failed release only delays
         // the next pass until the lease expires.
         if let Err(error) = self.service.release_lease(&lease).await {
@@ -240,25 +246,54 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         }
     }
 
-    async fn pass(&self, report: &mut PassReport) -> Result<(), AppError> {
-        for _ in 0..MAX_ACCEPT_BATCHES {
-            let moved = self.service.accept_submitted(ACCEPT_BATCH, 0).await?;
-            report.accepted += moved;
-            if moved < ACCEPT_BATCH {
-                break;
-            }
+    /// Runs the pass (accept, then cycles) and adds what it did to `report`; the first failed
+    /// step is the invocation's error. No step starts within [`STEP_MARGIN`] of `deadline`.
+    async fn pass(
+        &self,
+        report: &mut PassReport,
+        deadline: Option<Instant>,
+    ) -> Result<(), AppError> {
+        let deadline_ms = deadline.map(|deadline| {
+            let left = deadline
+                .checked_sub(STEP_MARGIN)
+                .unwrap_or(deadline)
+                .saturating_duration_since(Instant::now());
+            self.service.now_ms() + i64::try_from(left.as_millis()).unwrap_or(i64::MAX)
+        });
+        let input = PassInput {
+            accept: Some(Accept {
+                batch: ACCEPT_BATCH,
+                max_batches: MAX_ACCEPT_BATCHES,
+                min_age_ms: 0,
+            }),
+            max_cycles: MAX_CYCLES,
+            deadline_ms,
+            ..PassInput::default()
+        };
+        let pass = self.service.pass(&self.backend, &self.cycle, input).await;
+        let cycles = pass.cycle_totals();
+        report.accepted += pass.accepted;
+        report.cycles += pass.cycles.len();
+        report.dispatched += cycles.dispatched;
+        report.launched += cycles.launched;
+        report.conflicts += cycles.conflicts;
+        report.capacity_errors += cycles.capacity_errors;
+        if pass.out_of_time {
+            tracing::warn!(
+                "the invocation's deadline cut the pass short; the next trigger goes on"
+            );
         }
-        for _ in 0..MAX_CYCLES {
-            let cycle = self.service.run_cycle(&self.backend, &self.cycle).await?;
-            report.cycles += 1;
-            report.dispatched += cycle.dispatched;
-            report.launched += cycle.launched;
-            report.conflicts += cycle.conflicts;
-            report.capacity_errors += cycle.capacity_errors;
-            if cycle.dispatched == 0 {
-                break;
-            }
+        let mut errors = pass.errors.into_iter();
+        let first = errors.next();
+        for later in errors {
+            tracing::warn!(step = %later.step, error = %later.error, "a later step failed too");
         }
-        Ok(())
+        match first {
+            Some(failed) => {
+                tracing::warn!(step = %failed.step, error = %failed.error, "a pass step failed");
+                Err(failed.error)
+            }
+            None => Ok(()),
+        }
     }
 }

@@ -15,7 +15,7 @@ use trainyard_app::ports::{
     BackendError, Clock, EnvironmentUsage, NoEvents, TrainingBackend, TrainingJobState,
 };
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
+use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, StateOutcome};
 use trainyard_app::testing::{EmulatedSageMaker, ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
@@ -151,35 +151,46 @@ impl World {
         self.service.submit(cmd).await.unwrap().job_id
     }
 
-    /// One loop iteration at the current time: accept, deliver events, run due work, cycle.
+    /// One loop iteration at the current time, as `Service::pass` runs it: accept, deliver
+    /// events, run due work, cycle. The cycle is a pass of its own, so that the jobs it
+    /// dispatches can be told from those dispatched before it.
     async fn tick(&mut self) {
         let now = self.clock.now_ms();
-        self.service.accept_submitted(1_000, 0).await.unwrap();
         let events = {
             let mut emulator = self.sagemaker.emulator.lock().unwrap();
             emulator.advance(now);
             emulator.take_events(now)
         };
-        if self.deliver_events {
-            for event in events {
-                let state = TrainingJobState::from_sagemaker(&event.detail()).unwrap();
-                self.service
-                    .on_training_state(&state, &self.config)
-                    .await
-                    .unwrap();
-            }
-        }
-        self.service
-            .run_due_work(&self.sagemaker, &self.config, 5_000)
-            .await
-            .unwrap();
-        let before: Vec<String> = self.dispatched_ids().await;
-        let report = self
+        let changes: Vec<TrainingJobState> = if self.deliver_events {
+            events
+                .iter()
+                .map(|event| TrainingJobState::from_sagemaker(&event.detail()).unwrap())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let input = PassInput {
+            accept: Some(Accept::all(1_000, 0)),
+            changes: &changes,
+            due_work_quiet_ms: Some(5_000),
+            ..PassInput::default()
+        };
+        let pass = self
             .service
-            .run_cycle(&self.sagemaker, &self.config)
-            .await
-            .unwrap();
-        self.preemptions_reported += report.preemptions;
+            .pass(&self.sagemaker, &self.config, input)
+            .await;
+        assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+        let before: Vec<String> = self.dispatched_ids().await;
+        let input = PassInput {
+            max_cycles: 1,
+            ..PassInput::default()
+        };
+        let pass = self
+            .service
+            .pass(&self.sagemaker, &self.config, input)
+            .await;
+        assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+        self.preemptions_reported += pass.cycle_totals().preemptions;
         for id in self.dispatched_ids().await {
             if !before.contains(&id) {
                 self.dispatched.push(id);
@@ -833,4 +844,48 @@ async fn two_cycles_at_once_never_overrun_capacity_or_launch_twice() {
         );
     }
     assert!(raced > 0, "the cycles really raced");
+}
+
+#[tokio::test]
+async fn a_pass_accepts_then_cycles_again_while_cycles_dispatch() {
+    let w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("research", 500, "local").await;
+    for i in 0..3 {
+        w.submit(&format!("r-{i}"), "research", 1, quick(60)).await;
+    }
+    let input = PassInput {
+        accept: Some(Accept::all(2, 0)),
+        max_cycles: 5,
+        ..PassInput::default()
+    };
+    let pass = w.service.pass(&w.sagemaker, &w.config, input).await;
+    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+    assert_eq!(pass.accepted, 3, "batches of 2 until one came back short");
+    let dispatched: Vec<usize> = pass.cycles.iter().map(|c| c.dispatched).collect();
+    assert_eq!(
+        dispatched,
+        vec![3, 0],
+        "a cycle that dispatched is followed by one more; one that dispatched nothing ends the pass"
+    );
+    assert!(!pass.out_of_time);
+}
+
+#[tokio::test]
+async fn a_pass_starts_no_step_at_or_after_its_deadline() {
+    let w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("research", 500, "local").await;
+    w.submit("r-0", "research", 1, quick(60)).await;
+    let input = PassInput {
+        accept: Some(Accept::all(10, 0)),
+        due_work_quiet_ms: Some(0),
+        max_cycles: 1,
+        deadline_ms: Some(w.clock.now_ms()),
+        ..PassInput::default()
+    };
+    let pass = w.service.pass(&w.sagemaker, &w.config, input).await;
+    assert_eq!(pass.accepted, 0);
+    assert!(pass.due.is_none() && pass.cycles.is_empty(), "{pass:?}");
+    assert!(pass.out_of_time);
 }

@@ -19,10 +19,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::{Notify, broadcast, mpsc};
 use trainyard_app::ports::{Event, EventSink, Store, TrainingBackend, TrainingJobState};
-use trainyard_app::service::scheduling::{CycleConfig, CycleReport, DueReport, StateOutcome};
+use trainyard_app::service::scheduling::{
+    Accept, CycleConfig, DueReport, PassInput, PassReport, StateOutcome, accept_in_batches,
+};
 use trainyard_app::{AppError, Service};
 use trainyard_emulator::model::StateChange;
 
@@ -198,43 +199,38 @@ pub async fn accept_backlog<I: Intake>(intake: &I) -> usize {
     drain(intake, ACCEPT_BATCH, 0).await
 }
 
-/// Accepts SUBMITTED jobs until a pass comes back short or fails; returns how many moved.
+/// Accepts SUBMITTED jobs until a batch comes back short or fails; returns how many moved.
 async fn drain<I: Intake>(intake: &I, batch: usize, min_age_ms: i64) -> usize {
-    let mut total = 0;
-    loop {
-        match intake.accept_submitted(batch, min_age_ms).await {
-            Ok(moved) => {
-                total += moved;
-                if moved > 0 {
-                    tracing::info!(jobs = moved, "accepted submitted jobs");
-                }
-                if moved < batch {
-                    return total;
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "accepting submitted jobs failed; retrying at the next wake-up");
-                return total;
-            }
-        }
+    let (moved, error) = accept_in_batches(
+        Accept::all(batch, min_age_ms),
+        || false,
+        |limit, min_age| intake.accept_submitted(limit, min_age),
+    )
+    .await;
+    log_accepted(moved);
+    if let Some(error) = error {
+        tracing::warn!(%error, "accepting submitted jobs failed; retrying at the next wake-up");
+    }
+    moved
+}
+
+fn log_accepted(moved: usize) {
+    if moved > 0 {
+        tracing::info!(jobs = moved, "accepted submitted jobs");
     }
 }
 
-/// What the scheduling loop drives, beyond accepting SUBMITTED jobs: SageMaker's state
-/// changes, the periodic due work and the cycle. A trait so that the loop can be measured or
-/// tested with a wrapper around the real [`Scheduler`].
+/// What the scheduling loop drives: one pass (`Service::pass`) over the jobs accepted, the
+/// state changes it was woken with, the due work and a cycle. A trait so that the loop can be
+/// measured or tested with a wrapper around the real [`Scheduler`].
 pub trait Scheduling: Intake {
-    /// Applies one "SageMaker Training Job State Change" (its `detail`).
-    fn on_training_state(
+    /// Runs one pass: accepts as `accept` says, applies `changes` in order, runs the due work
+    /// and one cycle.
+    fn pass(
         &self,
-        detail: &Value,
-    ) -> impl Future<Output = Result<StateOutcome, AppError>> + Send;
-
-    /// Timeouts, time limits, terminations, launches to retry, missed events.
-    fn run_due_work(&self) -> impl Future<Output = Result<DueReport, AppError>> + Send;
-
-    /// One scheduling cycle: snapshot, plan, commit, launch.
-    fn run_cycle(&self) -> impl Future<Output = Result<CycleReport, AppError>> + Send;
+        accept: Accept,
+        changes: &[TrainingJobState],
+    ) -> impl Future<Output = PassReport> + Send;
 }
 
 /// The real scheduling work: the service, a training backend and the loop's settings.
@@ -269,22 +265,15 @@ impl<S: Store, E: EventSink, B: TrainingBackend> Intake for Scheduler<S, E, B> {
 }
 
 impl<S: Store, E: EventSink, B: TrainingBackend> Scheduling for Scheduler<S, E, B> {
-    async fn on_training_state(&self, detail: &Value) -> Result<StateOutcome, AppError> {
-        match TrainingJobState::from_sagemaker(detail) {
-            Some(state) => self.service.on_training_state(&state, &self.cycle).await,
-            // Not shaped like a training job: nothing of ours.
-            None => Ok(StateOutcome::Unknown),
-        }
-    }
-
-    async fn run_due_work(&self) -> Result<DueReport, AppError> {
-        self.service
-            .run_due_work(&self.backend, &self.cycle, self.quiet_ms)
-            .await
-    }
-
-    async fn run_cycle(&self) -> Result<CycleReport, AppError> {
-        self.service.run_cycle(&self.backend, &self.cycle).await
+    async fn pass(&self, accept: Accept, changes: &[TrainingJobState]) -> PassReport {
+        let input = PassInput {
+            accept: Some(accept),
+            changes,
+            due_work_quiet_ms: Some(self.quiet_ms),
+            max_cycles: 1,
+            ..PassInput::default()
+        };
+        self.service.pass(&self.backend, &self.cycle, input).await
     }
 }
 
@@ -394,37 +383,36 @@ fn submitted_since_last_look(feed: &mut broadcast::Receiver<Event>) -> bool {
     }
 }
 
-/// One pass of the scheduling loop. Each step's error is logged; the next steps still run and
-/// the next wake-up retries.
+/// One pass of the scheduling loop, logged: each failed step is a warning (the next steps
+/// still ran, and the next wake-up retries).
 async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, changes: &[StateChange]) {
-    drain(scheduler, batch, settle_ms).await;
-    for change in changes {
-        match scheduler.on_training_state(&change.detail()).await {
-            Ok(StateOutcome::Applied(status)) => {
-                tracing::debug!(%status, event = %change.id, "training state applied");
-            }
-            Ok(_) => {}
-            Err(error) => {
-                // Reconciliation (due work) finds the state again later.
-                tracing::warn!(%error, event = %change.id, "applying a training state failed");
-            }
+    // Not shaped like a training job: nothing of ours.
+    let states: Vec<TrainingJobState> = changes
+        .iter()
+        .filter_map(|change| TrainingJobState::from_sagemaker(&change.detail()))
+        .collect();
+    let report = scheduler.pass(Accept::all(batch, settle_ms), &states).await;
+    log_accepted(report.accepted);
+    for outcome in &report.applied {
+        if let StateOutcome::Applied(status) = outcome {
+            tracing::debug!(%status, "training state applied");
         }
     }
-    match scheduler.run_due_work().await {
-        Ok(report) if report != DueReport::default() => tracing::info!(?report, "due work"),
-        Ok(_) => {}
-        Err(error) => tracing::warn!(%error, "due work failed; retrying at the next wake-up"),
+    if let Some(due) = report
+        .due
+        .as_ref()
+        .filter(|due| **due != DueReport::default())
+    {
+        tracing::info!(?due, "due work");
     }
-    match scheduler.run_cycle().await {
-        Ok(report)
-            if report.dispatched > 0 || report.capacity_errors > 0 || report.rejected > 0 =>
-        {
-            tracing::info!(?report, "scheduling cycle");
+    for cycle in &report.cycles {
+        if cycle.dispatched > 0 || cycle.capacity_errors > 0 || cycle.rejected > 0 {
+            tracing::info!(report = ?cycle, "scheduling cycle");
         }
-        Ok(_) => {}
-        Err(error) => {
-            tracing::warn!(%error, "scheduling cycle failed; retrying at the next wake-up")
-        }
+    }
+    for failed in &report.errors {
+        // State changes are found again by reconciliation (due work); the rest by the next pass.
+        tracing::warn!(step = %failed.step, error = %failed.error, "retrying at the next wake-up");
     }
 }
 

@@ -7,13 +7,13 @@
 //! end or event delivery, a job's backoff ending, or the periodic due-work pass. Everything due
 //! at that instant is handled in one pass, in this order:
 //!
-//! 1. **Submit** the trace's jobs due now, and accept them into their queues.
-//! 2. **Deliver** the emulator's state changes due now (`on_training_state`).
-//! 3. **Due work** (timeouts, relaunches, reconciliation), every `due_work_interval_s`.
-//! 4. **Cycle**, if it can change anything: something changed since the last cycle (a
-//!    submission, an attempt that ended, a backoff that expired, due work), some job is
-//!    RUNNABLE, and capacity is free (or the policy preempts).
-//! 5. **Record** the pool's and each team's state if it changed.
+//! 1. **Submit** the trace's jobs due now.
+//! 2. **Pass** (`Service::pass`, as every host runs it): accept the jobs just submitted, deliver
+//!    the emulator's state changes due now, the due work (timeouts, relaunches, reconciliation)
+//!    every `due_work_interval_s`, and a cycle if it can change anything: something changed
+//!    since the last cycle (a submission, an attempt that ended, a backoff that expired, due
+//!    work), some job is RUNNABLE, and capacity is free (or the policy preempts).
+//! 3. **Record** the pool's and each team's state if it changed.
 //!
 //! Launches inside the cycle create emulated training jobs whose first phase may end at the same
 //! instant; the next pass then happens at the same time. The run ends when the trace is
@@ -49,7 +49,9 @@ use trainyard_app::ports::{
     BackendError, NoEvents, TrainingBackend, TrainingJobState, TrainingStatus,
 };
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::{CycleConfig, StateOutcome};
+use trainyard_app::service::scheduling::{
+    Accept, CycleConfig, PassInput, PassReport, StateOutcome,
+};
 use trainyard_app::testing::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
@@ -614,7 +616,7 @@ pub fn run(
         clock.set(now);
         passes += 1;
 
-        // 1. Submit and accept.
+        // 1. Submit.
         let mut submitted = 0;
         while let Some(p) = planned.get(next).filter(|p| p.submit_ms <= now) {
             let route = setup.route(&p.tier, &p.team, p.job.scheduling_priority);
@@ -638,56 +640,73 @@ pub fn run(
             next += 1;
             submitted += 1;
         }
-        if submitted > 0 {
-            ready(service.accept_submitted(submitted, 0))?.map_err(app("accepting jobs"))?;
+
+        // 2. One pass: accept what was just submitted, deliver the state changes due now,
+        // the due work when its interval is up, and a cycle when it can change something.
+        let changes: Vec<TrainingJobState> = backend
+            .lock()
+            .due(now)
+            .iter()
+            .filter_map(state_of)
+            .collect();
+        let due_now = now >= next_due;
+        if submitted > 0 || next_backoff == Some(now) {
             dirty = true;
         }
-
-        // 2. Deliver state changes.
-        let events = backend.lock().due(now);
-        for event in events {
-            let Some(state) = state_of(&event) else {
-                continue;
-            };
-            let outcome = ready(service.on_training_state(&state, &config))?
-                .map_err(app("applying a state change"))?;
-            match outcome {
-                StateOutcome::Applied(JobStatus::Succeeded | JobStatus::Failed) => {
-                    done += 1;
-                    dirty = true;
-                }
-                StateOutcome::Applied(JobStatus::Runnable) => dirty = true,
-                _ => {}
-            }
+        let gate = |so_far: &PassReport| {
+            let changed = so_far.due.is_some()
+                || so_far.applied.iter().any(|outcome| {
+                    matches!(
+                        outcome,
+                        StateOutcome::Applied(
+                            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Runnable
+                        )
+                    )
+                });
+            let free = capacity.saturating_sub(store.held_instances());
+            (dirty || changed) && store.runnable_count() > 0 && (free > 0 || policy.preempts())
+        };
+        let input = PassInput {
+            accept: (submitted > 0).then_some(Accept {
+                batch: submitted,
+                max_batches: 1,
+                min_age_ms: 0,
+            }),
+            changes: &changes,
+            due_work_quiet_ms: due_now.then_some(quiet_ms),
+            max_cycles: 1,
+            cycle_gate: Some(&gate),
+            deadline_ms: None,
+        };
+        let pass = ready(service.pass(&backend, &config, input))?;
+        if let Some(failed) = pass.errors.into_iter().next() {
+            return Err(app(&failed.step.to_string())(failed.error));
         }
-
-        // 3. Due work.
-        if now >= next_due {
-            let report = ready(service.run_due_work(&backend, &config, quiet_ms))?
-                .map_err(app("due work"))?;
-            if report != Default::default() {
+        done += pass
+            .applied
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    StateOutcome::Applied(JobStatus::Succeeded | JobStatus::Failed)
+                )
+            })
+            .count();
+        if due_now {
+            if pass.due.is_some_and(|due| due != Default::default()) {
                 idle_due_passes = 0;
             }
             next_due = now + due_interval_ms;
-            dirty = true;
         }
-        if next_backoff == Some(now) {
-            dirty = true;
-        }
-
-        // 4. Cycle, when it can change something.
-        let free = capacity.saturating_sub(store.held_instances());
-        if dirty && store.runnable_count() > 0 && (free > 0 || policy.preempts()) {
-            let report =
-                ready(service.run_cycle(&backend, &config))?.map_err(app("scheduling cycle"))?;
-            done += report.rejected;
-            if report.dispatched > 0 {
+        for cycle in &pass.cycles {
+            done += cycle.rejected;
+            if cycle.dispatched > 0 {
                 idle_due_passes = 0;
             }
         }
         dirty = false;
 
-        // 5. Record.
+        // 3. Record.
         recorder.observe(now, store);
         if passes.is_multiple_of(PROGRESS_EVERY) {
             progress(&Progress {

@@ -61,7 +61,7 @@ use trainyard_app::ports::{
     NoEvents, Page, Resource, StoreError, TrainingBackend, TrainingJobState, Versioned, Write,
 };
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::CycleConfig;
+use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, PassReport};
 use trainyard_app::testing::{Interleaving, ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
@@ -876,6 +876,22 @@ impl Harness {
         }
     }
 
+    /// Each failed step of a pass, through [`Harness::call`]: an error is a crash after a
+    /// fault injected since `injected_before`, or a violation.
+    fn pass(
+        &self,
+        what: &str,
+        report: Result<PassReport, String>,
+        injected_before: u64,
+    ) -> Result<(), Violation> {
+        let report = report.map_err(|e| violation("progress", format!("{what}: {e}")))?;
+        for failed in report.errors {
+            let step = format!("{what}: {}", failed.step);
+            self.call::<()>(&step, Ok(Err(failed.error)), injected_before)?;
+        }
+        Ok(())
+    }
+
     fn check(&mut self) -> Result<(), Violation> {
         let memory = self.memory();
         // 1. No job lost.
@@ -1250,36 +1266,47 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
             next_job += 1;
             submitted += 1;
         }
+        // 2. The pass, as every host runs it. Accepting runs with faults paused, like the
+        //    submissions above: a pass of its own.
         if submitted > 0 {
             let was_on = std::mem::replace(&mut h.chaos.lock().on, false);
-            let result = block(h.service.accept_submitted(submitted, 0));
-            h.chaos.lock().on = was_on;
-            h.call("accepting jobs", result, u64::MAX)?;
-        }
-
-        // 2. Deliver the events due now.
-        for event in h.backend.deliverable(now) {
-            let Some(state) = crate::driver::state_of(&event) else {
-                continue;
+            let input = PassInput {
+                accept: Some(Accept {
+                    batch: submitted,
+                    max_batches: 1,
+                    min_age_ms: 0,
+                }),
+                ..PassInput::default()
             };
-            let before = h.chaos.injected();
-            let result = block(h.service.on_training_state(&state, &h.config));
-            h.call(
-                &format!("applying {} {}", state.name, state.secondary),
-                result,
-                before,
-            )?;
+            let result = block(h.service.pass(&h.backend, &h.config, input));
+            h.chaos.lock().on = was_on;
+            h.pass("accepting", result, u64::MAX)?;
         }
 
-        // 3. Due work.
-        if now >= next_due {
-            let before = h.chaos.injected();
-            let result = block(h.service.run_due_work(&h.backend, &h.config, quiet_ms));
-            h.call("due work", result, before)?;
+        // The events due now, the due work when its interval is up, and a cycle, or two at once.
+        let changes: Vec<TrainingJobState> = h
+            .backend
+            .deliverable(now)
+            .iter()
+            .filter_map(crate::driver::state_of)
+            .collect();
+        let due_now = now >= next_due;
+        if due_now {
             next_due = now + due_ms;
         }
-
-        // 4. A cycle, or two at once.
+        let input = PassInput {
+            changes: &changes,
+            due_work_quiet_ms: due_now.then_some(quiet_ms),
+            ..PassInput::default()
+        };
+        let before = h.chaos.injected();
+        let result = block(h.service.pass(&h.backend, &h.config, input));
+        h.pass("the pass", result, before)?;
+        // The cycle is a pass of its own, so that it can race a second one.
+        let cycle = || PassInput {
+            max_cycles: 1,
+            ..PassInput::default()
+        };
         let before = h.chaos.injected();
         if h.chaos.roll(
             h.workload.rates.concurrent_cycles,
@@ -1287,19 +1314,19 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
             "two cycles",
         ) {
             let joined = join2(
-                h.service.run_cycle(&h.backend, &h.config),
-                h.service.run_cycle(&h.backend, &h.config),
+                h.service.pass(&h.backend, &h.config, cycle()),
+                h.service.pass(&h.backend, &h.config, cycle()),
             );
             match joined {
                 Ok((a, b)) => {
-                    h.call("first of two cycles", Ok(a), before)?;
-                    h.call("second of two cycles", Ok(b), before)?;
+                    h.pass("first of two cycles", Ok(a), before)?;
+                    h.pass("second of two cycles", Ok(b), before)?;
                 }
                 Err(e) => return Err(violation("progress", e)),
             }
         } else {
-            let result = block(h.service.run_cycle(&h.backend, &h.config));
-            h.call("cycle", result, before)?;
+            let result = block(h.service.pass(&h.backend, &h.config, cycle()));
+            h.pass("cycle", result, before)?;
         }
 
         // 5. Invariants.

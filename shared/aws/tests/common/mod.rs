@@ -14,7 +14,9 @@ use trainyard_app::ports::{
     BackendError, EventSink, Store, TrainingBackend, TrainingJobState, TrainingStatus,
 };
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::{CycleConfig, CycleReport, StateOutcome};
+use trainyard_app::service::scheduling::{
+    Accept, CycleConfig, CycleReport, PassInput, PassReport, StateOutcome,
+};
 use trainyard_app::testing::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
@@ -193,26 +195,38 @@ impl<S: Store, E: EventSink> World<S, E> {
         self.service.submit(cmd).await.unwrap().job_id
     }
 
-    /// Accepts every SUBMITTED job into its queue (→ RUNNABLE); returns how many.
+    /// Accepts every SUBMITTED job into its queue (→ RUNNABLE), in a pass of its own; returns
+    /// how many.
     pub async fn accept(&self) -> usize {
-        let mut accepted = 0;
-        // Bounded: each round accepts up to 100 and stops when none is left.
-        for _ in 0..1_000 {
-            let n = self.service.accept_submitted(100, 0).await.unwrap();
-            if n == 0 {
-                break;
-            }
-            accepted += n;
-        }
-        accepted
+        let input = PassInput {
+            accept: Some(Accept::all(100, 0)),
+            ..PassInput::default()
+        };
+        let pass = self.pass(input).await;
+        pass.accepted
     }
 
-    /// One scheduling cycle.
+    /// One scheduling cycle, in a pass of its own.
     pub async fn cycle(&self) -> CycleReport {
-        self.service
-            .run_cycle(&self.sagemaker, &self.config)
-            .await
-            .unwrap()
+        let input = PassInput {
+            max_cycles: 1,
+            ..PassInput::default()
+        };
+        let pass = self.pass(input).await;
+        pass.cycles
+            .into_iter()
+            .next()
+            .expect("the pass ran its cycle")
+    }
+
+    /// One pass; panics if a step failed.
+    async fn pass(&self, input: PassInput<'_>) -> PassReport {
+        let pass = self
+            .service
+            .pass(&self.sagemaker, &self.config, input)
+            .await;
+        assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+        pass
     }
 
     /// Feeds SageMaker's state of attempt `n` of job `job_id` to the service.

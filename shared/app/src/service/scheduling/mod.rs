@@ -32,7 +32,8 @@
 //!
 //! One module a step: `snapshot` (step 1), `cycle` (steps 2, 3, 5 and 6), `launch` (step 4
 //! and preemption), `attempt_end` (state changes, and the end of an attempt), `due` (the
-//! periodic pass).
+//! periodic pass). `pass` strings them together as every host runs them: accept submitted jobs,
+//! apply state changes, the due work, then cycles ([`Service::pass`](crate::Service::pass)).
 //!
 //! # State changes
 //!
@@ -46,7 +47,10 @@ mod attempt_end;
 mod cycle;
 mod due;
 mod launch;
+mod pass;
 mod snapshot;
+
+pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};
 
 use trainyard_domain::job::JobStatus;
 use trainyard_scheduler::Config as PlannerConfig;
