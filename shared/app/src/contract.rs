@@ -109,6 +109,7 @@ contract_cases!($;
 /// what a case cares about with the builder's methods.
 pub fn job(job_id: &str) -> JobBuilder {
     JobBuilder(ServiceJob {
+        requeued_by: None,
         job_id: job_id.to_owned(),
         job_name: format!("job-{job_id}"),
         job_queue: "q".to_owned(),

@@ -19,7 +19,9 @@ use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, StateOu
 use trainyard_app::testing::{EmulatedSageMaker, ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
-use trainyard_domain::job::{EvaluateOnExit, JobStatus, RetryAction, RetryStrategy, TimeoutConfig};
+use trainyard_domain::job::{
+    EvaluateOnExit, JobStatus, Requeue, RetryAction, RetryStrategy, StopRequest, TimeoutConfig,
+};
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
 use trainyard_domain::{ResourceStatus, State};
 use trainyard_emulator::model::Config as EmulatorConfig;
@@ -669,6 +671,12 @@ async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finis
         if let Some(summary) = &job.preemption_summary {
             preempted += summary.preempted_attempt_count;
             assert_eq!(job.attempts.len(), 2, "preempted once, then ran again");
+            assert_eq!(job.requeued_by, Some(Requeue::Preemption), "{id}");
+            assert_eq!(
+                job.attempts[0].stop_requested,
+                Some(StopRequest::Preemption),
+                "{id}"
+            );
         }
     }
     assert_eq!(
@@ -888,4 +896,49 @@ async fn a_pass_starts_no_step_at_or_after_its_deadline() {
     assert_eq!(pass.accepted, 0);
     assert!(pass.due.is_none() && pass.cycles.is_empty(), "{pass:?}");
     assert!(pass.out_of_time);
+}
+
+#[tokio::test]
+async fn a_requeue_and_a_stop_request_are_recorded_as_types() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("q", 1, "local").await;
+    let scarce = w
+        .submit(
+            "scarce",
+            "q",
+            1,
+            json!({"emulator_outcome": "CapacityError"}),
+        )
+        .await;
+    let failing = json!({"emulator_duration_s": "1", "emulator_outcome": "Failed:AlgorithmError: loss is NaN"});
+    let retried = w
+        .submit_with("retried", "q", 1, failing, |c| {
+            c.retry_strategy = Some(RetryStrategy {
+                attempts: 2,
+                evaluate_on_exit: vec![],
+            })
+        })
+        .await;
+    let slow = w
+        .submit_with("slow", "q", 1, quick(60), |c| {
+            c.timeout_config = Some(TimeoutConfig {
+                attempt_duration_seconds: Some(3),
+            })
+        })
+        .await;
+    for _ in 0..80 {
+        w.tick().await;
+        w.clock.advance(250);
+    }
+    let scarce = w.job(&scarce).await;
+    assert!(scarce.attempts.len() >= 2, "{scarce:?}");
+    assert_eq!(scarce.requeued_by, Some(Requeue::CapacityError));
+    let retried = w.job(&retried).await;
+    assert_eq!(retried.attempts.len(), 2, "{retried:?}");
+    assert_eq!(retried.requeued_by, Some(Requeue::Retry));
+    let slow = w.job(&slow).await;
+    assert_eq!(slow.status, JobStatus::Failed);
+    assert_eq!(slow.requeued_by, None, "never went back to RUNNABLE");
+    assert_eq!(slow.attempts[0].stop_requested, Some(StopRequest::Timeout));
 }

@@ -24,10 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::{Map, Value, json};
 use trainyard_app::ports::{EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError};
 use trainyard_domain::environment::ServiceEnvironment;
-use trainyard_domain::job::JobStatus;
+use trainyard_domain::job::{JobStatus, Requeue};
 use trainyard_domain::order::share_key;
 use trainyard_domain::queue::JobQueue;
-use trainyard_scheduler::retry::{Requeue, requeue_cause};
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "Trainyard";
@@ -204,7 +203,7 @@ impl Recorder {
                     tally.wait_time_s.push(seconds_between(job.created_at, at));
                 }
             }
-            JobStatus::Runnable => match requeue_cause(job) {
+            JobStatus::Runnable => match job.requeued_by {
                 Some(Requeue::CapacityError) => tally.capacity_errors = 1,
                 Some(Requeue::Preemption) => tally.preemptions = 1,
                 Some(Requeue::Retry) => tally.retries = 1,
@@ -564,6 +563,7 @@ mod tests {
 
     fn attempt(started_at: i64, reason: Option<&str>) -> Attempt {
         Attempt {
+            stop_requested: None,
             training_job_name: "ty-x".into(),
             training_job_arn: None,
             started_at: Some(started_at),
@@ -608,15 +608,18 @@ mod tests {
             NOW,
             Some("Received status from SageMaker: CapacityError: Unable to provision"),
         )];
+        capacity.requeued_by = Some(Requeue::CapacityError);
         let mut capacity_launch = job("d").queue("prod").status(JobStatus::Runnable).build();
         capacity_launch.status_reason = Some(trainyard_scheduler::retry::CAPACITY_REASON.into());
         capacity_launch.attempts = vec![attempt(NOW, None)];
+        capacity_launch.requeued_by = Some(Requeue::CapacityError);
         let mut preempted = job("e")
             .queue("prod")
             .share("nlp")
             .status(JobStatus::Runnable)
             .build();
         preempted.attempts = vec![attempt(NOW, Some(PREEMPTED_REASON))];
+        preempted.requeued_by = Some(Requeue::Preemption);
         let mut retried = job("f")
             .queue("research")
             .status(JobStatus::Runnable)
@@ -625,6 +628,7 @@ mod tests {
             NOW,
             Some("Received status from SageMaker: AlgorithmError"),
         )];
+        retried.requeued_by = Some(Requeue::Retry);
         let accepted = job("g")
             .queue("research")
             .status(JobStatus::Runnable)
@@ -770,6 +774,7 @@ mod tests {
             NOW,
             Some("Received status from SageMaker: AlgorithmError"),
         )];
+        j.requeued_by = Some(Requeue::Retry);
         sink.publish(Event::status_changed(j)).await;
         sink.publish(Event::JobSubmitted {
             job_id: "b".into(),

@@ -204,6 +204,34 @@ pub struct Attempt {
     /// The service environment whose capacity the attempt holds (released when it ends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_environment: Option<String>,
+    /// Why Trainyard asked SageMaker to stop the attempt, if it did (a terminate is the job's
+    /// `is_terminated`). The stop's Stopped state change is read by this, not by the words of
+    /// `status_reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_requested: Option<StopRequest>,
+}
+
+/// Why Trainyard asked SageMaker to stop a running attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StopRequest {
+    /// It ran past `timeout.attemptDurationSeconds`.
+    Timeout,
+    /// Its capacity is wanted by a job the policy ranks above it.
+    Preemption,
+}
+
+/// Why a job that had an attempt went back to RUNNABLE (metrics count each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Requeue {
+    /// No capacity: SageMaker's `CapacityError` or `ResourceLimitExceeded`, or the wait for
+    /// capacity ran out. The attempt is not counted against `retryStrategy.attempts`.
+    CapacityError,
+    /// The attempt was stopped to free capacity for another job.
+    Preemption,
+    /// Any other ended attempt with retries left.
+    Retry,
 }
 
 /// `preemptionSummary` of a job that has been preempted.
@@ -274,6 +302,10 @@ pub struct ServiceJob {
     /// Attempts so far, oldest first.
     #[serde(default)]
     pub attempts: Vec<Attempt>,
+    /// Why the job last went back to RUNNABLE after an attempt (none before its first attempt
+    /// ends that way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_by: Option<Requeue>,
     /// Present once preempted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_summary: Option<PreemptionSummary>,
@@ -328,6 +360,7 @@ impl ServiceJob {
             termination_reason: None,
             not_before: None,
             attempts: Vec::new(),
+            requeued_by: None,
             preemption_summary: None,
             created_at: now,
             runnable_at: None,

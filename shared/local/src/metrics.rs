@@ -19,9 +19,8 @@ use trainyard_app::ports::{
     Clock, EnvironmentUsage, Event, JobQuery, Store, StoreError, SystemClock,
 };
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
-use trainyard_domain::job::JobStatus;
+use trainyard_domain::job::{JobStatus, Requeue};
 use trainyard_domain::order::share_key;
-use trainyard_scheduler::retry::{Requeue, requeue_cause};
 
 /// Upper bounds of the latency histograms' buckets, in seconds: from the loop's own reaction
 /// time (milliseconds) to a busy queue's wait (an hour).
@@ -140,7 +139,7 @@ impl Metrics {
                         .observe(seconds_between(job.created_at, now_ms));
                 }
             }
-            JobStatus::Runnable => match requeue_cause(job) {
+            JobStatus::Runnable => match job.requeued_by {
                 Some(Requeue::CapacityError) => counts.capacity_errors += 1,
                 Some(Requeue::Preemption) => counts.preemptions += 1,
                 Some(Requeue::Retry) => counts.retries += 1,

@@ -114,7 +114,7 @@
 //! reported (rule 1 above); a finished job is left alone. The caller sets `isTerminated` in every
 //! case.
 
-use trainyard_domain::job::{Attempt, RetryAction, ServiceJob};
+use trainyard_domain::job::{Attempt, Requeue, RetryAction, ServiceJob};
 use trainyard_domain::queue::{JobStateTimeLimitAction, TimeLimitAction};
 use trainyard_domain::random::Fnv1a;
 
@@ -317,42 +317,13 @@ pub fn is_capacity_reason(reason: &str) -> bool {
     })
 }
 
-/// Why a job that had attempts went back to RUNNABLE, as metrics count it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Requeue {
-    /// No capacity: [`CAPACITY_CODE`] on the job or its attempt, or SageMaker's `CapacityError`.
-    CapacityError,
-    /// The attempt was stopped to free capacity for another job.
-    Preemption,
-    /// Any other ended attempt with retries left.
-    Retry,
-}
-
-/// Classifies a return to RUNNABLE from the job's status reason and its latest attempt's reason
-/// (the job's own may already be a newer skip reason, such as a backoff). `None`: the job has no
-/// attempt, so this is its first accept, not a requeue.
-pub fn requeue_cause(job: &ServiceJob) -> Option<Requeue> {
-    let attempt = job
-        .attempts
-        .last()
-        .and_then(|a| a.status_reason.as_deref())
-        .unwrap_or_default();
-    let job_reason = job.status_reason.as_deref().unwrap_or_default();
-    let preempted_code = PREEMPTED_REASON
-        .split(' ')
-        .next()
-        .unwrap_or(PREEMPTED_REASON);
-    if job_reason.starts_with(CAPACITY_CODE)
-        || attempt.starts_with(CAPACITY_CODE)
-        || attempt.contains(CAPACITY_FAILURE_PREFIX)
-    {
-        Some(Requeue::CapacityError)
-    } else if attempt.starts_with(preempted_code) {
-        Some(Requeue::Preemption)
-    } else if job.attempts.is_empty() {
-        None
-    } else {
-        Some(Requeue::Retry)
+/// Why a job goes back to RUNNABLE after an attempt that ended this way (stored on the job as
+/// `requeued_by`, which metrics count): capacity failures, preemptions, and retries.
+pub fn requeue_of(failure: &AttemptFailure) -> Requeue {
+    match classify(failure) {
+        FailureKind::Capacity => Requeue::CapacityError,
+        FailureKind::Preempted => Requeue::Preemption,
+        FailureKind::Terminated | FailureKind::TimedOut | FailureKind::Evaluated => Requeue::Retry,
     }
 }
 

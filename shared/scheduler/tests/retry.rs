@@ -31,6 +31,7 @@ const CAPACITY: &str = "CapacityError: Unable to provision requested ML compute 
 /// A RUNNING job with one attempt (the one that is about to end), no retry strategy.
 fn job(id: &str) -> ServiceJob {
     ServiceJob {
+        requeued_by: None,
         job_id: id.into(),
         job_name: "train".into(),
         job_queue: "q".into(),
@@ -63,6 +64,7 @@ fn job(id: &str) -> ServiceJob {
 
 fn attempt(reason: Option<&str>) -> Attempt {
     Attempt {
+        stop_requested: None,
         training_job_name: "AWSBatchtrain0".into(),
         training_job_arn: None,
         started_at: Some(NOW - 600 * SEC),

@@ -923,6 +923,7 @@ mod tests {
             .map(|(t, c)| (t.to_owned(), c))
             .collect();
         scheduled.attempts.push(Attempt {
+            stop_requested: None,
             training_job_name: "AWSBatchheld1".into(),
             training_job_arn: None,
             started_at: Some(5_000),

@@ -196,6 +196,7 @@ async fn accepting_skips_a_job_someone_else_just_changed() {
 
 fn job(id: &str, priority: Option<u32>, created_at: i64, runnable_at: Option<i64>) -> ServiceJob {
     ServiceJob {
+        requeued_by: None,
         job_id: id.into(),
         job_name: id.into(),
         job_queue: "q".into(),

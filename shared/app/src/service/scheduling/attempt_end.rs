@@ -3,7 +3,7 @@
 //! comes next (success, retry, capacity requeue, failure) and releases its capacity, in one
 //! commit.
 
-use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::job::{JobStatus, ServiceJob, StopRequest};
 use trainyard_domain::training::{batch_status, parse_attempt_name};
 use trainyard_scheduler::retry::{self, AfterFailure, AttemptFailure, StopCause};
 
@@ -60,6 +60,7 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                             ..
                         } => {
                             job.not_before = Some(not_before_ms);
+                            job.requeued_by = Some(retry::requeue_of(failure));
                             (JobStatus::Runnable, status_reason)
                         }
                         AfterFailure::Failed { status_reason } => {
@@ -168,9 +169,7 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                 failure_reason: reason,
             };
         }
-        let requested = job
-            .latest_attempt()
-            .and_then(|a| a.status_reason.as_deref());
+        let requested = job.latest_attempt().and_then(|a| a.stop_requested);
         let cause = if job.is_terminated {
             StopCause::Terminated {
                 reason: job
@@ -178,9 +177,9 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                     .clone()
                     .unwrap_or_else(|| "Terminated".into()),
             }
-        } else if requested == Some(retry::TIMEOUT_REASON) {
+        } else if requested == Some(StopRequest::Timeout) {
             StopCause::Timeout
-        } else if requested == Some(retry::PREEMPTED_REASON) {
+        } else if requested == Some(StopRequest::Preemption) {
             StopCause::Preempted
         } else if state.secondary == "MaxWaitTimeExceeded" {
             StopCause::CapacityWait

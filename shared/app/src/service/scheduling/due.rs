@@ -2,6 +2,7 @@
 //! and timed-out attempts, and a describe of attempts not heard from for a while (their events
 //! may have been lost).
 
+use trainyard_domain::job::StopRequest;
 use trainyard_domain::training::batch_status;
 use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
 
@@ -40,10 +41,11 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
 
             // Terminated, or past its attemptDurationSeconds: ask SageMaker to stop it. The
             // Stopped state change then ends the attempt.
-            let timed_out = retry::timed_out(&job, now) && attempt.status_reason.is_none();
+            let timed_out = retry::timed_out(&job, now) && attempt.stop_requested.is_none();
             if job.is_terminated || timed_out {
                 if timed_out {
                     if let Some(a) = job.attempts.last_mut() {
+                        a.stop_requested = Some(StopRequest::Timeout);
                         a.status_reason = Some(retry::TIMEOUT_REASON.to_owned());
                     }
                     match self.store.update_job(&job, stored.version).await {

@@ -3,7 +3,7 @@
 //! asking a victim's training job to stop.
 
 use serde_json::Value;
-use trainyard_domain::job::ServiceJob;
+use trainyard_domain::job::{ServiceJob, StopRequest};
 use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
 
 use super::{CycleConfig, CycleReport, Ending, RACE_RETRIES};
@@ -170,8 +170,9 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
         let name = attempt.training_job_name.clone();
         // A cycle during the victim's stop grace plans the same preemption again: the stop is
         // asked for again (harmless), but counted once, when the attempt is first marked.
-        let first = attempt.status_reason.is_none();
+        let first = attempt.stop_requested.is_none();
         if first {
+            attempt.stop_requested = Some(StopRequest::Preemption);
             attempt.status_reason = Some(retry::PREEMPTED_REASON.to_owned());
             match self.store.update_job(&job, stored.version).await {
                 Ok(_) => {}
