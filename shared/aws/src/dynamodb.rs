@@ -46,7 +46,7 @@ use aws_sdk_dynamodb::types::{
 };
 use trainyard_app::ports::{
     CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
-    Resource, RunnableHead, StoreError, Versioned, Write, set_status_reason_whole,
+    Resource, RunnableHead, StoreError, Versioned, Write,
 };
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
@@ -512,9 +512,7 @@ impl DynamoStore {
 
     /// Sets the job item's `sr` (or removes it) and bumps its version, in place: one `UpdateItem`
     /// with the version as its condition, no read. The runnable entry, which projects both,
-    /// follows. An item whose `doc` still holds `statusReason` (written before the reason became
-    /// an attribute, whose reader prefers the document's) fails the condition with its version
-    /// matching; it is read and written whole instead, which moves the reason out.
+    /// follows.
     async fn set_status_reason_now(
         &self,
         job_id: &str,
@@ -530,14 +528,11 @@ impl DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(schema::key(schema::job_pk(job_id), schema::JOB_SK)))
-            .condition_expression("#v = :expected AND NOT contains(#d, :field)")
+            .condition_expression("#v = :expected")
             .expression_attribute_names("#v", schema::VERSION)
-            .expression_attribute_names("#d", schema::DOC)
             .expression_attribute_names("#r", schema::STATUS_REASON)
             .expression_attribute_values(":expected", n(expected))
             .expression_attribute_values(":next", n(next))
-            .expression_attribute_values(":field", s("\"statusReason\""))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .set_return_consumed_capacity(self.capacity_mode());
         request = match &reason {
             Some(reason) => request
@@ -558,23 +553,12 @@ impl DynamoStore {
                 }
                 Ok(next)
             }
-            Err(error) => {
-                let refused = match error.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(e)) => Some(e.item()),
-                    _ => None,
-                };
-                let stored_version = refused
-                    .flatten()
-                    .and_then(|old| schema::item_version(job_id, old).ok());
-                match (refused, stored_version) {
-                    (None, _) => Err(classify(error)),
-                    // The version matched: the document holds the reason.
-                    (Some(_), Some(version)) if version == expected => {
-                        set_status_reason_whole(self, job_id, expected, reason).await
-                    }
-                    (Some(_), _) => Err(StoreError::Conflict),
+            Err(error) => match error.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
+                    Err(StoreError::Conflict)
                 }
-            }
+                _ => Err(classify(error)),
+            },
         }
     }
 
@@ -870,11 +854,9 @@ impl DynamoStore {
     }
 
     /// The heads straight from the runnable index's entries, which project every field of a
-    /// [`RunnableHead`]: one query, no `BatchGetItem`. An entry written before the job item held
-    /// those fields is read whole instead (and kept only if still RUNNABLE in the queue, as
-    /// `runnable_jobs` does). The other entries are as fresh as the index: a job that left
-    /// RUNNABLE a moment ago may still show, and a write based on its head fails its version
-    /// check.
+    /// [`RunnableHead`]: one query, no `BatchGetItem`. The entries are as fresh as the index: a
+    /// job that left RUNNABLE a moment ago may still show, and a write based on its head fails
+    /// its version check.
     async fn runnable_heads_now(
         &self,
         queue: &str,
@@ -882,37 +864,7 @@ impl DynamoStore {
         limit: usize,
     ) -> Result<Vec<RunnableHead>, StoreError> {
         let items = self.runnable_entries(queue, share, limit).await?;
-        let mut heads = Vec::with_capacity(items.len());
-        let mut old = Vec::new();
-        for item in &items {
-            let head = schema::runnable_head(item)?;
-            if head.is_none() {
-                old.push(item.clone());
-            }
-            heads.push(head);
-        }
-        let mut read_whole: HashMap<String, RunnableHead> = HashMap::new();
-        if !old.is_empty() {
-            for job in self.fetch_jobs(&old).await? {
-                if job.value.status == JobStatus::Runnable && job.value.job_queue == queue {
-                    read_whole.insert(
-                        job.value.job_id.clone(),
-                        RunnableHead::of(&job.value, job.version),
-                    );
-                }
-            }
-        }
-        let mut ordered = Vec::with_capacity(heads.len());
-        for (head, item) in heads.into_iter().zip(&items) {
-            match head {
-                Some(head) => ordered.push(head),
-                None => {
-                    let id = schema::text("a runnable index entry", item, schema::JOB_ID)?;
-                    ordered.extend(read_whole.remove(id));
-                }
-            }
-        }
-        Ok(ordered)
+        items.iter().map(schema::runnable_head).collect()
     }
 
     /// The first `limit` entries of `share`'s line in the runnable index, in order.
@@ -1024,29 +976,15 @@ impl DynamoStore {
     }
 
     /// The holders straight from the dispatched partition's entries, which project every field
-    /// of a [`CapacityHolder`]: one query, no `BatchGetItem`, by id. An entry written before the
-    /// job item held those fields is read whole instead (and kept only if still dispatched). The
-    /// other entries are as fresh as the index: a job that ended a moment ago may still show
-    /// (whatever the scheduler does to it re-reads it first).
+    /// of a [`CapacityHolder`]: one query, no `BatchGetItem`, by id. The entries are as fresh as
+    /// the index: a job that ended a moment ago may still show (whatever the scheduler does to
+    /// it re-reads it first).
     async fn capacity_holders_now(&self) -> Result<Vec<CapacityHolder>, StoreError> {
         let items = self.dispatched_entries().await?;
-        let mut holders = Vec::with_capacity(items.len());
-        let mut old = Vec::new();
-        for item in items {
-            match schema::capacity_holder(&item)? {
-                Some(holder) => holders.push(holder),
-                None => old.push(item),
-            }
-        }
-        if !old.is_empty() {
-            holders.extend(
-                self.fetch_jobs(&old)
-                    .await?
-                    .iter()
-                    .filter(|job| job.value.status.is_dispatched())
-                    .map(|job| CapacityHolder::of(&job.value)),
-            );
-        }
+        let mut holders = items
+            .iter()
+            .map(schema::capacity_holder)
+            .collect::<Result<Vec<_>, _>>()?;
         holders.sort_by(|a, b| a.job_id.cmp(&b.job_id));
         Ok(holders)
     }

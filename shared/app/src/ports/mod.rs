@@ -23,6 +23,6 @@ pub use records::{
 };
 pub use store::{
     ConfigStore, Document, DocumentValue, JobStore, Resource, SchedulingStore, Store, StoreError,
-    Versioned, Write, set_status_reason_whole,
+    Versioned, Write,
 };
 pub use time::{Clock, Ids, RandomIds, SystemClock};

@@ -32,7 +32,7 @@ pub(crate) const DOC: &str = "doc";
 pub(crate) const JOB_SK: &str = "JOB";
 pub(crate) const REQUEST_SK: &str = "REQUEST";
 /// Jobs: a fingerprint of the request item's document, kept in the job item so that a write of
-/// a job whose request changed (or an item from before the split) is caught by its condition.
+/// a job whose request changed is caught by its condition.
 pub(crate) const REQUEST_HASH: &str = "rh";
 /// The job's JSON fields kept in the request item: set at submit and never changed by any
 /// use-case (the fingerprint makes a change safe anyway), the payload and its parsed form above
@@ -67,8 +67,7 @@ pub(crate) const STATUS_REASON: &str = "sr";
 /// `notBefore` (N, epoch ms; absent when none).
 pub(crate) const NOT_BEFORE: &str = "nb";
 /// The request's instances per instance type (M of N). A copy of the request item's
-/// `training.instances`, so always written, even empty: an item without it predates the head
-/// attributes and is read whole instead.
+/// `training.instances`, so always written, even empty.
 pub(crate) const INSTANCES: &str = "ins";
 /// The request's `MaxRuntimeInSeconds` (N; absent when not given). A copy, as [`INSTANCES`].
 pub(crate) const MAX_RUNTIME_S: &str = "mrt";
@@ -390,6 +389,14 @@ pub(crate) fn decode_job(
     job: &Item,
     request: Option<&Item>,
 ) -> Result<trainyard_app::ports::Versioned<ServiceJob>, StoreError> {
+    let Some(request) = request else {
+        return Err(StoreError::Corrupt {
+            key: text("a job item", job, PK)
+                .unwrap_or("(a job item without a key)")
+                .to_owned(),
+            message: "the job's request item is missing".to_owned(),
+        });
+    };
     let key = match job.get(PK) {
         Some(AttributeValue::S(pk)) => pk.clone(),
         _ => "(a job item without a key)".to_owned(),
@@ -421,10 +428,10 @@ pub(crate) fn decode_job(
                     });
                 }
             };
-            fields.entry(field).or_insert(json);
+            fields.insert(field.to_owned(), json);
         }
     }
-    if let (Some(request), Some(fields)) = (request, value.as_object_mut()) {
+    if let Some(fields) = value.as_object_mut() {
         let request: serde_json::Value =
             serde_json::from_str(text(&key, request, DOC)?).map_err(corrupt)?;
         if let serde_json::Value::Object(request) = request {
@@ -446,9 +453,8 @@ pub(crate) fn item_version(key: &str, item: &Item) -> Result<u64, StoreError> {
     })
 }
 
-/// The [`RunnableHead`] an item of the runnable index describes; `None` for the entry of a job
-/// item written before the head attributes (no [`INSTANCES`]), which the reader must read whole.
-pub(crate) fn runnable_head(item: &Item) -> Result<Option<RunnableHead>, StoreError> {
+/// The [`RunnableHead`] an item of the runnable index describes.
+pub(crate) fn runnable_head(item: &Item) -> Result<RunnableHead, StoreError> {
     let key = match item.get(PK) {
         Some(AttributeValue::S(pk)) => pk.clone(),
         _ => "(a runnable index entry without a key)".to_owned(),
@@ -458,7 +464,7 @@ pub(crate) fn runnable_head(item: &Item) -> Result<Option<RunnableHead>, StoreEr
         message,
     };
     let Some(instances) = instances(&key, item)? else {
-        return Ok(None);
+        return Err(corrupt(format!("no {INSTANCES}")));
     };
     let optional_text = |name: &str| match item.get(name) {
         None => Ok(None),
@@ -473,7 +479,7 @@ pub(crate) fn runnable_head(item: &Item) -> Result<Option<RunnableHead>, StoreEr
         .nth(1)
         .and_then(parse_sortable_time)
         .ok_or_else(|| corrupt(format!("{RUNNABLE_SK} {sort_key} has no runnable time")))?;
-    Ok(Some(RunnableHead {
+    Ok(RunnableHead {
         job_id: text(&key, item, JOB_ID)?.into(),
         job_queue: text(&key, item, RUNNABLE_QUEUE)?.into(),
         share: optional_text(SHARE_IDENTIFIER)?
@@ -487,13 +493,13 @@ pub(crate) fn runnable_head(item: &Item) -> Result<Option<RunnableHead>, StoreEr
         not_before: optional_number(&key, item, NOT_BEFORE)?,
         status_reason: optional_text(STATUS_REASON)?.map(Into::into),
         version: item_version(&key, item)?,
-    }))
+    })
 }
 
 /// The [`CapacityHolder`] an entry of the dispatched partition of `by-queue-status` describes;
 /// `None` for the entry of a job item written before the holder's attributes (no [`HELD_SINCE`]
 /// or [`INSTANCES`]), which the reader must read whole.
-pub(crate) fn capacity_holder(item: &Item) -> Result<Option<CapacityHolder>, StoreError> {
+pub(crate) fn capacity_holder(item: &Item) -> Result<CapacityHolder, StoreError> {
     let key = match item.get(PK) {
         Some(AttributeValue::S(pk)) => pk.clone(),
         _ => "(a status index entry without a key)".to_owned(),
@@ -502,13 +508,16 @@ pub(crate) fn capacity_holder(item: &Item) -> Result<Option<CapacityHolder>, Sto
         optional_number::<i64>(&key, item, HELD_SINCE)?,
         instances(&key, item)?,
     ) else {
-        return Ok(None);
+        return Err(StoreError::Corrupt {
+            key,
+            message: format!("no {HELD_SINCE} or {INSTANCES}"),
+        });
     };
     let optional_text = |name: &str| match item.get(name) {
         Some(AttributeValue::S(value)) => Some(value.as_str()),
         _ => None,
     };
-    Ok(Some(CapacityHolder {
+    Ok(CapacityHolder {
         job_id: text(&key, item, JOB_ID)?.into(),
         job_queue: text(&key, item, LIST_QUEUE)?.into(),
         share: optional_text(SHARE_IDENTIFIER)
@@ -519,7 +528,7 @@ pub(crate) fn capacity_holder(item: &Item) -> Result<Option<CapacityHolder>, Sto
         started_at,
         instances: std::sync::Arc::new(instances),
         max_runtime_s: optional_number(&key, item, MAX_RUNTIME_S)?,
-    }))
+    })
 }
 
 /// The [`INSTANCES`] map of an item, `None` when it has none.
@@ -807,10 +816,11 @@ mod tests {
         let other = job_items(&changed, 3).unwrap();
         assert_ne!(items.job[REQUEST_HASH], other.job[REQUEST_HASH]);
 
-        // An item from before the split (the whole document in the job item) reads alone.
-        let mut whole = job_item_with(&job, 2, encode("j1", &job).unwrap());
-        whole.remove(REQUEST_HASH);
-        assert_eq!(decode_job(&whole, None).unwrap().value, job);
+        // A job item without its request item is reported, not read half.
+        assert!(matches!(
+            decode_job(&items.job, None),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 
     /// A runnable job's item, as the runnable index holds it: the table's keys, the index's
@@ -850,7 +860,7 @@ mod tests {
         for job in [bare, detailed, never_runnable_at, fifo_with_priority] {
             assert_eq!(
                 runnable_head(&entry(&job, 5)).unwrap(),
-                Some(RunnableHead::of(&job, 5)),
+                RunnableHead::of(&job, 5),
                 "{}",
                 job.job_id
             );
@@ -935,7 +945,7 @@ mod tests {
         let first = status_entry(&scheduled, 3);
         assert_eq!(
             capacity_holder(&first).unwrap(),
-            Some(CapacityHolder::of(&scheduled))
+            CapacityHolder::of(&scheduled)
         );
         // STARTING, then RUNNING with an ARN: new versions and documents, the same entry.
         let mut later = scheduled.clone();
@@ -948,20 +958,26 @@ mod tests {
         // Without an attempt start (a job written by hand), the last update stands in.
         let mut bare = job("bare").status(JobStatus::Running).build();
         bare.updated_at = 42;
-        let holder = capacity_holder(&status_entry(&bare, 1)).unwrap().unwrap();
+        let holder = capacity_holder(&status_entry(&bare, 1)).unwrap();
         assert_eq!((holder.started_at, holder.share.as_str()), (42, ""));
-        // An entry of a job item from before the holder's attributes asks to be read whole.
+        // An entry without the holder's attributes is corrupt, not a holder with guessed fields.
         let mut old = status_entry(&scheduled, 3);
         old.remove(HELD_SINCE);
-        assert_eq!(capacity_holder(&old).unwrap(), None);
+        assert!(matches!(
+            capacity_holder(&old),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 
     #[test]
-    fn an_entry_from_before_the_head_attributes_asks_to_be_read_whole() {
+    fn an_entry_without_the_head_attributes_is_corrupt() {
         let job = trainyard_app::contract::job("old").build();
         let mut item = entry(&job, 2);
         item.remove(INSTANCES);
-        assert_eq!(runnable_head(&item).unwrap(), None);
+        assert!(matches!(
+            runnable_head(&item),
+            Err(StoreError::Corrupt { .. })
+        ));
         // A broken entry is corrupt, not a head with a guessed field.
         let mut broken = entry(&job, 2);
         broken.insert(PRIORITY.to_owned(), s("high"));

@@ -280,9 +280,8 @@ pub trait Store: JobStore + ConfigStore + SchedulingStore {}
 
 impl<T: JobStore + ConfigStore + SchedulingStore> Store for T {}
 
-/// [`SchedulingStore::set_status_reason`] by reading the job and writing it whole: the default,
-/// and what a store that sets the reason in place falls back to when it cannot.
-pub async fn set_status_reason_whole<S: JobStore + ?Sized>(
+/// [`SchedulingStore::set_status_reason`] by reading the job and writing it whole (the default).
+async fn set_status_reason_whole<S: JobStore + ?Sized>(
     store: &S,
     job_id: &str,
     expected_version: u64,
