@@ -9,214 +9,23 @@
 //! RUNNABLE jobs in backoff. Configuration and documents are kept as JSON, as a real store keeps
 //! them, with their decoded value cached beside them so that a cycle does not decode them again.
 
-use std::any::Any;
-use std::cmp::Reverse;
+mod indexes;
+mod stored;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use trainyard_domain::arn::ResourceKind;
-use trainyard_domain::job::ServiceJob;
-use trainyard_scheduler::SharedStr;
+use trainyard_domain::job::{JobStatus, ServiceJob};
 
 use crate::ports::{
-    CapacityHolder, ClientTokenRecord, ConfigStore, Document, DocumentValue, InsertJob, JobCursor,
-    JobQuery, JobStore, NameFilter, Page, Resource, RunnableHead, SchedulingStore, StoreError,
-    Versioned, Write,
+    CapacityHolder, ClientTokenRecord, ConfigStore, Document, InsertJob, JobCursor, JobQuery,
+    JobStore, NameFilter, Page, Resource, RunnableHead, SchedulingStore, StoreError, Versioned,
+    Write,
 };
-use trainyard_domain::job::JobStatus;
-use trainyard_domain::order::{runnable_rank, share_key};
-
-/// A decoded copy of a stored JSON value, of whatever type it was last read or written as.
-type Decoded = Option<Arc<dyn Any + Send + Sync>>;
-
-/// A stored value's JSON.
-enum Json {
-    /// Encoded.
-    Value(serde_json::Value),
-    /// A document a commit wrote: encoded only when read as another type than its own.
-    Later(DocumentValue),
-}
-
-/// A stored JSON value, its version, and its decoded copy.
-struct Stored {
-    version: u64,
-    doc: Json,
-    decoded: Decoded,
-}
-
-impl Stored {
-    /// The value as `T`: the cached copy if it has that type, else decoded (and cached).
-    fn get<T: serde::de::DeserializeOwned + Clone + Send + Sync + 'static>(
-        &mut self,
-        key: &str,
-    ) -> Result<T, StoreError> {
-        if let Some(value) = self.decoded.as_ref().and_then(|d| d.downcast_ref::<T>()) {
-            return Ok(value.clone());
-        }
-        let encoded;
-        let doc = match &self.doc {
-            Json::Value(doc) => doc,
-            Json::Later(doc) => {
-                encoded = doc.to_json().map_err(|e| corrupt(key.to_owned(), e))?;
-                &encoded
-            }
-        };
-        let value = T::deserialize(doc).map_err(|e| corrupt(key.to_owned(), e))?;
-        self.decoded = Some(Arc::new(value.clone()));
-        Ok(value)
-    }
-}
-
-/// The RUNNABLE jobs of one share of a queue, as ([`runnable_rank`], id).
-type Line = BTreeSet<(Reverse<u32>, i64, String)>;
-
-/// The line entry of a RUNNABLE job.
-fn line_entry(job: &ServiceJob) -> (Reverse<u32>, i64, String) {
-    let (priority, at, _) = runnable_rank(job);
-    (priority, at, job.job_id.clone())
-}
-
-/// How a host groups jobs for [`MemoryStore::group_stats`] (the simulator groups by team).
-pub type GroupFn = fn(&ServiceJob) -> String;
-
-/// What a group of jobs holds and waits for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupStats {
-    /// RUNNABLE jobs.
-    pub runnable: usize,
-    /// Instances held by dispatched jobs.
-    pub held_instances: u64,
-}
-
-/// Indexes over the jobs, kept in step with them.
-#[derive(Default)]
-struct Indexes {
-    /// (created at, id) per status, for listings by status.
-    by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
-    /// RUNNABLE jobs per queue and share.
-    runnable: BTreeMap<String, BTreeMap<String, Line>>,
-    /// Every RUNNABLE job, summarised for the scheduler, which reads the heads every cycle
-    /// (hashed: looked up per head, never iterated).
-    heads: foldhash::HashMap<String, RunnableHead>,
-    /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING), summarised for the scheduler,
-    /// which reads them every cycle.
-    dispatched: BTreeMap<String, CapacityHolder>,
-    /// RUNNABLE jobs with a `not_before`: (not before, id).
-    backoff: BTreeSet<(i64, String)>,
-    /// Per group (see [`GroupFn`]).
-    groups: BTreeMap<String, GroupStats>,
-    /// Instances held by all dispatched jobs.
-    held_instances: u64,
-    /// One shared string per queue and share name, which every summary of their jobs holds:
-    /// the planner finds a name by its address before comparing text.
-    names: foldhash::HashSet<SharedStr>,
-}
-
-impl Indexes {
-    fn add(&mut self, job: &ServiceJob, version: u64, group: Option<GroupFn>) {
-        self.by_status
-            .entry(job.status)
-            .or_default()
-            .insert((job.created_at, job.job_id.clone()));
-        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
-        let mut stats = GroupStats::default();
-        if job.status == JobStatus::Runnable {
-            self.runnable
-                .entry(job.job_queue.clone())
-                .or_default()
-                .entry(share_key(job).to_owned())
-                .or_default()
-                .insert(line_entry(job));
-            if let Some(at) = job.not_before {
-                self.backoff.insert((at, job.job_id.clone()));
-            }
-            let mut head = RunnableHead::of(job, version);
-            head.job_queue = self.shared(&head.job_queue);
-            head.share = self.shared(&head.share);
-            self.heads.insert(job.job_id.clone(), head);
-            stats.runnable = 1;
-        }
-        if job.status.is_dispatched() {
-            let mut holder = CapacityHolder::of(job);
-            holder.job_queue = self.shared(&holder.job_queue);
-            holder.share = self.shared(&holder.share);
-            self.dispatched.insert(job.job_id.clone(), holder);
-            let held = job.training.total_instances();
-            self.held_instances += held;
-            stats.held_instances = held;
-        }
-        if let (true, Some(group)) = (counted, group) {
-            let entry = self.groups.entry(group(job)).or_default();
-            entry.runnable += stats.runnable;
-            entry.held_instances += stats.held_instances;
-        }
-    }
-
-    /// The RUNNABLE jobs of `queue`'s `share`, in line.
-    fn line(&self, queue: &str, share: &str) -> Option<&Line> {
-        self.runnable.get(queue)?.get(share)
-    }
-
-    /// The one shared string of a name.
-    fn shared(&mut self, name: &SharedStr) -> SharedStr {
-        if let Some(shared) = self.names.get(name.as_str()) {
-            return shared.clone();
-        }
-        self.names.insert(name.clone());
-        name.clone()
-    }
-
-    /// A job's status reason changed, and nothing else its index entries hold: a RUNNABLE
-    /// job's summary takes the new reason and version.
-    fn new_reason(&mut self, job_id: &str, reason: Option<&str>, version: u64) {
-        if let Some(head) = self.heads.get_mut(job_id) {
-            head.status_reason = reason.map(Into::into);
-            head.version = version;
-        }
-    }
-
-    fn remove(&mut self, job: &ServiceJob, group: Option<GroupFn>) {
-        if let Some(set) = self.by_status.get_mut(&job.status) {
-            set.remove(&(job.created_at, job.job_id.clone()));
-        }
-        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
-        let mut stats = GroupStats::default();
-        if job.status == JobStatus::Runnable {
-            if let Some(shares) = self.runnable.get_mut(&job.job_queue) {
-                let share = share_key(job);
-                if let Some(line) = shares.get_mut(share) {
-                    line.remove(&line_entry(job));
-                    if line.is_empty() {
-                        shares.remove(share);
-                    }
-                }
-                if shares.is_empty() {
-                    self.runnable.remove(&job.job_queue);
-                }
-            }
-            if let Some(at) = job.not_before {
-                self.backoff.remove(&(at, job.job_id.clone()));
-            }
-            self.heads.remove(&job.job_id);
-            stats.runnable = 1;
-        }
-        if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
-            let held = job.training.total_instances();
-            self.held_instances = self.held_instances.saturating_sub(held);
-            stats.held_instances = held;
-        }
-        if let (true, Some(group)) = (counted, group) {
-            let key = group(job);
-            if let Some(entry) = self.groups.get_mut(&key) {
-                entry.runnable = entry.runnable.saturating_sub(stats.runnable);
-                entry.held_instances = entry.held_instances.saturating_sub(stats.held_instances);
-                if *entry == GroupStats::default() {
-                    self.groups.remove(&key);
-                }
-            }
-        }
-    }
-}
+pub use indexes::{GroupFn, GroupStats};
+use indexes::{Indexes, same_index_entries};
+use stored::{Decoded, Json, Stored, corrupt};
 
 #[derive(Default)]
 struct Inner {
@@ -251,23 +60,6 @@ impl Inner {
         stored.version = version;
         Some(version)
     }
-}
-
-/// Whether `old` and `new` have the same entries in every index: both RUNNABLE (jobs holding
-/// capacity are summarised, so any change re-indexes them) with the same keys and the same
-/// summary but for the status reason.
-fn same_index_entries(old: &ServiceJob, new: &ServiceJob, group: Option<GroupFn>) -> bool {
-    old.status == JobStatus::Runnable
-        && new.status == JobStatus::Runnable
-        && old.created_at == new.created_at
-        && old.job_queue == new.job_queue
-        && share_key(old) == share_key(new)
-        && runnable_rank(old) == runnable_rank(new)
-        && old.priority() == new.priority()
-        && old.not_before == new.not_before
-        && old.training.instances == new.training.instances
-        && old.training.max_runtime_s == new.training.max_runtime_s
-        && group.is_none_or(|g| g(old) == g(new))
 }
 
 /// A [`Store`](crate::Store) in process memory.
@@ -347,13 +139,6 @@ pub fn job_matches(job: &ServiceJob, query: &JobQuery) -> bool {
             .is_none_or(|s| Some(s) == job.quota_share_name.as_ref())
         && query.created_before.is_none_or(|t| job.created_at < t)
         && query.created_after.is_none_or(|t| job.created_at > t)
-}
-
-fn corrupt(key: String, e: serde_json::Error) -> StoreError {
-    StoreError::Corrupt {
-        key,
-        message: e.to_string(),
-    }
 }
 
 impl JobStore for MemoryStore {

@@ -1,0 +1,184 @@
+//! The memory store's indexes over its jobs, kept in step with every write: by status, the
+//! RUNNABLE lines of each queue and share, the heads' and holders' summaries, backoff, and the
+//! simulator's groups.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::order::{runnable_rank, share_key};
+use trainyard_scheduler::SharedStr;
+
+use crate::ports::{CapacityHolder, RunnableHead};
+
+/// The RUNNABLE jobs of one share of a queue, as ([`runnable_rank`], id).
+pub(super) type Line = BTreeSet<(Reverse<u32>, i64, String)>;
+
+/// The line entry of a RUNNABLE job.
+fn line_entry(job: &ServiceJob) -> (Reverse<u32>, i64, String) {
+    let (priority, at, _) = runnable_rank(job);
+    (priority, at, job.job_id.clone())
+}
+
+/// How a host groups jobs for [`MemoryStore::group_stats`] (the simulator groups by team).
+pub type GroupFn = fn(&ServiceJob) -> String;
+
+/// What a group of jobs holds and waits for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// RUNNABLE jobs.
+    pub runnable: usize,
+    /// Instances held by dispatched jobs.
+    pub held_instances: u64,
+}
+
+/// Indexes over the jobs, kept in step with them.
+#[derive(Default)]
+pub(super) struct Indexes {
+    /// (created at, id) per status, for listings by status.
+    pub(super) by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
+    /// RUNNABLE jobs per queue and share.
+    pub(super) runnable: BTreeMap<String, BTreeMap<String, Line>>,
+    /// Every RUNNABLE job, summarised for the scheduler, which reads the heads every cycle
+    /// (hashed: looked up per head, never iterated).
+    pub(super) heads: foldhash::HashMap<String, RunnableHead>,
+    /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING), summarised for the scheduler,
+    /// which reads them every cycle.
+    pub(super) dispatched: BTreeMap<String, CapacityHolder>,
+    /// RUNNABLE jobs with a `not_before`: (not before, id).
+    pub(super) backoff: BTreeSet<(i64, String)>,
+    /// Per group (see [`GroupFn`]).
+    pub(super) groups: BTreeMap<String, GroupStats>,
+    /// Instances held by all dispatched jobs.
+    pub(super) held_instances: u64,
+    /// One shared string per queue and share name, which every summary of their jobs holds:
+    /// the planner finds a name by its address before comparing text.
+    pub(super) names: foldhash::HashSet<SharedStr>,
+}
+
+impl Indexes {
+    pub(super) fn add(&mut self, job: &ServiceJob, version: u64, group: Option<GroupFn>) {
+        self.by_status
+            .entry(job.status)
+            .or_default()
+            .insert((job.created_at, job.job_id.clone()));
+        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
+        let mut stats = GroupStats::default();
+        if job.status == JobStatus::Runnable {
+            self.runnable
+                .entry(job.job_queue.clone())
+                .or_default()
+                .entry(share_key(job).to_owned())
+                .or_default()
+                .insert(line_entry(job));
+            if let Some(at) = job.not_before {
+                self.backoff.insert((at, job.job_id.clone()));
+            }
+            let mut head = RunnableHead::of(job, version);
+            head.job_queue = self.shared(&head.job_queue);
+            head.share = self.shared(&head.share);
+            self.heads.insert(job.job_id.clone(), head);
+            stats.runnable = 1;
+        }
+        if job.status.is_dispatched() {
+            let mut holder = CapacityHolder::of(job);
+            holder.job_queue = self.shared(&holder.job_queue);
+            holder.share = self.shared(&holder.share);
+            self.dispatched.insert(job.job_id.clone(), holder);
+            let held = job.training.total_instances();
+            self.held_instances += held;
+            stats.held_instances = held;
+        }
+        if let (true, Some(group)) = (counted, group) {
+            let entry = self.groups.entry(group(job)).or_default();
+            entry.runnable += stats.runnable;
+            entry.held_instances += stats.held_instances;
+        }
+    }
+
+    /// The RUNNABLE jobs of `queue`'s `share`, in line.
+    pub(super) fn line(&self, queue: &str, share: &str) -> Option<&Line> {
+        self.runnable.get(queue)?.get(share)
+    }
+
+    /// The one shared string of a name.
+    pub(super) fn shared(&mut self, name: &SharedStr) -> SharedStr {
+        if let Some(shared) = self.names.get(name.as_str()) {
+            return shared.clone();
+        }
+        self.names.insert(name.clone());
+        name.clone()
+    }
+
+    /// A job's status reason changed, and nothing else its index entries hold: a RUNNABLE
+    /// job's summary takes the new reason and version.
+    pub(super) fn new_reason(&mut self, job_id: &str, reason: Option<&str>, version: u64) {
+        if let Some(head) = self.heads.get_mut(job_id) {
+            head.status_reason = reason.map(Into::into);
+            head.version = version;
+        }
+    }
+
+    pub(super) fn remove(&mut self, job: &ServiceJob, group: Option<GroupFn>) {
+        if let Some(set) = self.by_status.get_mut(&job.status) {
+            set.remove(&(job.created_at, job.job_id.clone()));
+        }
+        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
+        let mut stats = GroupStats::default();
+        if job.status == JobStatus::Runnable {
+            if let Some(shares) = self.runnable.get_mut(&job.job_queue) {
+                let share = share_key(job);
+                if let Some(line) = shares.get_mut(share) {
+                    line.remove(&line_entry(job));
+                    if line.is_empty() {
+                        shares.remove(share);
+                    }
+                }
+                if shares.is_empty() {
+                    self.runnable.remove(&job.job_queue);
+                }
+            }
+            if let Some(at) = job.not_before {
+                self.backoff.remove(&(at, job.job_id.clone()));
+            }
+            self.heads.remove(&job.job_id);
+            stats.runnable = 1;
+        }
+        if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
+            let held = job.training.total_instances();
+            self.held_instances = self.held_instances.saturating_sub(held);
+            stats.held_instances = held;
+        }
+        if let (true, Some(group)) = (counted, group) {
+            let key = group(job);
+            if let Some(entry) = self.groups.get_mut(&key) {
+                entry.runnable = entry.runnable.saturating_sub(stats.runnable);
+                entry.held_instances = entry.held_instances.saturating_sub(stats.held_instances);
+                if *entry == GroupStats::default() {
+                    self.groups.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Whether `old` and `new` have the same entries in every index: both RUNNABLE (jobs holding
+/// capacity are summarised, so any change re-indexes them) with the same keys and the same
+/// summary but for the status reason.
+pub(super) fn same_index_entries(
+    old: &ServiceJob,
+    new: &ServiceJob,
+    group: Option<GroupFn>,
+) -> bool {
+    old.status == JobStatus::Runnable
+        && new.status == JobStatus::Runnable
+        && old.created_at == new.created_at
+        && old.job_queue == new.job_queue
+        && share_key(old) == share_key(new)
+        && runnable_rank(old) == runnable_rank(new)
+        && old.priority() == new.priority()
+        && old.not_before == new.not_before
+        && old.training.instances == new.training.instances
+        && old.training.max_runtime_s == new.training.max_runtime_s
+        && group.is_none_or(|g| g(old) == g(new))
+}
