@@ -28,6 +28,7 @@
 //! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create); throttling, 5xx,
 //! timeouts and everything else are [`StoreError::Unavailable`] with the SDK error kept.
 
+mod interceptor;
 mod schema;
 mod units;
 
@@ -41,8 +42,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, Put, ReturnConsumedCapacity, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    AttributeValue, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use trainyard_app::ports::{
     CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
@@ -64,6 +64,7 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     /// Capacity accounting, when turned on ([`DynamoStore::with_accounting`]); shared by clones.
+    /// Fed by an interceptor on `client`, never by the request code: this is only read.
     accounting: Option<Arc<units::Accounting>>,
 }
 
@@ -82,9 +83,24 @@ impl DynamoStore {
 
     /// The same store, asking DynamoDB for `ConsumedCapacity` on every request and keeping the
     /// figures (reported, and estimated by AWS's rules: see [`Consumed`]) for
-    /// [`DynamoStore::consumed`]. For measurements; off by default.
+    /// [`DynamoStore::consumed`]. For measurements; off by default. The client is rebuilt with
+    /// an interceptor that does this (`dynamodb/interceptor.rs`), so clones of the store taken
+    /// before are not counted. Turned on twice, it keeps its figures and counts each call once.
     pub fn with_accounting(mut self) -> Self {
-        self.accounting = Some(Arc::new(units::Accounting::default()));
+        if self.accounting.is_some() {
+            return self;
+        }
+        let accounting = Arc::new(units::Accounting::default());
+        let config = self
+            .client
+            .config()
+            .to_builder()
+            .interceptor(interceptor::AccountingInterceptor::new(Arc::clone(
+                &accounting,
+            )))
+            .build();
+        self.client = Client::from_conf(config);
+        self.accounting = Some(accounting);
         self
     }
 
@@ -109,13 +125,6 @@ impl DynamoStore {
         if let Some(accounting) = &self.accounting {
             accounting.reset();
         }
-    }
-
-    /// `ReturnConsumedCapacity` for a request: per index while accounting, else not asked.
-    fn capacity_mode(&self) -> Option<ReturnConsumedCapacity> {
-        self.accounting
-            .as_ref()
-            .map(|_| ReturnConsumedCapacity::Indexes)
     }
 
     /// The table's name.
@@ -154,24 +163,12 @@ impl DynamoStore {
                 source: None,
             }));
         }
-        let written: Option<Vec<Item>> = self.accounting.as_ref().map(|_| {
-            items
-                .iter()
-                .filter_map(|i| i.put().map(|p| p.item().clone()))
-                .collect()
-        });
-        let output = self
-            .client
+        self.client
             .transact_write_items()
             .set_transact_items(Some(items))
-            .set_return_consumed_capacity(self.capacity_mode())
             .send()
             .await
             .map_err(classify_transaction)?;
-        if let (Some(accounting), Some(written)) = (&self.accounting, &written) {
-            let written: Vec<&Item> = written.iter().collect();
-            accounting.wrote(&written, true, output.consumed_capacity());
-        }
         Ok(())
     }
 
@@ -186,11 +183,7 @@ impl DynamoStore {
         let mut kept = Vec::new();
         let mut start: StartKey = None;
         loop {
-            let request = build(start.take()).set_return_consumed_capacity(self.capacity_mode());
-            let source = request.get_index_name().clone();
-            let consistent = request.get_consistent_read().unwrap_or(false);
-            let output = request.send().await.map_err(classify)?;
-            self.account_query(source.as_deref(), consistent, &output);
+            let output = build(start.take()).send().await.map_err(classify)?;
             for item in output.items() {
                 if kept.len() < enough && keep(item) {
                     kept.push(item.clone());
@@ -200,26 +193,6 @@ impl DynamoStore {
                 Some(last) if kept.len() < enough => start = Some(last.clone()),
                 _ => return Ok(kept),
             }
-        }
-    }
-
-    /// Accounts one page of a query, when accounting.
-    fn account_query(
-        &self,
-        index: Option<&str>,
-        consistent: bool,
-        output: &aws_sdk_dynamodb::operation::query::QueryOutput,
-    ) {
-        if let Some(accounting) = &self.accounting {
-            let source = format!("Query {}", index.unwrap_or("table"));
-            // Items of an index are projections, not what is stored in the table.
-            accounting.read(
-                &source,
-                output.items(),
-                consistent,
-                index.is_none(),
-                output.consumed_capacity(),
-            );
         }
     }
 
@@ -251,14 +224,9 @@ impl DynamoStore {
             .table_name(&self.table)
             .set_key(Some(schema::key(pk, sk)))
             .consistent_read(true)
-            .set_return_consumed_capacity(self.capacity_mode())
             .send()
             .await
             .map_err(classify)?;
-        if let Some(accounting) = &self.accounting {
-            let items: Vec<Item> = output.item.iter().cloned().collect();
-            accounting.read("GetItem", &items, true, true, output.consumed_capacity());
-        }
         Ok(output.item)
     }
 
@@ -309,7 +277,6 @@ impl DynamoStore {
                     .client
                     .batch_get_item()
                     .request_items(&self.table, request)
-                    .set_return_consumed_capacity(self.capacity_mode())
                     .send()
                     .await
                     .map_err(classify)?;
@@ -317,9 +284,6 @@ impl DynamoStore {
                     .responses()
                     .and_then(|r| r.get(&self.table))
                     .map_or(&[], Vec::as_slice);
-                if let Some(accounting) = &self.accounting {
-                    accounting.read_batch(items, false, output.consumed_capacity());
-                }
                 for item in items {
                     if let (Ok(pk), Ok(sk)) = (
                         schema::text("a job item", item, schema::PK),
@@ -345,13 +309,11 @@ impl DynamoStore {
 
     /// Puts `item` if the stored version is `expected_version` (0: it must not exist).
     async fn put_versioned(&self, item: Item, expected_version: u64) -> Result<(), StoreError> {
-        let written = self.accounting.as_ref().map(|_| item.clone());
         let mut request = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
-            .set_return_consumed_capacity(self.capacity_mode());
+            .set_item(Some(item));
         request = if expected_version == 0 {
             request.condition_expression("attribute_not_exists(pk)")
         } else {
@@ -359,11 +321,7 @@ impl DynamoStore {
                 .condition_expression("version = :expected")
                 .expression_attribute_values(":expected", n(expected_version))
         };
-        let output = request.send().await.map_err(classify)?;
-        if let (Some(accounting), Some(written)) = (&self.accounting, &written) {
-            let capacity: Vec<_> = output.consumed_capacity().into_iter().cloned().collect();
-            accounting.wrote(&[written], false, &capacity);
-        }
+        request.send().await.map_err(classify)?;
         Ok(())
     }
 
@@ -462,7 +420,6 @@ impl DynamoStore {
             .get(schema::REQUEST_HASH)
             .cloned()
             .unwrap_or_else(|| s(""));
-        let written = self.accounting.as_ref().map(|_| items.job.clone());
         // The common case: one plain put of the job's own item.
         let result = self
             .client
@@ -473,18 +430,10 @@ impl DynamoStore {
             .expression_attribute_values(":expected", n(expected))
             .expression_attribute_values(":rh", fingerprint)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .set_return_consumed_capacity(self.capacity_mode())
             .send()
             .await;
         match result {
-            Ok(output) => {
-                if let (Some(accounting), Some(written)) = (&self.accounting, &written) {
-                    let capacity: Vec<_> =
-                        output.consumed_capacity().into_iter().cloned().collect();
-                    accounting.wrote(&[written], false, &capacity);
-                }
-                Ok(next)
-            }
+            Ok(_) => Ok(next),
             Err(error) => {
                 let refused = match error.as_service_error() {
                     Some(PutItemError::ConditionalCheckFailedException(e)) => Some(e.item()),
@@ -532,27 +481,15 @@ impl DynamoStore {
             .expression_attribute_names("#v", schema::VERSION)
             .expression_attribute_names("#r", schema::STATUS_REASON)
             .expression_attribute_values(":expected", n(expected))
-            .expression_attribute_values(":next", n(next))
-            .set_return_consumed_capacity(self.capacity_mode());
+            .expression_attribute_values(":next", n(next));
         request = match &reason {
             Some(reason) => request
                 .update_expression("SET #r = :r, #v = :next")
                 .expression_attribute_values(":r", s(reason)),
             None => request.update_expression("SET #v = :next REMOVE #r"),
         };
-        if self.accounting.is_some() {
-            // The accounting needs the new image to tell which index entries changed.
-            request = request.return_values(ReturnValue::AllNew);
-        }
         match request.send().await {
-            Ok(output) => {
-                if let (Some(accounting), Some(item)) = (&self.accounting, output.attributes()) {
-                    let capacity: Vec<_> =
-                        output.consumed_capacity().into_iter().cloned().collect();
-                    accounting.wrote(&[item], false, &capacity);
-                }
-                Ok(next)
-            }
+            Ok(_) => Ok(next),
             Err(error) => match error.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
                     Err(StoreError::Conflict)
@@ -803,8 +740,7 @@ impl DynamoStore {
                 .index_name(plan.index)
                 .key_condition_expression(&plan.key_condition)
                 .scan_index_forward(false)
-                .set_exclusive_start_key(start.take())
-                .set_return_consumed_capacity(self.capacity_mode());
+                .set_exclusive_start_key(start.take());
             if plan.filter.is_empty() {
                 // Every entry read is a candidate: read as many as are missing.
                 request = request.limit(i32::try_from(missing).unwrap_or(i32::MAX));
@@ -819,7 +755,6 @@ impl DynamoStore {
                 request = request.expression_attribute_values(*name, value.clone());
             }
             let output = request.send().await.map_err(classify)?;
-            self.account_query(Some(plan.index), false, &output);
             let mut entries = output.items();
             // Fetch no more jobs than are missing; the next read starts after the last one used.
             let mut resume = output.last_evaluated_key().cloned();
@@ -922,12 +857,7 @@ impl DynamoStore {
                     .expression_attribute_names("#s", schema::RUNNABLE_SK)
                     .expression_attribute_values(":after", s(after)),
             };
-            let output = request
-                .set_return_consumed_capacity(self.capacity_mode())
-                .send()
-                .await
-                .map_err(classify)?;
-            self.account_query(Some(schema::index::RUNNABLE), false, &output);
+            let output = request.send().await.map_err(classify)?;
             // No filter, so `Limit 1` finds an item whenever one is left in the range.
             let Some(item) = output.items().first() else {
                 break;
@@ -1271,21 +1201,15 @@ impl ConfigStore for DynamoStore {
         key: &str,
         expected_version: u64,
     ) -> Result<(), StoreError> {
-        let item_key = schema::key(schema::resource_pk(R::KIND), key);
-        let output = self
-            .client
+        self.client
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(item_key.clone()))
+            .set_key(Some(schema::key(schema::resource_pk(R::KIND), key)))
             .condition_expression("version = :expected")
             .expression_attribute_values(":expected", n(expected_version))
-            .set_return_consumed_capacity(self.capacity_mode())
             .send()
             .await
             .map_err(classify)?;
-        if let Some(accounting) = &self.accounting {
-            accounting.deleted(&item_key, output.consumed_capacity());
-        }
         Ok(())
     }
 }

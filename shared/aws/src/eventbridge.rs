@@ -117,9 +117,9 @@ pub fn state_change_detail(arns: &ArnContext, job: &ServiceJob) -> Value {
     detail
 }
 
-/// `job` as `DescribeServiceJob` renders it, by the API crate's own conversion.
+/// `job` as `DescribeServiceJob` renders it (`trainyard_domain::wire`, which the API uses too).
 fn describe_wire(arns: &ArnContext, job: &ServiceJob) -> Value {
-    match trainyard_api::jobs::job_detail_value(arns, job) {
+    match serde_json::to_value(trainyard_domain::wire::job_detail(arns, job)) {
         Ok(value) => value,
         // Serialising plain data does not fail; publish the identity rather than nothing.
         Err(error) => {

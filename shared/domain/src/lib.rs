@@ -17,6 +17,8 @@
 //! - [`order`]: the dispatch order of RUNNABLE jobs within a share ([`order::runnable_rank`]).
 //! - [`training`]: attempts as SageMaker knows them: training-job names, SageMaker's status
 //!   vocabulary and its mapping to Batch statuses.
+//! - [`wire`]: a job as Batch's API renders it (`DescribeServiceJob`, `ListServiceJobs`), for the
+//!   API and the EventBridge events alike.
 
 pub mod arn;
 pub mod environment;
@@ -30,6 +32,7 @@ pub mod queue;
 pub mod quota_share;
 pub mod random;
 pub mod training;
+pub mod wire;
 
 /// Tags on a resource: at most 50, keys 1–128 characters, values up to 256 (see [`limits`]).
 /// A `BTreeMap` so that serialised output is stable.

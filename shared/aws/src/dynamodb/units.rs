@@ -1,6 +1,10 @@
 //! Opt-in accounting of the capacity units the store consumes, for the cost figures in
 //! `docs/storage-dynamodb.md`.
 //!
+//! The store's request code knows nothing of it: the calls are observed by an SDK interceptor
+//! on the store's client (`interceptor.rs`), attached only while accounting is on, which asks
+//! for the capacity and hands each successful call's items and output to [`Accounting`].
+//!
 //! Two figures are kept side by side:
 //!
 //! - **reported**: the sum of `ConsumedCapacity` that DynamoDB returned (every request asks for
@@ -22,7 +26,8 @@
 //! the units such entries would cost if billed are kept apart, in
 //! [`Consumed::unchanged_index_entries`], so the doubt has a size.
 //!
-//! The old image of an item is what this store last wrote or read of it; an item it has never
+//! The old image of an item is what this store last wrote or read of it (an `UpdateItem`'s
+//! write is the new image DynamoDB returns, asked for while accounting); an item it has never
 //! seen is taken as new (so a first write by this process of an existing item under-counts
 //! index deletes). Writes whose condition failed are not counted (AWS bills them too). Index
 //! writes made by a transaction are counted at the standard rate, not doubled: the doubling in
