@@ -16,7 +16,7 @@ use trainyard_emulator::http::{self, SharedEmulator};
 use trainyard_emulator::model::{Config, Emulator};
 use trainyard_local::backend::scaled_config;
 
-use crate::up::{StopSignals, init_logging, stopped};
+use crate::process::{StopSignals, init_logging, stopped};
 use crate::{LogFormat, parse_listen};
 
 /// The driver's longest sleep: a safety net should a wake-up be missed.

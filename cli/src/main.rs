@@ -26,6 +26,7 @@ mod commands;
 mod emulator;
 mod events;
 mod payload;
+mod process;
 mod routes;
 mod simulate;
 mod table;

@@ -36,6 +36,7 @@ use trainyard_local::event_loop::{self, LocalEvents, LoopConfig, Scheduler};
 use trainyard_local::metrics::{self, Metrics};
 
 use crate::emulator::{DRIVER_MAX_SLEEP, EmulatorOptions};
+use crate::process::{StopSignals, init_logging, stopped};
 use crate::{LogFormat, defaults, parse_dir, parse_listen};
 
 /// SageMaker state changes the driver may queue before it waits for the loop.
@@ -112,19 +113,6 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the Tokio runtime")?;
     runtime.block_on(serve(args, arns))
-}
-
-pub(crate) fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second initialisation can only fail in tests that run `up` twice in one process.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }
 
 /// Checks `--region` and `--account` and picks the partition the region belongs to.
@@ -319,52 +307,6 @@ fn parse_backoff_scale(value: &str) -> Result<f64, String> {
     match value.parse::<f64>() {
         Ok(scale) if scale.is_finite() && (0.0..=100.0).contains(&scale) => Ok(scale),
         _ => Err(format!("{value:?} is not a scale between 0 and 100")),
-    }
-}
-
-/// Resolves once the stop flag is set (or its sender is gone).
-pub(crate) async fn stopped(mut stopping: watch::Receiver<bool>) {
-    let _ = stopping.wait_for(|stop| *stop).await;
-}
-
-/// Ctrl-C (SIGINT) and SIGTERM, registered up front.
-pub(crate) struct StopSignals {
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    pub(crate) fn install() -> anyhow::Result<Self> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            Ok(Self {
-                interrupt: signal(SignalKind::interrupt()).context("handling Ctrl-C")?,
-                terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
-            })
-        }
-        #[cfg(not(unix))]
-        {
-            Ok(Self {})
-        }
-    }
-
-    /// Waits for the next stop signal and names it.
-    pub(crate) async fn next(&mut self) -> &'static str {
-        #[cfg(unix)]
-        {
-            tokio::select! {
-                _ = self.interrupt.recv() => "Ctrl-C",
-                _ = self.terminate.recv() => "SIGTERM",
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
-        }
     }
 }
 

@@ -13,9 +13,9 @@ use trainyard_app::ports::{JobStore, SchedulingStore};
 use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
+use trainyard_app::ports::ManualClock;
 use trainyard_app::ports::{Clock, NoEvents, TrainingBackend};
 use trainyard_app::service::scheduling::CycleConfig;
-use trainyard_app::testing::ManualClock;
 use trainyard_domain::job::{JobStatus, ServiceJob};
 use trainyard_domain::training::attempt_name;
 use trainyard_functions::retry::RetryFunction;
@@ -405,10 +405,7 @@ async fn two_scheduler_invocations_at_once_share_the_lease_and_never_overrun_cap
         .unwrap();
     assert_eq!(usage.iter().map(|u| u.value.total()).sum::<u64>(), 2);
     let launched = sagemaker
-        .emulator
-        .lock()
-        .unwrap()
-        .list_training_jobs(None, None, 100)
-        .len();
+        .shared()
+        .with(|emulator, _| emulator.list_training_jobs(None, None, 100).len());
     assert_eq!(launched, 2, "nothing launched twice");
 }

@@ -5,15 +5,16 @@
 //!
 //! - [`ports`]: traits for the store ([`ports::JobStore`], [`ports::ConfigStore`],
 //!   [`ports::SchedulingStore`], and [`Store`] for all three), the training backend, events, the
-//!   clock and identifiers, and the records they exchange. Hosts provide adapters: SQLite (local
-//!   mode), DynamoDB (AWS), memory (tests, sim).
+//!   clock and identifiers (with the manual clock and sequential ids the simulator and tests run
+//!   on), and the records they exchange. Hosts provide adapters: SQLite (local mode), DynamoDB
+//!   (AWS), memory (tests, sim).
 //! - [`memory`]: the in-memory store, the reference implementation of the store contract.
 //! - `contract` (feature `contract`): the store contract suite, run against every store implementation.
 //! - [`service`]: the use-cases behind every API operation and the scheduling loop, each module
 //!   bound on the narrowest store port it needs (`service::scheduling` has one module a step of
-//!   the cycle).
+//!   the cycle, and the one pass every host runs).
 //! - [`error`]: the use-case error, classified for the API edge.
-//! - [`testing`]: a manual clock and sequential ids for deterministic tests.
+//! - [`testing`]: a store wrapper that interleaves joined use-cases, for race tests.
 
 #[cfg(feature = "contract")]
 pub mod contract;

@@ -14,9 +14,9 @@ use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     BackendError, Clock, EnvironmentUsage, NoEvents, TrainingBackend, TrainingJobState,
 };
+use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, StateOutcome};
-use trainyard_app::testing::{EmulatedSageMaker, ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::{
@@ -25,6 +25,7 @@ use trainyard_domain::job::{
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
 use trainyard_domain::{ResourceStatus, State};
 use trainyard_emulator::model::Config as EmulatorConfig;
+use trainyard_local::backend::EmulatedSageMaker;
 use trainyard_scheduler::retry::RetryConfig;
 
 const T0: i64 = 1_800_000_000_000;
@@ -53,7 +54,7 @@ impl World {
             Arc::new(SequentialIds::default()),
             ArnContext::default(),
         );
-        let sagemaker = EmulatedSageMaker::new(emulator, clock.clone());
+        let sagemaker = EmulatedSageMaker::on_clock(emulator, clock.clone());
         let config = CycleConfig {
             // Short backoffs keep the virtual runs short; the rules are the same.
             retry: RetryConfig {
@@ -158,11 +159,11 @@ impl World {
     /// dispatches can be told from those dispatched before it.
     async fn tick(&mut self) {
         let now = self.clock.now_ms();
-        let events = {
-            let mut emulator = self.sagemaker.emulator.lock().unwrap();
-            emulator.advance(now);
-            emulator.take_events(now)
-        };
+        // Advanced to now first, as every call on the shared model is.
+        let events = self
+            .sagemaker
+            .shared()
+            .with(|emulator, _| emulator.take_events(now));
         let changes: Vec<TrainingJobState> = if self.deliver_events {
             events
                 .iter()

@@ -115,11 +115,11 @@ impl SageMakerBackend {
             let status = summary
                 .training_job_status()
                 .and_then(|s| TrainingStatus::parse(s.as_str()))
-                .ok_or_else(|| malformed("ListTrainingJobs", "TrainingJobStatus"))?;
+                .ok_or_else(|| BackendError::malformed("ListTrainingJobs", "TrainingJobStatus"))?;
             jobs.push(TrainingJobState {
                 name: summary
                     .training_job_name()
-                    .ok_or_else(|| malformed("ListTrainingJobs", "TrainingJobName"))?
+                    .ok_or_else(|| BackendError::malformed("ListTrainingJobs", "TrainingJobName"))?
                     .to_owned(),
                 arn: summary.training_job_arn().unwrap_or_default().to_owned(),
                 status,
@@ -270,7 +270,7 @@ impl TrainingBackend for SageMakerBackend {
         output
             .training_job_arn()
             .map(str::to_owned)
-            .ok_or_else(|| malformed("CreateTrainingJob", "TrainingJobArn"))
+            .ok_or_else(|| BackendError::malformed("CreateTrainingJob", "TrainingJobArn"))
     }
 
     async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
@@ -313,13 +313,6 @@ impl TrainingBackend for SageMakerBackend {
     }
 }
 
-fn malformed(operation: &str, member: &str) -> BackendError {
-    BackendError::Rejected {
-        code: "InternalFailure".into(),
-        message: format!("SageMaker's {operation} response has no usable {member}"),
-    }
-}
-
 /// The members Trainyard needs from a `DescribeTrainingJob` response.
 pub fn training_job_state(
     output: &DescribeTrainingJobOutput,
@@ -327,11 +320,11 @@ pub fn training_job_state(
     let status = output
         .training_job_status()
         .and_then(|s| TrainingStatus::parse(s.as_str()))
-        .ok_or_else(|| malformed("DescribeTrainingJob", "TrainingJobStatus"))?;
+        .ok_or_else(|| BackendError::malformed("DescribeTrainingJob", "TrainingJobStatus"))?;
     Ok(TrainingJobState {
         name: output
             .training_job_name()
-            .ok_or_else(|| malformed("DescribeTrainingJob", "TrainingJobName"))?
+            .ok_or_else(|| BackendError::malformed("DescribeTrainingJob", "TrainingJobName"))?
             .to_owned(),
         arn: output.training_job_arn().unwrap_or_default().to_owned(),
         status,

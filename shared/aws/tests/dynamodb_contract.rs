@@ -222,8 +222,8 @@ async fn concurrent_lease_takers_leave_exactly_one_holder() {
 
     use trainyard_app::Service;
     use trainyard_app::ports::NoEvents;
+    use trainyard_app::ports::{ManualClock, SequentialIds};
     use trainyard_app::service::lease::Lease;
-    use trainyard_app::testing::{ManualClock, SequentialIds};
 
     let clock = Arc::new(ManualClock::new(1_000_000));
     let service = Service::new(

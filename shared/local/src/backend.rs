@@ -1,6 +1,9 @@
 //! The SageMaker emulator as a [`TrainingBackend`]: local mode dispatches to the same in-process
 //! model whose HTTP face `trainyard emulator` serves, so a job goes all the way to SUCCEEDED
-//! without an AWS account.
+//! without an AWS account. The tests that drive the scheduling loop (the app's and the
+//! functions') use it too, on their manual clock ([`EmulatedSageMaker::on_clock`]). The
+//! simulator keeps its own adapter, one small model per job indexed by its next deadline, to
+//! replay 100,000 jobs in seconds.
 //!
 //! Every call goes through [`SharedEmulator::with`], which advances the model to the wall clock
 //! first, and pokes the driver after a create or stop (either may move the model's next
@@ -10,10 +13,12 @@
 //! timings, and [`EmulatedSageMaker`] scales each request's `emulator_duration_s` before the model
 //! sees it, so that "every emulator duration" really means every one.
 
+use std::sync::Arc;
+
 use serde_json::Value;
-use trainyard_app::ports::{BackendError, TrainingBackend, TrainingJobState};
+use trainyard_app::ports::{BackendError, Clock, TrainingBackend, TrainingJobState, described};
 use trainyard_emulator::http::SharedEmulator;
-use trainyard_emulator::model::{Config, SageMakerError, TimeFormat};
+use trainyard_emulator::model::{Config, Emulator, SageMakerError, TimeFormat};
 
 /// The emulator's view of SageMaker, shared with its HTTP face and driver.
 #[derive(Debug, Clone)]
@@ -31,6 +36,13 @@ impl EmulatedSageMaker {
             shared,
             time_scale: sane_scale(time_scale),
         }
+    }
+
+    /// A backend over a fresh model with `config` that reads "now" from `clock` (a test's
+    /// manual clock: training jobs move through their phases as it is advanced).
+    pub fn on_clock(config: Config, clock: Arc<dyn Clock>) -> Self {
+        let now = Arc::new(move || clock.now_ms());
+        Self::new(SharedEmulator::new(Emulator::new(config), now), 1.0)
     }
 
     /// The shared emulator (for the HTTP face and the driver).
@@ -100,10 +112,7 @@ impl TrainingBackend for EmulatedSageMaker {
             .shared
             .with(|emulator, _| emulator.describe_training_job(name, TimeFormat::EpochMillis))
             .map_err(classify)?;
-        TrainingJobState::from_sagemaker(&detail).ok_or_else(|| BackendError::Rejected {
-            code: "InternalFailure".into(),
-            message: format!("the emulator described {name} in an unexpected shape"),
-        })
+        described(&detail)
     }
 
     async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {

@@ -23,7 +23,8 @@
 //! every statement stay prepared (`prepare_cached`). Each [`Store`](trainyard_app::Store) method is one transaction
 //! (or one autocommit statement). Methods run on the caller's task without `spawn_blocking`
 //! (they yield once first, see `cooperate`):
-//! they take microseconds, less than the hop to a blocking thread would.
+//! they take microseconds, less than the hop to a blocking thread would. The work of each is a
+//! synchronous method named after it with `_sync` (`get_job_sync` for `get_job`).
 
 mod schema;
 
@@ -268,7 +269,7 @@ impl SqliteStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn insert_job_now(
+    fn insert_job_sync(
         &self,
         job: &ServiceJob,
         token: Option<&ClientTokenRecord>,
@@ -339,7 +340,7 @@ impl SqliteStore {
         Ok(InsertJob::Inserted)
     }
 
-    fn get_job_now(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
+    fn get_job_sync(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
         let conn = self.lock();
         let row = conn
             .prepare_cached("SELECT version, doc FROM jobs WHERE job_id = ?1")
@@ -354,7 +355,7 @@ impl SqliteStore {
             .transpose()
     }
 
-    fn update_job_now(&self, job: &ServiceJob, expected_version: u64) -> Result<u64, StoreError> {
+    fn update_job_sync(&self, job: &ServiceJob, expected_version: u64) -> Result<u64, StoreError> {
         let conn = self.lock();
         // One conditional statement is its own transaction: the version check and the write
         // cannot be separated.
@@ -364,7 +365,7 @@ impl SqliteStore {
         Ok(expected_version + 1)
     }
 
-    fn commit_now(&self, writes: &[Write]) -> Result<(), StoreError> {
+    fn commit_sync(&self, writes: &[Write]) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -393,7 +394,10 @@ impl SqliteStore {
         tx.commit().map_err(classify)
     }
 
-    fn get_document_now<D: Document>(&self, key: &str) -> Result<Option<Versioned<D>>, StoreError> {
+    fn get_document_sync<D: Document>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Versioned<D>>, StoreError> {
         let conn = self.lock();
         let row = conn
             .prepare_cached("SELECT version, doc FROM documents WHERE kind = ?1 AND key = ?2")
@@ -408,7 +412,7 @@ impl SqliteStore {
             .transpose()
     }
 
-    fn list_documents_now<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
+    fn list_documents_sync<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
         let conn = self.lock();
         let rows = conn
             .prepare_cached("SELECT key, version, doc FROM documents WHERE kind = ?1 ORDER BY key")
@@ -428,7 +432,7 @@ impl SqliteStore {
             .collect()
     }
 
-    fn runnable_jobs_now(
+    fn runnable_jobs_sync(
         &self,
         queue: &str,
         share: &str,
@@ -446,7 +450,7 @@ impl SqliteStore {
         self.query_jobs(sql, params![queue, limit, share])
     }
 
-    fn runnable_shares_now(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+    fn runnable_shares_sync(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         let conn = self.lock();
         conn.prepare_cached(
             "SELECT DISTINCT share_key FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
@@ -459,7 +463,7 @@ impl SqliteStore {
         .map_err(classify)
     }
 
-    fn dispatched_jobs_now(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
+    fn dispatched_jobs_sync(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         self.query_jobs(
             "SELECT job_id, version, doc FROM jobs \
              WHERE status IN ('SCHEDULED', 'STARTING', 'RUNNING') ORDER BY job_id",
@@ -492,7 +496,7 @@ impl SqliteStore {
             .collect()
     }
 
-    fn list_jobs_now(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
+    fn list_jobs_sync(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         let limit = query.limit.max(1);
         let (sql, values) = list_jobs_sql(query, limit);
         let conn = self.lock();
@@ -522,7 +526,7 @@ impl SqliteStore {
         Ok(Page { items, next })
     }
 
-    fn create_resource_now<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
+    fn create_resource_sync<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
         let key = resource.key();
         let doc = encode(&key, resource)?;
         let conn = self.lock();
@@ -534,7 +538,10 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn get_resource_now<R: Resource>(&self, key: &str) -> Result<Option<Versioned<R>>, StoreError> {
+    fn get_resource_sync<R: Resource>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Versioned<R>>, StoreError> {
         let conn = self.lock();
         let row = conn
             .prepare_cached("SELECT version, doc FROM resources WHERE kind = ?1 AND key = ?2")
@@ -549,7 +556,7 @@ impl SqliteStore {
             .transpose()
     }
 
-    fn list_resources_now<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
+    fn list_resources_sync<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
         let conn = self.lock();
         let rows: Vec<(String, i64, String)> = conn
             .prepare_cached("SELECT key, version, doc FROM resources WHERE kind = ?1 ORDER BY key")
@@ -566,7 +573,7 @@ impl SqliteStore {
             .collect()
     }
 
-    fn update_resource_now<R: Resource>(
+    fn update_resource_sync<R: Resource>(
         &self,
         resource: &R,
         expected_version: u64,
@@ -588,7 +595,7 @@ impl SqliteStore {
         Ok(expected_version + 1)
     }
 
-    fn delete_resource_now<R: Resource>(
+    fn delete_resource_sync<R: Resource>(
         &self,
         key: &str,
         expected_version: u64,
@@ -804,29 +811,29 @@ impl JobStore for SqliteStore {
         token: Option<&ClientTokenRecord>,
     ) -> Result<InsertJob, StoreError> {
         cooperate().await;
-        self.insert_job_now(job, token)
+        self.insert_job_sync(job, token)
     }
 
     async fn get_job(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
         cooperate().await;
-        self.get_job_now(job_id)
+        self.get_job_sync(job_id)
     }
 
     async fn update_job(&self, job: &ServiceJob, expected_version: u64) -> Result<u64, StoreError> {
         cooperate().await;
-        self.update_job_now(job, expected_version)
+        self.update_job_sync(job, expected_version)
     }
 
     async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
         cooperate().await;
-        self.list_jobs_now(query)
+        self.list_jobs_sync(query)
     }
 }
 
 impl ConfigStore for SqliteStore {
     async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
         cooperate().await;
-        self.create_resource_now(resource)
+        self.create_resource_sync(resource)
     }
 
     async fn get_resource<R: Resource>(
@@ -834,12 +841,12 @@ impl ConfigStore for SqliteStore {
         key: &str,
     ) -> Result<Option<Versioned<R>>, StoreError> {
         cooperate().await;
-        self.get_resource_now(key)
+        self.get_resource_sync(key)
     }
 
     async fn list_resources<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
         cooperate().await;
-        self.list_resources_now()
+        self.list_resources_sync()
     }
 
     async fn update_resource<R: Resource>(
@@ -848,7 +855,7 @@ impl ConfigStore for SqliteStore {
         expected_version: u64,
     ) -> Result<u64, StoreError> {
         cooperate().await;
-        self.update_resource_now(resource, expected_version)
+        self.update_resource_sync(resource, expected_version)
     }
 
     async fn delete_resource<R: Resource>(
@@ -857,7 +864,7 @@ impl ConfigStore for SqliteStore {
         expected_version: u64,
     ) -> Result<(), StoreError> {
         cooperate().await;
-        self.delete_resource_now::<R>(key, expected_version)
+        self.delete_resource_sync::<R>(key, expected_version)
     }
 }
 
@@ -867,17 +874,17 @@ impl SchedulingStore for SqliteStore {
         key: &str,
     ) -> Result<Option<Versioned<D>>, StoreError> {
         cooperate().await;
-        self.get_document_now(key)
+        self.get_document_sync(key)
     }
 
     async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
         cooperate().await;
-        self.list_documents_now()
+        self.list_documents_sync()
     }
 
     async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
         cooperate().await;
-        self.commit_now(writes)
+        self.commit_sync(writes)
     }
 
     async fn runnable_jobs(
@@ -887,16 +894,16 @@ impl SchedulingStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         cooperate().await;
-        self.runnable_jobs_now(queue, share, limit)
+        self.runnable_jobs_sync(queue, share, limit)
     }
 
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         cooperate().await;
-        self.runnable_shares_now(queue)
+        self.runnable_shares_sync(queue)
     }
 
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         cooperate().await;
-        self.dispatched_jobs_now()
+        self.dispatched_jobs_sync()
     }
 }

@@ -44,7 +44,16 @@
 //!    makes room for; that job waits (`WaitingForPreemptedCapacity`) and starts in a later cycle,
 //!    once the victims' capacity is released. Only attempts that have run
 //!    `Config::min_runtime_before_preemption_s` are ever victims.
+//!
+//! # Layout
+//!
+//! `plan` runs the cycle (rules 1 to 7) and hands quota-managed queues to [`quota`]; both place
+//! jobs through `env` (an environment's capacity, its head's reservation, the order within a
+//! share) and record what they decide in `decision`'s types ([`Plan`], [`SkipReason`], ...),
+//! so neither depends on the other's internals.
 
+mod decision;
+mod env;
 pub mod fair_share;
 mod plan;
 mod pool;
@@ -52,9 +61,10 @@ pub mod quota;
 pub mod retry;
 pub mod snapshot;
 
-pub use plan::{
-    Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, plan_cycle,
+pub use decision::{
+    Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason,
 };
+pub use plan::plan_cycle;
 pub use snapshot::{
     Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, QuotaShareState, RunningJob,
     ShareKey, SharedStr, Snapshot,

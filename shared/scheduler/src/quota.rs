@@ -82,10 +82,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::plan::{
-    EnvPlan, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, dispatch, fifo,
-    within_share,
-};
+use crate::decision::{Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason};
+use crate::env::{EnvPlan, dispatch, fifo, within_share};
 use crate::pool::Fit;
 use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob};
 use trainyard_domain::quota_share::SharingStrategy;

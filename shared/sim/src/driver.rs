@@ -46,13 +46,13 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, NoEvents, TrainingBackend, TrainingJobState, TrainingStatus,
+    BackendError, NoEvents, TrainingBackend, TrainingJobState, TrainingStatus, described,
 };
+use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{
     Accept, CycleConfig, PassInput, PassReport, StateOutcome,
 };
-use trainyard_app::testing::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_emulator::model::{
@@ -291,7 +291,7 @@ impl TrainingBackend for Backend {
         let detail = emulator
             .describe_training_job(name, TimeFormat::EpochMillis)
             .map_err(classify)?;
-        TrainingJobState::from_sagemaker(&detail).ok_or_else(|| not_found(name))
+        described(&detail)
     }
 
     async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {

@@ -59,10 +59,12 @@ use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     BackendError, ClientTokenRecord, Clock, Document, EnvironmentUsage, InsertJob, JobQuery,
     NoEvents, Page, Resource, StoreError, TrainingBackend, TrainingJobState, Versioned, Write,
+    described,
 };
+use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, PassReport};
-use trainyard_app::testing::{Interleaving, ManualClock, SequentialIds};
+use trainyard_app::testing::Interleaving;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_domain::training::parse_attempt_name;
@@ -730,8 +732,7 @@ impl TrainingBackend for FaultyBackend {
             .emulator
             .describe_training_job(name, trainyard_emulator::model::TimeFormat::EpochMillis)
             .map_err(classify)?;
-        TrainingJobState::from_sagemaker(&detail)
-            .ok_or_else(|| BackendError::NotFound(format!("training job {name}")))
+        described(&detail)
     }
 
     async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {

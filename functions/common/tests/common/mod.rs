@@ -8,13 +8,13 @@ use std::sync::Arc;
 use serde_json::json;
 use trainyard_app::Service;
 use trainyard_app::ports::{EventSink, Store};
+use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
-pub use trainyard_app::testing::EmulatedSageMaker;
-use trainyard_app::testing::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_emulator::model::Config as EmulatorConfig;
 use trainyard_functions::config::InitialSetup;
 use trainyard_functions::setup::ensure_initial_setup;
+pub use trainyard_local::backend::EmulatedSageMaker;
 
 pub const T0: i64 = 1_795_996_800_000;
 pub const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
@@ -47,7 +47,7 @@ pub async fn deployment<S: Store, E: EventSink>(
     ensure_initial_setup(service.store(), &setup, T0)
         .await
         .unwrap();
-    let sagemaker = EmulatedSageMaker::new(EmulatorConfig::default(), clock.clone());
+    let sagemaker = EmulatedSageMaker::on_clock(EmulatorConfig::default(), clock.clone());
     (service, clock, sagemaker)
 }
 

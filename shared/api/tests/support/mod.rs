@@ -16,7 +16,7 @@ use tower::ServiceExt;
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::NoEvents;
-use trainyard_app::testing::{ManualClock, SequentialIds};
+use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 
 /// 2026-01-01T00:00:00Z.

@@ -20,7 +20,7 @@ fn line_entry(job: &ServiceJob) -> (Reverse<u32>, i64, String) {
     (priority, at, job.job_id.clone())
 }
 
-/// How a host groups jobs for [`MemoryStore::group_stats`] (the simulator groups by team).
+/// How a host groups jobs for [`MemoryStore::group_stats`](super::MemoryStore::group_stats) (the simulator groups by team).
 pub type GroupFn = fn(&ServiceJob) -> String;
 
 /// What a group of jobs holds and waits for.

@@ -44,6 +44,25 @@ impl BackendError {
             },
         }
     }
+
+    /// A response SageMaker should never give: `operation`'s answer lacks a usable `member`.
+    pub fn malformed(operation: &str, member: &str) -> Self {
+        Self::Rejected {
+            code: "InternalFailure".into(),
+            message: format!("SageMaker's {operation} response has no usable {member}"),
+        }
+    }
+}
+
+/// The state in a `DescribeTrainingJob` document (the emulator's, or an event's `detail`), or
+/// [`BackendError::malformed`] when it has none: what every adapter over the emulator answers.
+pub fn described(detail: &serde_json::Value) -> Result<TrainingJobState, BackendError> {
+    TrainingJobState::from_sagemaker(detail).ok_or_else(|| {
+        BackendError::malformed(
+            "DescribeTrainingJob",
+            "TrainingJobName or TrainingJobStatus",
+        )
+    })
 }
 
 /// SageMaker, as the use-cases need it. Production: `aws-sdk-sagemaker`; local mode and the

@@ -15,7 +15,7 @@ pub mod records;
 pub mod store;
 pub mod time;
 
-pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatus};
+pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatus, described};
 pub use events::{Event, EventSink, NoEvents};
 pub use records::{
     CapacityHolder, ClientTokenRecord, EnvironmentUsage, InsertJob, JobCursor, JobQuery,
@@ -25,4 +25,4 @@ pub use store::{
     ConfigStore, Document, DocumentValue, JobStore, Resource, SchedulingStore, Store, StoreError,
     Versioned, Write,
 };
-pub use time::{Clock, Ids, RandomIds, SystemClock};
+pub use time::{Clock, Ids, ManualClock, RandomIds, SequentialIds, SystemClock};

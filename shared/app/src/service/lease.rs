@@ -162,7 +162,8 @@ mod tests {
     use super::*;
     use crate::memory::MemoryStore;
     use crate::ports::NoEvents;
-    use crate::testing::{Interleaving, ManualClock, SequentialIds};
+    use crate::ports::{ManualClock, SequentialIds};
+    use crate::testing::Interleaving;
 
     const TTL_MS: i64 = 30_000;
 

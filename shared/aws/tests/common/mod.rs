@@ -13,11 +13,11 @@ use trainyard_app::Service;
 use trainyard_app::ports::{
     BackendError, EventSink, Store, TrainingBackend, TrainingJobState, TrainingStatus,
 };
+use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{
     Accept, CycleConfig, CycleReport, PassInput, PassReport, StateOutcome,
 };
-use trainyard_app::testing::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::JobStatus;

@@ -9,7 +9,7 @@ use super::submit::request_hash;
 use super::*;
 use crate::memory::MemoryStore;
 use crate::ports::{Document, NoEvents, Resource, Write};
-use crate::testing::{ManualClock, SequentialIds};
+use crate::ports::{ManualClock, SequentialIds};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::payload::TrainingRequest;
 

@@ -1,0 +1,378 @@
+//! What one cycle decides: the dispatches, the preemptions and, for every other pending job,
+//! why it waits (a [`SkipReason`], whose code and text reach the job's `statusReason`).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::snapshot::{Instances, SharedStr};
+
+/// Launch an attempt for a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Dispatch {
+    /// The job.
+    pub job_id: SharedStr,
+    /// Its queue.
+    pub queue: SharedStr,
+    /// The environment whose capacity it takes.
+    pub environment: SharedStr,
+    /// Instances taken.
+    pub instances: Arc<Instances>,
+}
+
+/// Stop a running attempt to make room for a waiting job (quota-managed queues only). The host
+/// stops the attempt with `retry::PREEMPTED_REASON`; the job goes back to RUNNABLE.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Preemption {
+    /// The job whose attempt is stopped.
+    pub victim_job_id: SharedStr,
+    /// The waiting job the capacity is for.
+    pub for_job_id: SharedStr,
+    /// Why this victim.
+    pub reason: PreemptionReason,
+}
+
+/// Why a job is preempted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PreemptionReason {
+    /// Cross-share: the victim runs on capacity its share borrowed, and the lender reclaims it.
+    ReclaimBorrowed {
+        /// The reclaiming (lending) share.
+        quota_share: String,
+        /// The borrowing share.
+        victim_quota_share: String,
+    },
+    /// In-share: a job of strictly higher `schedulingPriority` in the same share.
+    InSharePriority {
+        /// The share.
+        quota_share: String,
+        /// The preemptor's priority.
+        priority: u32,
+        /// The victim's (strictly lower) priority.
+        victim_priority: u32,
+    },
+}
+
+impl std::fmt::Display for PreemptionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ReclaimBorrowed {
+                quota_share,
+                victim_quota_share,
+            } => write!(
+                f,
+                "quota share {quota_share} reclaims capacity borrowed by quota share {victim_quota_share}"
+            ),
+            Self::InSharePriority {
+                quota_share,
+                priority,
+                victim_priority,
+            } => write!(
+                f,
+                "a job of priority {priority} in quota share {quota_share} preempts priority {victim_priority}"
+            ),
+        }
+    }
+}
+
+/// Why `QUOTA_MANAGEMENT_LIMIT_EXCEEDED`: which bound the job can never fit (Batch's three texts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum QuotaLimitCause {
+    /// The share may not borrow and its own limit is too small.
+    ShareLimits,
+    /// The share's limit plus its `borrowLimit` is too small.
+    BorrowLimits,
+    /// Even borrowing everything other shares could ever lend is not enough.
+    BorrowableCapacity,
+}
+
+/// Why a runnable job was not dispatched in this cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SkipReason {
+    /// Not enough free capacity now.
+    InsufficientCapacity {
+        /// Environment.
+        environment: SharedStr,
+        /// `NUM_INSTANCES` or an instance type.
+        unit: Cow<'static, str>,
+        /// Instances the job needs of the unit.
+        needed: u64,
+        /// Instances free of the unit.
+        free: u64,
+    },
+    /// The job can never fit the environment as configured.
+    ExceedsEnvironment {
+        /// Environment.
+        environment: SharedStr,
+        /// The unit it exceeds.
+        unit: Cow<'static, str>,
+        /// Instances it needs.
+        needed: u64,
+        /// The limit (0 when the type is not offered).
+        max: u64,
+    },
+    /// Capacity is held for the head job; starting this one would delay it.
+    ReservedForHead {
+        /// The waiting head job.
+        head_job_id: SharedStr,
+        /// Its queue.
+        head_queue: SharedStr,
+        /// When it is expected to start at the latest (epoch ms).
+        head_start_ms: i64,
+    },
+    /// A strict FIFO queue whose head is waiting.
+    BehindHead {
+        /// The waiting head job.
+        head_job_id: SharedStr,
+    },
+    /// Kept free for fair shares that are not active yet (`computeReservation`).
+    ComputeReservation {
+        /// Instances reserved.
+        reserved: u64,
+    },
+    /// Retry backoff.
+    Backoff {
+        /// Not before (epoch ms).
+        until_ms: i64,
+    },
+    /// The environment is disabled.
+    EnvironmentDisabled {
+        /// Environment.
+        environment: SharedStr,
+    },
+    /// The queue has no (existing) service environment.
+    NoEnvironment,
+    /// The job's queue is not in the snapshot.
+    UnknownQueue,
+    /// The job names no quota share of its quota-managed queue.
+    UnknownQuotaShare {
+        /// The name it gave (empty when none).
+        quota_share: String,
+    },
+    /// The job can never fit its quota share's limits plus what it may borrow.
+    QuotaLimitExceeded {
+        /// Quota share.
+        quota_share: String,
+        /// Instance type.
+        unit: Cow<'static, str>,
+        /// Instances it needs.
+        needed: u64,
+        /// The share's own limit.
+        limit: u64,
+        /// The most it could ever borrow on top.
+        borrowable: u64,
+        /// Which bound binds.
+        cause: QuotaLimitCause,
+    },
+    /// The share's own limit is in use and it may not borrow (RESERVE or LEND).
+    QuotaExhausted {
+        /// Quota share.
+        quota_share: String,
+        /// Instance type.
+        unit: Cow<'static, str>,
+        /// Instances the job needs.
+        needed: u64,
+        /// The share's limit.
+        limit: u64,
+        /// Instances the share uses (including this cycle's decisions).
+        in_use: u64,
+    },
+    /// Starting the job would borrow more than the share's `borrowLimit` allows.
+    BorrowLimitReached {
+        /// Quota share.
+        quota_share: String,
+        /// Instance type.
+        unit: Cow<'static, str>,
+        /// Instances the job needs.
+        needed: u64,
+        /// The share's limit.
+        limit: u64,
+        /// Instances the share uses.
+        in_use: u64,
+        /// The most it may borrow on top of its limit.
+        borrow_limit: u64,
+    },
+    /// Free capacity exists, but it is the idle capacity of RESERVE shares, which is not lent.
+    ReservedByQuotaShares {
+        /// Instance type.
+        unit: Cow<'static, str>,
+        /// Instances the job needs.
+        needed: u64,
+        /// Instances free in the environment.
+        free: u64,
+        /// Of those, instances reserved by RESERVE shares.
+        reserved: u64,
+    },
+    /// Running jobs are being preempted for this one; it starts once their capacity is released.
+    WaitingForPreemptedCapacity {
+        /// The jobs being preempted.
+        victims: Vec<SharedStr>,
+    },
+}
+
+impl SkipReason {
+    /// The code that prefixes the reason's text (before ` - `): what kind of wait it is, without
+    /// the figures of the moment. `jobStateTimeLimitActions` match on it, and a host can compare
+    /// it with a stored reason without formatting the text.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InsufficientCapacity { .. } => "CAPACITY:SERVICE_ENVIRONMENT_FULL",
+            Self::ExceedsEnvironment { .. } => "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE",
+            Self::ReservedForHead { .. } => "PRIORITY:RESERVED_FOR_HEAD",
+            Self::BehindHead { .. } => "PRIORITY:BEHIND_HEAD_OF_QUEUE",
+            Self::ComputeReservation { .. } => "FAIR_SHARE:COMPUTE_RESERVATION",
+            Self::Backoff { .. } => "BACKOFF",
+            Self::EnvironmentDisabled { .. } => "MISCONFIGURATION:SERVICE_ENVIRONMENT_DISABLED",
+            Self::NoEnvironment => "MISCONFIGURATION:NO_SERVICE_ENVIRONMENT",
+            Self::UnknownQueue => "MISCONFIGURATION:UNKNOWN_QUEUE",
+            Self::UnknownQuotaShare { .. } => "MISCONFIGURATION:UNKNOWN_QUOTA_SHARE",
+            Self::QuotaLimitExceeded { .. } => "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED",
+            Self::QuotaExhausted { .. } => "QUOTA:QUOTA_SHARE_EXHAUSTED",
+            Self::BorrowLimitReached { .. } => "QUOTA:BORROW_LIMIT_REACHED",
+            Self::ReservedByQuotaShares { .. } => "QUOTA:CAPACITY_RESERVED",
+            Self::WaitingForPreemptedCapacity { .. } => "PREEMPTION:WAITING_FOR_PREEMPTED_CAPACITY",
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    /// The status reason shown on the RUNNABLE job: its [`SkipReason::code`], ` - `, and what
+    /// it waits for in words.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} - ", self.code())?;
+        match self {
+            Self::InsufficientCapacity {
+                environment,
+                unit,
+                needed,
+                free,
+            } => write!(
+                f,
+                "needs {needed} {unit}, {free} free in service environment {environment}"
+            ),
+            Self::ExceedsEnvironment {
+                environment,
+                unit,
+                needed,
+                max,
+            } => write!(
+                f,
+                "Service environment {environment} cannot meet the capacity requirement of the job: needs {needed} {unit}, the limit is {max}"
+            ),
+            Self::ReservedForHead {
+                head_job_id,
+                head_queue,
+                head_start_ms,
+            } => write!(
+                f,
+                "capacity is held for job {head_job_id} of queue {head_queue}, expected to start by {head_start_ms}; starting this job would delay it"
+            ),
+            Self::BehindHead { head_job_id } => write!(
+                f,
+                "the queue is strict FIFO and job {head_job_id} at its head is waiting for capacity"
+            ),
+            Self::ComputeReservation { reserved } => write!(
+                f,
+                "{reserved} instances are kept free for shares that are not active yet"
+            ),
+            Self::Backoff { until_ms } => {
+                write!(f, "waiting to retry, not before {until_ms}")
+            }
+            Self::EnvironmentDisabled { environment } => {
+                write!(f, "service environment {environment} is disabled")
+            }
+            Self::NoEnvironment => write!(f, "the job queue has no service environment"),
+            Self::UnknownQueue => write!(f, "the job queue does not exist"),
+            Self::UnknownQuotaShare { quota_share } => {
+                write!(f, "the job queue has no quota share named '{quota_share}'")
+            }
+            Self::QuotaLimitExceeded {
+                quota_share,
+                unit,
+                needed,
+                limit,
+                borrowable,
+                cause,
+            } => {
+                let text = match cause {
+                    QuotaLimitCause::ShareLimits => {
+                        "Job requirements exceed quota share capacity limits."
+                    }
+                    QuotaLimitCause::BorrowLimits => {
+                        "Job requirements exceed quota share capacity limits and borrow limits."
+                    }
+                    QuotaLimitCause::BorrowableCapacity => {
+                        "Job requires borrowing that exceeds all configured borrowable capacity."
+                    }
+                };
+                write!(
+                    f,
+                    "{text} Quota share {quota_share}: needs {needed} {unit}, limit {limit}, borrowable {borrowable}"
+                )
+            }
+            Self::QuotaExhausted {
+                quota_share,
+                unit,
+                needed,
+                limit,
+                in_use,
+            } => write!(
+                f,
+                "needs {needed} {unit}; quota share {quota_share} uses {in_use} of its limit of {limit} and does not borrow"
+            ),
+            Self::BorrowLimitReached {
+                quota_share,
+                unit,
+                needed,
+                limit,
+                in_use,
+                borrow_limit,
+            } => write!(
+                f,
+                "needs {needed} {unit}; quota share {quota_share} uses {in_use} against a limit of {limit} and may borrow at most {borrow_limit} more"
+            ),
+            Self::ReservedByQuotaShares {
+                unit,
+                needed,
+                free,
+                reserved,
+            } => write!(
+                f,
+                "needs {needed} {unit} borrowed; {free} free, of which {reserved} are reserved by RESERVE quota shares"
+            ),
+            Self::WaitingForPreemptedCapacity { victims } => write!(
+                f,
+                "preempting {}; the job starts when their capacity is released",
+                victims
+                    .iter()
+                    .map(SharedStr::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+/// A pending job not dispatched, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skip {
+    /// The job.
+    pub job_id: SharedStr,
+    /// Why.
+    pub reason: SkipReason,
+}
+
+/// The decisions of one cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Plan {
+    /// Attempts to launch, in decision order.
+    pub dispatches: Vec<Dispatch>,
+    /// Every other pending job, with its reason, in evaluation order.
+    pub skips: Vec<Skip>,
+    /// Running attempts to stop, in decision order (quota-managed queues only).
+    pub preemptions: Vec<Preemption>,
+}
