@@ -32,7 +32,7 @@ use trainyard_emulator::http::SharedEmulator;
 use trainyard_emulator::model::Emulator;
 use trainyard_local::SqliteStore;
 use trainyard_local::backend::EmulatedSageMaker;
-use trainyard_local::event_loop::{self, LocalEvents, LoopConfig, Scheduler};
+use trainyard_local::event_loop::{self, LocalEvents, LoopConfig, PassRunner};
 use trainyard_local::metrics::{self, Metrics};
 
 use crate::emulator::{DRIVER_MAX_SLEEP, EmulatorOptions};
@@ -249,14 +249,14 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.retry.retry_base_ms = scale(cycle.retry.retry_base_ms);
         cycle.retry.retry_cap_ms = scale(cycle.retry.retry_cap_ms);
         cycle.retry.jitter_max_ms = scale(cycle.retry.jitter_max_ms);
-        let scheduler = Arc::new(Scheduler::new(
+        let passes = Arc::new(PassRunner::new(
             service.clone(),
             EmulatedSageMaker::new(shared, args.emulator.emulator_time_scale),
             cycle,
             i64::try_from(args.quiet_ms).unwrap_or(i64::MAX),
         ));
         tokio::spawn(event_loop::run_scheduling(
-            scheduler,
+            passes,
             events,
             backend_feed,
             loop_config,

@@ -30,7 +30,7 @@ use trainyard_emulator::http::SharedEmulator;
 use trainyard_emulator::model::{Config, Emulator};
 use trainyard_local::SqliteStore;
 use trainyard_local::backend::EmulatedSageMaker;
-use trainyard_local::event_loop::{LocalEvents, LoopConfig, Scheduler, run_scheduling};
+use trainyard_local::event_loop::{LocalEvents, LoopConfig, PassRunner, run_scheduling};
 use trainyard_local::metrics::Metrics;
 
 const JOBS: usize = 200;
@@ -165,7 +165,7 @@ async fn capacity_freed_to_next_launch_latency() {
         inner: EmulatedSageMaker::new(shared.clone(), 1.0),
         creates: creates.clone(),
     };
-    let scheduler = Arc::new(Scheduler::new(
+    let scheduler = Arc::new(PassRunner::new(
         service.clone(),
         backend,
         CycleConfig::default(),

@@ -325,58 +325,6 @@ impl DynamoStore {
         Ok(())
     }
 
-    async fn insert_job_now(
-        &self,
-        job: &ServiceJob,
-        token: Option<&ClientTokenRecord>,
-    ) -> Result<InsertJob, StoreError> {
-        let items = schema::job_items(job, 1)?;
-        // The job's two items go together or not at all (a request item alone would make the
-        // id look taken); with a token, the token goes with them.
-        let mut writes = vec![
-            self.put(items.job, "attribute_not_exists(pk)", None, None)?,
-            self.put(items.request, "attribute_not_exists(pk)", None, None)?,
-        ];
-        const TOKEN_WRITE: usize = 2;
-        if let Some(token) = token {
-            // An expired token (its TTL passed, DynamoDB has not deleted it yet) is free again:
-            // the new record's time is now, and `ttl` is a reserved word.
-            writes.push(self.put(
-                schema::token_item(token),
-                "attribute_not_exists(pk) OR #ttl < :now",
-                Some(HashMap::from([(
-                    ":now".to_owned(),
-                    n(token.created_at.div_euclid(1000)),
-                )])),
-                Some(HashMap::from([("#ttl".to_owned(), schema::TTL.to_owned())])),
-            )?);
-        }
-        match self.transact(writes).await {
-            Ok(()) => Ok(InsertJob::Inserted),
-            Err(Cancelled::Failed(e)) => Err(e),
-            Err(Cancelled::Conditions(reasons)) => {
-                // The token is checked first, as the other stores do: a reused token answers with
-                // its record even when the job id is taken too.
-                if let (Some(token), Some(reason)) =
-                    (token, reasons.get(TOKEN_WRITE).filter(|r| r.failed))
-                {
-                    let existing = match &reason.old {
-                        Some(old) => old.clone(),
-                        None => self
-                            .get_item(schema::token_pk(&token.token), "TOKEN")
-                            .await?
-                            .ok_or(StoreError::Conflict)?,
-                    };
-                    return Ok(InsertJob::TokenExists(schema::token_record(
-                        &token.token,
-                        &existing,
-                    )?));
-                }
-                Err(StoreError::AlreadyExists)
-            }
-        }
-    }
-
     /// The condition of a job write: the version, and that the request item holds this request
     /// (its fingerprint in the stored job item matches). The second part fails only when a job's
     /// request changed or its item predates the split; the write then goes again with the
@@ -408,97 +356,6 @@ impl DynamoStore {
         old.and_then(|old| schema::item_version("a job item", old).ok()) == Some(expected)
     }
 
-    async fn update_job_now(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
-        // Version 0 is never stored and u64::MAX cannot be bumped: neither can match.
-        let next = match expected.checked_add(1) {
-            Some(next) if expected > 0 => next,
-            _ => return Err(StoreError::Conflict),
-        };
-        let items = schema::job_items(job, next)?;
-        let fingerprint = items
-            .job
-            .get(schema::REQUEST_HASH)
-            .cloned()
-            .unwrap_or_else(|| s(""));
-        // The common case: one plain put of the job's own item.
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(items.job.clone()))
-            .condition_expression("version = :expected AND rh = :rh")
-            .expression_attribute_values(":expected", n(expected))
-            .expression_attribute_values(":rh", fingerprint)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(next),
-            Err(error) => {
-                let refused = match error.as_service_error() {
-                    Some(PutItemError::ConditionalCheckFailedException(e)) => Some(e.item()),
-                    _ => None,
-                };
-                match refused {
-                    None => Err(classify(error)),
-                    Some(old) if Self::request_was_the_difference(old, expected) => {
-                        // The request changed: both items, in one transaction.
-                        let writes = vec![
-                            self.job_condition_version_only(&items, expected)?,
-                            self.put_unconditional(items.request)?,
-                        ];
-                        match self.transact(writes).await {
-                            Ok(()) => Ok(next),
-                            Err(Cancelled::Failed(e)) => Err(e),
-                            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
-                        }
-                    }
-                    Some(_) => Err(StoreError::Conflict),
-                }
-            }
-        }
-    }
-
-    /// Sets the job item's `sr` (or removes it) and bumps its version, in place: one `UpdateItem`
-    /// with the version as its condition, no read. The runnable entry, which projects both,
-    /// follows.
-    async fn set_status_reason_now(
-        &self,
-        job_id: &str,
-        expected: u64,
-        reason: Option<String>,
-    ) -> Result<u64, StoreError> {
-        let next = match expected.checked_add(1) {
-            Some(next) if expected > 0 => next,
-            _ => return Err(StoreError::Conflict),
-        };
-        let mut request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(schema::key(schema::job_pk(job_id), schema::JOB_SK)))
-            .condition_expression("#v = :expected")
-            .expression_attribute_names("#v", schema::VERSION)
-            .expression_attribute_names("#r", schema::STATUS_REASON)
-            .expression_attribute_values(":expected", n(expected))
-            .expression_attribute_values(":next", n(next));
-        request = match &reason {
-            Some(reason) => request
-                .update_expression("SET #r = :r, #v = :next")
-                .expression_attribute_values(":r", s(reason)),
-            None => request.update_expression("SET #v = :next REMOVE #r"),
-        };
-        match request.send().await {
-            Ok(_) => Ok(next),
-            Err(error) => match error.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
-                    Err(StoreError::Conflict)
-                }
-                _ => Err(classify(error)),
-            },
-        }
-    }
-
     /// A job write conditioned on the version alone (it goes with its request item).
     fn job_condition_version_only(
         &self,
@@ -521,68 +378,6 @@ impl DynamoStore {
             .build()
             .map_err(|e| unavailable("cannot build a transaction item", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
-    }
-
-    async fn commit_now(&self, writes: &[Write]) -> Result<(), StoreError> {
-        match writes {
-            [] => return Ok(()),
-            // One write needs no transaction: a conditional put is as atomic, for half the
-            // units (a cycle accounts each fair share's usage this way).
-            [
-                Write::Job {
-                    job,
-                    expected_version,
-                },
-            ] => {
-                return self
-                    .update_job_now(job, *expected_version)
-                    .await
-                    .map(|_| ());
-            }
-            [
-                Write::Document {
-                    kind,
-                    key,
-                    doc,
-                    expected_version,
-                },
-            ] => {
-                let item = Self::document_write(kind, key, doc, *expected_version)?;
-                return self.put_versioned(item, *expected_version).await;
-            }
-            _ => {}
-        }
-        // First with every job's request as stored; if a job's request turns out to have
-        // changed, once more writing those request items too.
-        let items = self.commit_items(writes, &[])?;
-        let reasons = match self.transact(items).await {
-            Ok(()) => return Ok(()),
-            Err(Cancelled::Failed(e)) => return Err(e),
-            Err(Cancelled::Conditions(reasons)) => reasons,
-        };
-        let mut changed_requests = Vec::new();
-        for (i, (write, reason)) in writes.iter().zip(&reasons).enumerate() {
-            if !reason.failed {
-                continue;
-            }
-            match write {
-                Write::Job {
-                    expected_version, ..
-                } if Self::request_was_the_difference(reason.old.as_ref(), *expected_version) => {
-                    changed_requests.push(i);
-                }
-                _ => return Err(StoreError::Conflict),
-            }
-        }
-        if changed_requests.is_empty() {
-            return Err(StoreError::Conflict);
-        }
-        let items = self.commit_items(writes, &changed_requests)?;
-        match self.transact(items).await {
-            Ok(()) => Ok(()),
-            Err(Cancelled::Failed(e)) => Err(e),
-            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
-        }
     }
 
     /// The item a document write puts: `doc` at the version after `expected_version`.
@@ -660,54 +455,6 @@ impl DynamoStore {
         Ok(items)
     }
 
-    /// A page of jobs, newest first. With a queue, or a status of a job holding capacity, one
-    /// listing index partition is read; otherwise every queue's, and the pages are merged. A
-    /// partition is read a page of index entries at a time, each page's jobs fetched, until
-    /// `limit + 1` jobs are kept (the extra one says that a next page exists) or it ends.
-    async fn list_jobs_now(
-        &self,
-        query: &JobQuery,
-    ) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
-        let limit = query.limit.max(1);
-        let wanted = limit.saturating_add(1);
-        // One partition when the query names a queue or a status of a job holding capacity
-        // (their partition is every queue's); else one per queue.
-        let plans = match (&query.queue, query.status) {
-            (queue, Some(status)) if status.is_dispatched() => {
-                vec![ListPlan::new(queue.as_deref(), query)]
-            }
-            (Some(queue), _) => vec![ListPlan::new(Some(queue), query)],
-            (None, _) => self
-                .queue_names()
-                .await?
-                .iter()
-                .map(|queue| ListPlan::new(Some(queue), query))
-                .collect(),
-        };
-        let mut found = Vec::new();
-        for plan in &plans {
-            found.extend(self.list_partition_jobs(plan, query, wanted).await?);
-        }
-        if plans.len() > 1 {
-            // Newest first across queues, as within each.
-            found.sort_by(|(a, _), (b, _)| b.cmp(a));
-        }
-        found.truncate(wanted);
-        let more = found.len() > limit;
-        found.truncate(limit);
-        let next = match found.last() {
-            Some((_, last)) if more => Some(JobCursor {
-                created_at: last.value.created_at,
-                job_id: last.value.job_id.clone(),
-            }),
-            _ => None,
-        };
-        Ok(Page {
-            items: found.into_iter().map(|(_, job)| job).collect(),
-            next,
-        })
-    }
-
     /// The names of every job queue, from the keys of the queues' partition.
     async fn queue_names(&self) -> Result<Vec<String>, StoreError> {
         let items = self
@@ -775,33 +522,6 @@ impl DynamoStore {
         }
     }
 
-    async fn runnable_jobs_now(
-        &self,
-        queue: &str,
-        share: &str,
-        limit: usize,
-    ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        let items = self.runnable_entries(queue, share, limit).await?;
-        let mut jobs = self.fetch_jobs(&items).await?;
-        // Left since the index was read: no longer this queue's to run.
-        jobs.retain(|job| job.value.status == JobStatus::Runnable && job.value.job_queue == queue);
-        Ok(jobs)
-    }
-
-    /// The heads straight from the runnable index's entries, which project every field of a
-    /// [`RunnableHead`]: one query, no `BatchGetItem`. The entries are as fresh as the index: a
-    /// job that left RUNNABLE a moment ago may still show, and a write based on its head fails
-    /// its version check.
-    async fn runnable_heads_now(
-        &self,
-        queue: &str,
-        share: &str,
-        limit: usize,
-    ) -> Result<Vec<RunnableHead>, StoreError> {
-        let items = self.runnable_entries(queue, share, limit).await?;
-        items.iter().map(schema::runnable_head).collect()
-    }
-
     /// The first `limit` entries of `share`'s line in the runnable index, in order.
     async fn runnable_entries(
         &self,
@@ -835,46 +555,6 @@ impl DynamoStore {
         .await
     }
 
-    /// A skip scan of the runnable index: one query of one item per share, each starting just
-    /// past the previous share's keys.
-    async fn runnable_shares_now(&self, queue: &str) -> Result<Vec<String>, StoreError> {
-        // Bounded by the number of shares; the cap only guards against a corrupt index looping.
-        const MAX_SHARES: usize = 100_000;
-        let mut shares = Vec::new();
-        let mut after: Option<String> = None;
-        for _ in 0..MAX_SHARES {
-            let mut request = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(schema::index::RUNNABLE)
-                .expression_attribute_values(":q", s(queue))
-                .limit(1);
-            request = match &after {
-                None => request.key_condition_expression("rq = :q"),
-                Some(after) => request
-                    .key_condition_expression("rq = :q AND #s > :after")
-                    .expression_attribute_names("#s", schema::RUNNABLE_SK)
-                    .expression_attribute_values(":after", s(after)),
-            };
-            let output = request.send().await.map_err(classify)?;
-            // No filter, so `Limit 1` finds an item whenever one is left in the range.
-            let Some(item) = output.items().first() else {
-                break;
-            };
-            let sort = schema::text("runnable index", item, schema::RUNNABLE_SK)?;
-            // Shares never contain the separator, so the first field is the whole share (empty
-            // for a FIFO queue's jobs).
-            let share = sort.split(SEP).next().unwrap_or_default().to_owned();
-            // Every key of this share starts `{share}#`; `$` sorts just after `#`.
-            after = Some(format!("{share}$"));
-            shares.push(share);
-        }
-        shares.sort();
-        shares.dedup();
-        Ok(shares)
-    }
-
     /// The entries of the dispatched partition of `by-queue-status`: every queue's jobs holding
     /// capacity.
     async fn dispatched_entries(&self) -> Result<Vec<Item>, StoreError> {
@@ -894,29 +574,6 @@ impl DynamoStore {
             |_| true,
         )
         .await
-    }
-
-    /// The dispatched partition's jobs, fetched, by id.
-    async fn dispatched_jobs_now(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        let items = self.dispatched_entries().await?;
-        let mut jobs = self.fetch_jobs(&items).await?;
-        jobs.retain(|job| job.value.status.is_dispatched());
-        jobs.sort_by(|a, b| a.value.job_id.cmp(&b.value.job_id));
-        Ok(jobs)
-    }
-
-    /// The holders straight from the dispatched partition's entries, which project every field
-    /// of a [`CapacityHolder`]: one query, no `BatchGetItem`, by id. The entries are as fresh as
-    /// the index: a job that ended a moment ago may still show (whatever the scheduler does to
-    /// it re-reads it first).
-    async fn capacity_holders_now(&self) -> Result<Vec<CapacityHolder>, StoreError> {
-        let items = self.dispatched_entries().await?;
-        let mut holders = items
-            .iter()
-            .map(schema::capacity_holder)
-            .collect::<Result<Vec<_>, _>>()?;
-        holders.sort_by(|a, b| a.job_id.cmp(&b.job_id));
-        Ok(holders)
     }
 }
 
@@ -1129,7 +786,51 @@ impl JobStore for DynamoStore {
         job: &ServiceJob,
         token: Option<&ClientTokenRecord>,
     ) -> Result<InsertJob, StoreError> {
-        self.insert_job_now(job, token).await
+        let items = schema::job_items(job, 1)?;
+        // The job's two items go together or not at all (a request item alone would make the
+        // id look taken); with a token, the token goes with them.
+        let mut writes = vec![
+            self.put(items.job, "attribute_not_exists(pk)", None, None)?,
+            self.put(items.request, "attribute_not_exists(pk)", None, None)?,
+        ];
+        const TOKEN_WRITE: usize = 2;
+        if let Some(token) = token {
+            // An expired token (its TTL passed, DynamoDB has not deleted it yet) is free again:
+            // the new record's time is now, and `ttl` is a reserved word.
+            writes.push(self.put(
+                schema::token_item(token),
+                "attribute_not_exists(pk) OR #ttl < :now",
+                Some(HashMap::from([(
+                    ":now".to_owned(),
+                    n(token.created_at.div_euclid(1000)),
+                )])),
+                Some(HashMap::from([("#ttl".to_owned(), schema::TTL.to_owned())])),
+            )?);
+        }
+        match self.transact(writes).await {
+            Ok(()) => Ok(InsertJob::Inserted),
+            Err(Cancelled::Failed(e)) => Err(e),
+            Err(Cancelled::Conditions(reasons)) => {
+                // The token is checked first, as the other stores do: a reused token answers with
+                // its record even when the job id is taken too.
+                if let (Some(token), Some(reason)) =
+                    (token, reasons.get(TOKEN_WRITE).filter(|r| r.failed))
+                {
+                    let existing = match &reason.old {
+                        Some(old) => old.clone(),
+                        None => self
+                            .get_item(schema::token_pk(&token.token), "TOKEN")
+                            .await?
+                            .ok_or(StoreError::Conflict)?,
+                    };
+                    return Ok(InsertJob::TokenExists(schema::token_record(
+                        &token.token,
+                        &existing,
+                    )?));
+                }
+                Err(StoreError::AlreadyExists)
+            }
+        }
     }
 
     async fn get_job(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
@@ -1145,12 +846,100 @@ impl JobStore for DynamoStore {
             .transpose()
     }
 
-    async fn update_job(&self, job: &ServiceJob, expected_version: u64) -> Result<u64, StoreError> {
-        self.update_job_now(job, expected_version).await
+    async fn update_job(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
+        // Version 0 is never stored and u64::MAX cannot be bumped: neither can match.
+        let next = match expected.checked_add(1) {
+            Some(next) if expected > 0 => next,
+            _ => return Err(StoreError::Conflict),
+        };
+        let items = schema::job_items(job, next)?;
+        let fingerprint = items
+            .job
+            .get(schema::REQUEST_HASH)
+            .cloned()
+            .unwrap_or_else(|| s(""));
+        // The common case: one plain put of the job's own item.
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(items.job.clone()))
+            .condition_expression("version = :expected AND rh = :rh")
+            .expression_attribute_values(":expected", n(expected))
+            .expression_attribute_values(":rh", fingerprint)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(next),
+            Err(error) => {
+                let refused = match error.as_service_error() {
+                    Some(PutItemError::ConditionalCheckFailedException(e)) => Some(e.item()),
+                    _ => None,
+                };
+                match refused {
+                    None => Err(classify(error)),
+                    Some(old) if Self::request_was_the_difference(old, expected) => {
+                        // The request changed: both items, in one transaction.
+                        let writes = vec![
+                            self.job_condition_version_only(&items, expected)?,
+                            self.put_unconditional(items.request)?,
+                        ];
+                        match self.transact(writes).await {
+                            Ok(()) => Ok(next),
+                            Err(Cancelled::Failed(e)) => Err(e),
+                            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
+                        }
+                    }
+                    Some(_) => Err(StoreError::Conflict),
+                }
+            }
+        }
     }
 
+    /// A page of jobs, newest first. With a queue, or a status of a job holding capacity, one
+    /// listing index partition is read; otherwise every queue's, and the pages are merged. A
+    /// partition is read a page of index entries at a time, each page's jobs fetched, until
+    /// `limit + 1` jobs are kept (the extra one says that a next page exists) or it ends.
     async fn list_jobs(&self, query: &JobQuery) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
-        self.list_jobs_now(query).await
+        let limit = query.limit.max(1);
+        let wanted = limit.saturating_add(1);
+        // One partition when the query names a queue or a status of a job holding capacity
+        // (their partition is every queue's); else one per queue.
+        let plans = match (&query.queue, query.status) {
+            (queue, Some(status)) if status.is_dispatched() => {
+                vec![ListPlan::new(queue.as_deref(), query)]
+            }
+            (Some(queue), _) => vec![ListPlan::new(Some(queue), query)],
+            (None, _) => self
+                .queue_names()
+                .await?
+                .iter()
+                .map(|queue| ListPlan::new(Some(queue), query))
+                .collect(),
+        };
+        let mut found = Vec::new();
+        for plan in &plans {
+            found.extend(self.list_partition_jobs(plan, query, wanted).await?);
+        }
+        if plans.len() > 1 {
+            // Newest first across queues, as within each.
+            found.sort_by(|(a, _), (b, _)| b.cmp(a));
+        }
+        found.truncate(wanted);
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let next = match found.last() {
+            Some((_, last)) if more => Some(JobCursor {
+                created_at: last.value.created_at,
+                job_id: last.value.job_id.clone(),
+            }),
+            _ => None,
+        };
+        Ok(Page {
+            items: found.into_iter().map(|(_, job)| job).collect(),
+            next,
+        })
     }
 }
 
@@ -1231,7 +1020,62 @@ impl SchedulingStore for DynamoStore {
     }
 
     async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
-        self.commit_now(writes).await
+        match writes {
+            [] => return Ok(()),
+            // One write needs no transaction: a conditional put is as atomic, for half the
+            // units (a cycle accounts each fair share's usage this way).
+            [
+                Write::Job {
+                    job,
+                    expected_version,
+                },
+            ] => {
+                return self.update_job(job, *expected_version).await.map(|_| ());
+            }
+            [
+                Write::Document {
+                    kind,
+                    key,
+                    doc,
+                    expected_version,
+                },
+            ] => {
+                let item = Self::document_write(kind, key, doc, *expected_version)?;
+                return self.put_versioned(item, *expected_version).await;
+            }
+            _ => {}
+        }
+        // First with every job's request as stored; if a job's request turns out to have
+        // changed, once more writing those request items too.
+        let items = self.commit_items(writes, &[])?;
+        let reasons = match self.transact(items).await {
+            Ok(()) => return Ok(()),
+            Err(Cancelled::Failed(e)) => return Err(e),
+            Err(Cancelled::Conditions(reasons)) => reasons,
+        };
+        let mut changed_requests = Vec::new();
+        for (i, (write, reason)) in writes.iter().zip(&reasons).enumerate() {
+            if !reason.failed {
+                continue;
+            }
+            match write {
+                Write::Job {
+                    expected_version, ..
+                } if Self::request_was_the_difference(reason.old.as_ref(), *expected_version) => {
+                    changed_requests.push(i);
+                }
+                _ => return Err(StoreError::Conflict),
+            }
+        }
+        if changed_requests.is_empty() {
+            return Err(StoreError::Conflict);
+        }
+        let items = self.commit_items(writes, &changed_requests)?;
+        match self.transact(items).await {
+            Ok(()) => Ok(()),
+            Err(Cancelled::Failed(e)) => Err(e),
+            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
+        }
     }
 
     async fn runnable_jobs(
@@ -1240,37 +1084,127 @@ impl SchedulingStore for DynamoStore {
         share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        self.runnable_jobs_now(queue, share, limit).await
+        let items = self.runnable_entries(queue, share, limit).await?;
+        let mut jobs = self.fetch_jobs(&items).await?;
+        // Left since the index was read: no longer this queue's to run.
+        jobs.retain(|job| job.value.status == JobStatus::Runnable && job.value.job_queue == queue);
+        Ok(jobs)
     }
 
+    /// The heads straight from the runnable index's entries, which project every field of a
+    /// [`RunnableHead`]: one query, no `BatchGetItem`. The entries are as fresh as the index: a
+    /// job that left RUNNABLE a moment ago may still show, and a write based on its head fails
+    /// its version check.
     async fn runnable_heads(
         &self,
         queue: &str,
         share: &str,
         limit: usize,
     ) -> Result<Vec<RunnableHead>, StoreError> {
-        self.runnable_heads_now(queue, share, limit).await
+        let items = self.runnable_entries(queue, share, limit).await?;
+        items.iter().map(schema::runnable_head).collect()
     }
 
+    /// A skip scan of the runnable index: one query of one item per share, each starting just
+    /// past the previous share's keys.
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
-        self.runnable_shares_now(queue).await
+        // Bounded by the number of shares; the cap only guards against a corrupt index looping.
+        const MAX_SHARES: usize = 100_000;
+        let mut shares = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..MAX_SHARES {
+            let mut request = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(schema::index::RUNNABLE)
+                .expression_attribute_values(":q", s(queue))
+                .limit(1);
+            request = match &after {
+                None => request.key_condition_expression("rq = :q"),
+                Some(after) => request
+                    .key_condition_expression("rq = :q AND #s > :after")
+                    .expression_attribute_names("#s", schema::RUNNABLE_SK)
+                    .expression_attribute_values(":after", s(after)),
+            };
+            let output = request.send().await.map_err(classify)?;
+            // No filter, so `Limit 1` finds an item whenever one is left in the range.
+            let Some(item) = output.items().first() else {
+                break;
+            };
+            let sort = schema::text("runnable index", item, schema::RUNNABLE_SK)?;
+            // Shares never contain the separator, so the first field is the whole share (empty
+            // for a FIFO queue's jobs).
+            let share = sort.split(SEP).next().unwrap_or_default().to_owned();
+            // Every key of this share starts `{share}#`; `$` sorts just after `#`.
+            after = Some(format!("{share}$"));
+            shares.push(share);
+        }
+        shares.sort();
+        shares.dedup();
+        Ok(shares)
     }
 
+    /// The dispatched partition's jobs, fetched, by id.
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        self.dispatched_jobs_now().await
+        let items = self.dispatched_entries().await?;
+        let mut jobs = self.fetch_jobs(&items).await?;
+        jobs.retain(|job| job.value.status.is_dispatched());
+        jobs.sort_by(|a, b| a.value.job_id.cmp(&b.value.job_id));
+        Ok(jobs)
     }
 
+    /// The holders straight from the dispatched partition's entries, which project every field
+    /// of a [`CapacityHolder`]: one query, no `BatchGetItem`, by id. The entries are as fresh as
+    /// the index: a job that ended a moment ago may still show (whatever the scheduler does to
+    /// it re-reads it first).
     async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {
-        self.capacity_holders_now().await
+        let items = self.dispatched_entries().await?;
+        let mut holders = items
+            .iter()
+            .map(schema::capacity_holder)
+            .collect::<Result<Vec<_>, _>>()?;
+        holders.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+        Ok(holders)
     }
 
+    /// Sets the job item's `sr` (or removes it) and bumps its version, in place: one `UpdateItem`
+    /// with the version as its condition, no read. The runnable entry, which projects both,
+    /// follows.
     async fn set_status_reason(
         &self,
         job_id: &str,
-        expected_version: u64,
+        expected: u64,
         reason: Option<String>,
     ) -> Result<u64, StoreError> {
-        self.set_status_reason_now(job_id, expected_version, reason)
-            .await
+        let next = match expected.checked_add(1) {
+            Some(next) if expected > 0 => next,
+            _ => return Err(StoreError::Conflict),
+        };
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(schema::key(schema::job_pk(job_id), schema::JOB_SK)))
+            .condition_expression("#v = :expected")
+            .expression_attribute_names("#v", schema::VERSION)
+            .expression_attribute_names("#r", schema::STATUS_REASON)
+            .expression_attribute_values(":expected", n(expected))
+            .expression_attribute_values(":next", n(next));
+        request = match &reason {
+            Some(reason) => request
+                .update_expression("SET #r = :r, #v = :next")
+                .expression_attribute_values(":r", s(reason)),
+            None => request.update_expression("SET #v = :next REMOVE #r"),
+        };
+        match request.send().await {
+            Ok(_) => Ok(next),
+            Err(error) => match error.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
+                    Err(StoreError::Conflict)
+                }
+                _ => Err(classify(error)),
+            },
+        }
     }
 }

@@ -222,7 +222,7 @@ fn log_accepted(moved: usize) {
 
 /// What the scheduling loop drives: one pass (`Service::pass`) over the jobs accepted, the
 /// state changes it was woken with, the due work and a cycle. A trait so that the loop can be
-/// measured or tested with a wrapper around the real [`Scheduler`].
+/// measured or tested with a wrapper around the real [`PassRunner`].
 pub trait Scheduling: Intake {
     /// Runs one pass: accepts as `accept` says, applies `changes` in order, runs the due work
     /// and one cycle.
@@ -233,15 +233,15 @@ pub trait Scheduling: Intake {
     ) -> impl Future<Output = PassReport> + Send;
 }
 
-/// The real scheduling work: the service, a training backend and the loop's settings.
-pub struct Scheduler<S: Store, E: EventSink, B: TrainingBackend> {
+/// Runs `Service::pass` for the loop: the service, a training backend and the loop's settings.
+pub struct PassRunner<S: Store, E: EventSink, B: TrainingBackend> {
     service: Arc<Service<S, E>>,
     backend: B,
     cycle: CycleConfig,
     quiet_ms: i64,
 }
 
-impl<S: Store, E: EventSink, B: TrainingBackend> Scheduler<S, E, B> {
+impl<S: Store, E: EventSink, B: TrainingBackend> PassRunner<S, E, B> {
     /// Schedules `service`'s jobs on `backend`. `quiet_ms`: how long an attempt may go without
     /// an event before the due-work pass describes it (see `Service::run_due_work`).
     pub fn new(service: Arc<Service<S, E>>, backend: B, cycle: CycleConfig, quiet_ms: i64) -> Self {
@@ -254,7 +254,7 @@ impl<S: Store, E: EventSink, B: TrainingBackend> Scheduler<S, E, B> {
     }
 }
 
-impl<S: Store, E: EventSink, B: TrainingBackend> Intake for Scheduler<S, E, B> {
+impl<S: Store, E: EventSink, B: TrainingBackend> Intake for PassRunner<S, E, B> {
     fn accept_submitted(
         &self,
         limit: usize,
@@ -264,7 +264,7 @@ impl<S: Store, E: EventSink, B: TrainingBackend> Intake for Scheduler<S, E, B> {
     }
 }
 
-impl<S: Store, E: EventSink, B: TrainingBackend> Scheduling for Scheduler<S, E, B> {
+impl<S: Store, E: EventSink, B: TrainingBackend> Scheduling for PassRunner<S, E, B> {
     async fn pass(&self, accept: Accept, changes: &[TrainingJobState]) -> PassReport {
         let input = PassInput {
             accept: Some(accept),
