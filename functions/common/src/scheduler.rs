@@ -123,6 +123,9 @@ pub struct PassReport {
     pub conflicts: usize,
     /// Launches refused for lack of capacity.
     pub capacity_errors: usize,
+    /// Dispatches refused because the environment's stored usage had no room (the plan's view
+    /// of capacity in use lagged).
+    pub over_limit: usize,
     /// Why the event was ignored.
     pub reason: Option<String>,
 }
@@ -215,6 +218,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             launched = report.launched,
             conflicts = report.conflicts,
             capacity_errors = report.capacity_errors,
+            over_limit = report.over_limit,
             "scheduler pass"
         );
         Ok(report)
@@ -278,6 +282,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         report.launched += cycles.launched;
         report.conflicts += cycles.conflicts;
         report.capacity_errors += cycles.capacity_errors;
+        report.over_limit += cycles.over_limit;
         if pass.out_of_time {
             tracing::warn!(
                 "the invocation's deadline cut the pass short; the next trigger goes on"

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, Clock, EnvironmentUsage, NoEvents, TrainingBackend, TrainingJobState,
+    BackendError, Clock, EnvironmentUsage, NoEvents, TrainingBackend, TrainingJobState, Write,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -942,4 +942,74 @@ async fn a_requeue_and_a_stop_request_are_recorded_as_types() {
     assert_eq!(slow.status, JobStatus::Failed);
     assert_eq!(slow.requeued_by, None, "never went back to RUNNABLE");
     assert_eq!(slow.attempts[0].stop_requested, Some(StopRequest::Timeout));
+}
+
+/// The usage document says the environment is full, but no job holding capacity shows in the
+/// index yet (an eventually consistent index right after the dispatches that filled it): the
+/// plan sees free capacity, and the dispatch commit must still refuse.
+#[tokio::test]
+async fn a_plan_from_a_lagging_index_cannot_over_commit_the_environment() {
+    let w = World::new(EmulatorConfig::default());
+    w.environment("local", 2).await;
+    w.queue("q", 1, "local").await;
+    let full = EnvironmentUsage {
+        environment: "local".into(),
+        instances: [("ml.g5.xlarge".to_owned(), 2)].into(),
+    };
+    w.service
+        .store()
+        .commit(&[Write::document(&full, 0).unwrap()])
+        .await
+        .unwrap();
+    for i in 0..2 {
+        w.submit(&format!("late-{i}"), "q", 1, quick(60)).await;
+    }
+    let pass = w
+        .service
+        .pass(&w.sagemaker, &w.config, accept_and_cycle())
+        .await;
+    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+    let cycle = pass.cycle_totals();
+    assert_eq!(
+        (cycle.dispatched, cycle.over_limit),
+        (0, 2),
+        "both planned, both refused"
+    );
+    let usage = w
+        .service
+        .store()
+        .get_document::<EnvironmentUsage>("local")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        usage.value.total(),
+        2,
+        "nothing was added to a full environment"
+    );
+
+    // Once the capacity is really given back, the jobs start.
+    let empty = EnvironmentUsage {
+        environment: "local".into(),
+        ..EnvironmentUsage::default()
+    };
+    w.service
+        .store()
+        .commit(&[Write::document(&empty, usage.version).unwrap()])
+        .await
+        .unwrap();
+    w.clock.advance(1_000);
+    let pass = w
+        .service
+        .pass(&w.sagemaker, &w.config, accept_and_cycle())
+        .await;
+    assert_eq!(pass.cycle_totals().dispatched, 2);
+}
+
+fn accept_and_cycle() -> PassInput<'static> {
+    PassInput {
+        accept: Some(Accept::all(100, 0)),
+        max_cycles: 1,
+        ..PassInput::default()
+    }
 }

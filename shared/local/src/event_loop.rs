@@ -406,7 +406,11 @@ async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, change
         tracing::info!(?due, "due work");
     }
     for cycle in &report.cycles {
-        if cycle.dispatched > 0 || cycle.capacity_errors > 0 || cycle.rejected > 0 {
+        if cycle.dispatched > 0
+            || cycle.capacity_errors > 0
+            || cycle.rejected > 0
+            || cycle.over_limit > 0
+        {
             tracing::info!(report = ?cycle, "scheduling cycle");
         }
     }

@@ -4,6 +4,7 @@
 
 use std::cmp::Ordering;
 
+use trainyard_domain::environment::within_limits;
 use trainyard_domain::job::{Attempt, JobStatus};
 use trainyard_domain::training::attempt_name;
 use trainyard_scheduler::fair_share::ShareUsage;
@@ -125,6 +126,23 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         });
         let mut new_usage = usage.value.clone();
         new_usage.add(&job.training.instances);
+        // The plan counted capacity in use from the index of jobs holding it, which can lag
+        // (DynamoDB's are eventually consistent); the usage document, read consistently and
+        // version-checked by this very commit, is the truth. No room there: no dispatch.
+        let limits = loaded
+            .snapshot
+            .environments
+            .iter()
+            .find(|e| e.name == dispatch.environment.as_str())
+            .map(|e| e.limits.as_slice())
+            .unwrap_or_default();
+        if !within_limits(limits, &new_usage.instances) {
+            report.over_limit += 1;
+            tracing::warn!(job_id = %job.job_id, environment = %dispatch.environment,
+                "not dispatched: the environment's stored usage has no room (capacity in use \
+                 was read from a lagging index)");
+            return Ok(());
+        }
         let writes = [
             Write::job(job.clone(), stored.version),
             Write::document(&new_usage, usage.version)?,

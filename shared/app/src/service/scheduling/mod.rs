@@ -13,8 +13,10 @@
 //! 2. **Plan** with the pure planner (`trainyard_scheduler::plan_cycle`).
 //! 3. **Commit** each dispatch atomically: the job RUNNABLE → SCHEDULED with a new attempt, and
 //!    the environment's usage document, both version-checked. A concurrent cycle that got there
-//!    first makes the commit fail; the job simply waits for the next cycle. Capacity can
-//!    therefore never be over-committed, whatever runs at once.
+//!    first makes the commit fail; the job simply waits for the next cycle. The new usage is
+//!    checked against the environment's limits before the commit, so a plan made from a
+//!    lagging index of jobs holding capacity cannot over-commit either: capacity can never be
+//!    over-committed, whatever runs at once and however stale the plan's view.
 //! 4. **Launch** the attempt under its deterministic name ([`attempt_name`](trainyard_domain::training::attempt_name)). `ResourceInUse`
 //!    means an earlier launch got through: the attempt is adopted. `ResourceLimitExceeded` puts
 //!    the job back to RUNNABLE without using an attempt; a rejected request fails the job; a
@@ -90,6 +92,9 @@ pub struct CycleReport {
     pub launched: usize,
     /// Dispatches refused because the job or the environment changed since the snapshot.
     pub conflicts: usize,
+    /// Dispatches refused because the environment's stored usage had no room for them: the
+    /// plan's view of capacity in use (an index) lagged behind the usage document.
+    pub over_limit: usize,
     /// Launches refused for lack of capacity (job back to RUNNABLE).
     pub capacity_errors: usize,
     /// Launches left for the next pass (throttled, unavailable).

@@ -123,6 +123,7 @@ impl PassReport {
             total.dispatched += c.dispatched;
             total.launched += c.launched;
             total.conflicts += c.conflicts;
+            total.over_limit += c.over_limit;
             total.capacity_errors += c.capacity_errors;
             total.launch_deferred += c.launch_deferred;
             total.rejected += c.rejected;
