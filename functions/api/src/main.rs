@@ -21,5 +21,5 @@ async fn main() -> Result<(), lambda_http::Error> {
         tracing::warn!(%error, "creating the initial setup failed; the next cold start retries");
     }
     runtime::ready("api");
-    lambda_http::run(api::router(service, config.training_role_arns.clone())).await
+    lambda_http::run(api::router(service)).await
 }

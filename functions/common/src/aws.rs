@@ -47,13 +47,16 @@ impl Adapters {
     /// metrics their events are counted into.
     pub fn service(&self, config: &Config) -> (Arc<AwsService>, Metrics) {
         let metrics = Metrics::new(Arc::new(Recorder::new()), config.stack.clone());
-        let service = Arc::new(Service::new(
-            self.store.clone(),
-            MetricsSink::new(self.events.clone(), metrics.recorder().clone()),
-            Arc::new(SystemClock),
-            Arc::new(RandomIds),
-            config.arns.clone(),
-        ));
+        let service = Arc::new(
+            Service::new(
+                self.store.clone(),
+                MetricsSink::new(self.events.clone(), metrics.recorder().clone()),
+                Arc::new(SystemClock),
+                Arc::new(RandomIds),
+                config.arns.clone(),
+            )
+            .with_training_roles(config.training_role_arns.clone()),
+        );
         (service, metrics)
     }
 }

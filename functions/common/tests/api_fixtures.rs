@@ -14,11 +14,11 @@ use trainyard_app::ports::NoEvents;
 
 mod common;
 
-use common::{ROLE, deployment};
+use common::deployment;
 
 async fn router() -> axum::Router {
     let (service, _, _) = deployment(MemoryStore::new(), NoEvents, 4).await;
-    trainyard_functions::api::router(service, vec![ROLE.to_owned()])
+    trainyard_functions::api::router(service)
 }
 
 fn fixture_text(file: &str) -> String {
@@ -112,6 +112,34 @@ async fn a_job_naming_a_role_outside_the_training_roles_is_refused_at_submit() {
     assert!(body["message"].as_str().unwrap().contains(other), "{body}");
 
     // Nothing was stored: the list stays empty.
+    let (_, _, listed) = invoke(&router, &fixture_text("list.json")).await;
+    assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
+}
+
+/// The operation's name percent-encoded (`submitservice%6Aob`) reaches the same route, and the
+/// same check: the allow-list is the submit use-case's, not a comparison of the raw path.
+#[tokio::test]
+async fn an_encoded_operation_name_does_not_skip_the_role_check() {
+    let router = router().await;
+    let mut event: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
+    let body = event["body"].as_str().unwrap().to_owned();
+    event["body"] = json!(body.replace("role/SageMakerRole", "role/Admin"));
+    for key in ["rawPath", "routeKey"] {
+        if let Some(path) = event[key].as_str() {
+            event[key] = json!(path.replace("submitservicejob", "submitservice%6Aob"));
+        }
+    }
+    event["requestContext"]["http"]["path"] = json!("/v1/submitservice%6Aob");
+    let (status, error_type, body) = invoke(&router, &event.to_string()).await;
+    assert_eq!(
+        (status, error_type.as_deref()),
+        (400, Some("ClientException")),
+        "{body}"
+    );
+    assert!(
+        body["message"].as_str().unwrap().contains("role/Admin"),
+        "{body}"
+    );
     let (_, _, listed) = invoke(&router, &fixture_text("list.json")).await;
     assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
 }

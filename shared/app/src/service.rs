@@ -36,6 +36,8 @@ pub struct Service<S, E> {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn Ids>,
     arns: ArnContext,
+    /// The IAM roles a submitted job's payload may name, when the host restricts them.
+    training_roles: Option<Arc<[String]>>,
 }
 
 impl<S, E: EventSink> Service<S, E> {
@@ -53,7 +55,16 @@ impl<S, E: EventSink> Service<S, E> {
             clock,
             ids,
             arns,
+            training_roles: None,
         }
+    }
+
+    /// The same service, refusing at submit any job whose `serviceRequestPayload.RoleArn` is not
+    /// one of `roles` (a deployment's training roles, the only ones it may pass to SageMaker).
+    /// Checked by the submit use-case itself, so no route or encoding of the request skips it.
+    pub fn with_training_roles(mut self, roles: Vec<String>) -> Self {
+        self.training_roles = Some(roles.into());
+        self
     }
 
     /// The partition, region and account ARNs are minted in.

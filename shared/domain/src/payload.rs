@@ -77,6 +77,13 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> PayloadError
     }
 }
 
+/// The `RoleArn` of a `serviceRequestPayload`, if it has one (see [`parse_training_request`] for
+/// the checks).
+pub fn role_arn(payload: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(payload).ok()?;
+    value.get("RoleArn")?.as_str().map(str::to_owned)
+}
+
 /// Parses and checks a `serviceRequestPayload`.
 pub fn parse_training_request(payload: &str) -> Result<TrainingRequest, PayloadError> {
     let value: Value =

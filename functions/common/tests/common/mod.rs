@@ -27,17 +27,20 @@ pub async fn deployment<S: Store, E: EventSink>(
     max_instances: u32,
 ) -> (Arc<Service<S, E>>, Arc<ManualClock>, EmulatedSageMaker) {
     let clock = Arc::new(ManualClock::new(T0));
-    let service = Arc::new(Service::new(
-        store,
-        events,
-        clock.clone(),
-        Arc::new(SequentialIds::default()),
-        ArnContext {
-            partition: "aws".into(),
-            region: "us-east-1".into(),
-            account: "123456789012".into(),
-        },
-    ));
+    let service = Arc::new(
+        Service::new(
+            store,
+            events,
+            clock.clone(),
+            Arc::new(SequentialIds::default()),
+            ArnContext {
+                partition: "aws".into(),
+                region: "us-east-1".into(),
+                account: "123456789012".into(),
+            },
+        )
+        .with_training_roles(vec![ROLE.to_owned()]),
+    );
     let setup = InitialSetup {
         environment: "default".into(),
         max_instances,

@@ -113,6 +113,15 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
         self.check_share(&queue, ordering, &cmd).await?;
         let training = parse_training_request(&cmd.service_request_payload)
             .map_err(|e| AppError::Invalid(e.to_string()))?;
+        if let Some(roles) = &self.training_roles {
+            let role = role_arn(&cmd.service_request_payload).unwrap_or_default();
+            if !roles.contains(&role) {
+                return Err(AppError::Invalid(format!(
+                    "serviceRequestPayload.RoleArn {role} is not one of the training roles this \
+                     deployment may pass to SageMaker (the stack's TrainingRoleArns parameter)"
+                )));
+            }
+        }
 
         let now = self.clock.now_ms();
         let job_id = self.ids.job_id();
