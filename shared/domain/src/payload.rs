@@ -84,6 +84,11 @@ pub fn role_arn(payload: &str) -> Option<String> {
     value.get("RoleArn")?.as_str().map(str::to_owned)
 }
 
+/// The largest `StoppingCondition.MaxRuntimeInSeconds` (and `InstanceCount`): both members are
+/// 32-bit integers in SageMaker's API model, so no SDK can send more; anything larger is refused
+/// at submit rather than carried into arithmetic.
+pub const MAX_RUNTIME_S: u64 = i32::MAX as u64;
+
 /// Parses and checks a `serviceRequestPayload`.
 pub fn parse_training_request(payload: &str) -> Result<TrainingRequest, PayloadError> {
     let value: Value =
@@ -134,11 +139,11 @@ pub fn training_request_of(value: &Value) -> Result<TrainingRequest, PayloadErro
         Some(Value::Object(sc)) => match sc.get("MaxRuntimeInSeconds") {
             None => None,
             Some(v) => match v.as_u64() {
-                Some(s) if s >= 1 => Some(s),
+                Some(s) if (1..=MAX_RUNTIME_S).contains(&s) => Some(s),
                 _ => {
                     return Err(invalid(
                         "StoppingCondition.MaxRuntimeInSeconds",
-                        "must be an integer of at least 1",
+                        "must be an integer of at least 1 and at most 2147483647 (a 32-bit integer in SageMaker's API)",
                     ));
                 }
             },
@@ -190,11 +195,13 @@ fn parse_instances(
             None => return Err(invalid(format!("{field}.InstanceType"), "is required")),
         };
         let count = match count.map(Value::as_u64) {
-            Some(Some(n)) if (1..=u64::from(u32::MAX)).contains(&n) => n as u32,
+            Some(Some(n)) if (1..=MAX_RUNTIME_S).contains(&n) => {
+                u32::try_from(n).unwrap_or(u32::MAX)
+            }
             Some(_) => {
                 return Err(invalid(
                     format!("{field}.InstanceCount"),
-                    "must be an integer of at least 1",
+                    "must be an integer of at least 1 and at most 2147483647 (a 32-bit integer in SageMaker's API)",
                 ));
             }
             None => return Err(invalid(format!("{field}.InstanceCount"), "is required")),
@@ -377,6 +384,24 @@ mod tests {
                 ),
                 "MaxRuntimeInSeconds",
             ),
+            (
+                "runtime past 32 bits (2^63 once wrapped negative)",
+                with(
+                    base(),
+                    &["StoppingCondition", "MaxRuntimeInSeconds"],
+                    Some(json!(9_223_372_036_854_775_808_u64)),
+                ),
+                "at most 2147483647",
+            ),
+            (
+                "runtime one past the largest",
+                with(
+                    base(),
+                    &["StoppingCondition", "MaxRuntimeInSeconds"],
+                    Some(json!(MAX_RUNTIME_S + 1)),
+                ),
+                "MaxRuntimeInSeconds",
+            ),
         ];
         for (case, payload, needle) in cases {
             let err = parse_training_request(&payload).unwrap_err().to_string();
@@ -385,6 +410,17 @@ mod tests {
                 "{case}: {err:?} should contain {needle:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_largest_runtime_sagemaker_takes_is_accepted() {
+        let payload = with(
+            base(),
+            &["StoppingCondition", "MaxRuntimeInSeconds"],
+            Some(json!(MAX_RUNTIME_S)),
+        );
+        let parsed = parse_training_request(&payload).unwrap();
+        assert_eq!(parsed.max_runtime_s, Some(2_147_483_647));
     }
 
     #[test]

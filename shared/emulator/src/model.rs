@@ -426,7 +426,7 @@ impl Emulator {
             training_ms,
             max_runtime_ms: parsed
                 .max_runtime_s
-                .map(|s| (s as i64).saturating_mul(1000)),
+                .map(|s| i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000)),
             outcome,
         };
         job.transitions.push(Transition {

@@ -80,8 +80,10 @@ pub(crate) fn dispatch<'a>(
     now_ms: i64,
     config: &Config,
 ) -> Result<(), SkipReason> {
-    let runtime_ms =
-        (job.max_runtime_s.unwrap_or(config.default_runtime_s) as i64).saturating_mul(1000);
+    let runtime_s = job.max_runtime_s.unwrap_or(config.default_runtime_s);
+    let runtime_ms = i64::try_from(runtime_s)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
     let end_ms = now_ms.saturating_add(runtime_ms);
     // Rule 4: backfill only what does not delay the head.
     if let Some(head) = &mut env.head

@@ -123,7 +123,11 @@ fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
         priority: job.priority,
         started_at_ms: started,
         instances: job.instances,
-        expected_end_ms: started.saturating_add((runtime_s as i64).saturating_mul(1000)),
+        expected_end_ms: started.saturating_add(
+            i64::try_from(runtime_s)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
+        ),
     }
 }
 
