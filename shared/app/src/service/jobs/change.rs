@@ -1,9 +1,12 @@
 //! Changing a job after submission: terminate (one or many) and re-prioritise.
 
 use super::*;
+use crate::service::scheduling::RACE_RETRIES;
 
 impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
-    /// Applies `change` to a job, retrying once on a version conflict (re-reading first).
+    /// Applies `change` to a job, re-reading and retrying on a version conflict up to
+    /// `RACE_RETRIES` times in all: the scheduler rewrites waiting jobs' reasons every cycle, so
+    /// a request racing it loses now and then, and must not surface that as a server error.
     /// `change` returns `Ok(false)` when there is nothing to write.
     pub(super) async fn update_with_retry<F>(
         &self,
@@ -25,7 +28,7 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
             }
             match self.store.update_job(&job, version).await {
                 Ok(_) => return Ok(job),
-                Err(StoreError::Conflict) if tries < 2 => continue,
+                Err(StoreError::Conflict) if tries < RACE_RETRIES => continue,
                 Err(e) => return Err(e.into()),
             }
         }

@@ -150,12 +150,13 @@ async fn racing_service(status: JobStatus, conflicts: usize) -> Service<RacingSt
 }
 
 #[tokio::test]
-async fn terminate_and_update_retry_one_conflict_and_then_give_up() {
+async fn terminate_and_update_retry_lost_races_and_then_give_up() {
     // (case, conflicts injected, succeeds)
     let cases = [
         ("no race", 0, true),
         ("one lost race is retried", 1, true),
-        ("two lost races give up", 2, false),
+        ("four lost races in a row are retried", 4, true),
+        ("five lost races give up", 5, false),
     ];
     for (case, conflicts, succeeds) in cases {
         let service = racing_service(JobStatus::Runnable, conflicts).await;

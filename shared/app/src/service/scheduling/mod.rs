@@ -141,4 +141,4 @@ pub struct DueReport {
 }
 
 /// Most times a use-case re-reads and retries after losing a race on the same job.
-const RACE_RETRIES: usize = 5;
+pub(crate) const RACE_RETRIES: usize = 5;
