@@ -271,3 +271,28 @@ def test_the_api_is_iam_authorized(which, request):
     (api,) = by_type(request.getfixturevalue(which), "AWS::ApiGatewayV2::Api").values()
     route = api["Properties"]["Body"]["paths"]["$default"]["x-amazon-apigateway-any-method"]
     assert route["security"] == [{"AWS_IAM": []}]
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_cloudwatch_alarms_can_publish_to_the_encrypted_alarm_topic(which, request):
+    """An alarm topic under the AWS-managed alias/aws/sns key never receives an alarm: CloudWatch
+    needs kms:Decrypt and kms:GenerateDataKey on the topic's key, which only a key of our own
+    can grant it."""
+    template = request.getfixturevalue(which)
+    topics = by_type(template, "AWS::SNS::Topic")
+    keys = by_type(template, "AWS::KMS::Key")
+    assert len(topics) == 1, topics
+    (topic,) = topics.values()
+    key_ref = topic["Properties"].get("KmsMasterKeyId")
+    assert isinstance(key_ref, dict) and key_ref.get("Ref") in keys, f"topic key: {key_ref!r}"
+    policy = keys[key_ref["Ref"]]["Properties"]["KeyPolicy"]
+    grants = [
+        s
+        for s in policy["Statement"]
+        if s.get("Effect") == "Allow" and s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"
+    ]
+    assert grants, "no statement lets cloudwatch.amazonaws.com use the key"
+    actions = set()
+    for g in grants:
+        actions |= set(g["Action"] if isinstance(g["Action"], list) else [g["Action"]])
+    assert {"kms:Decrypt", "kms:GenerateDataKey"} <= actions, actions

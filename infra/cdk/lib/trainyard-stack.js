@@ -13,6 +13,7 @@ const cloudwatch = require('aws-cdk-lib/aws-cloudwatch');
 const dynamodb = require('aws-cdk-lib/aws-dynamodb');
 const events = require('aws-cdk-lib/aws-events');
 const iam = require('aws-cdk-lib/aws-iam');
+const kms = require('aws-cdk-lib/aws-kms');
 const lambda = require('aws-cdk-lib/aws-lambda');
 const logs = require('aws-cdk-lib/aws-logs');
 const s3assets = require('aws-cdk-lib/aws-s3-assets');
@@ -323,7 +324,34 @@ class TrainyardStack extends cdk.Stack {
     });
 
     // --- alarms and dashboard --------------------------------------------------------------------
-    const topic = new sns.CfnTopic(this, 'AlarmTopic', { kmsMasterKeyId: 'alias/aws/sns' });
+    // CloudWatch alarms cannot publish to a topic encrypted with the AWS-managed alias/aws/sns
+    // key (its policy cannot be changed to let them); this key's policy lets them, from this
+    // account.
+    const topicKey = new kms.CfnKey(this, 'AlarmTopicKey', {
+      description: cdk.Fn.sub("Encrypts ${AWS::StackName}'s alarm topic; CloudWatch alarms may use it."),
+      enableKeyRotation: true,
+      keyPolicy: {
+        Version: '2012-10-17',
+        Statement: [
+          {
+            Sid: 'TheAccountManagesTheKeyThroughIam',
+            Effect: 'Allow',
+            Principal: { AWS: cdk.Fn.sub('arn:${AWS::Partition}:iam::${AWS::AccountId}:root') },
+            Action: 'kms:*',
+            Resource: '*',
+          },
+          {
+            Sid: 'CloudWatchAlarmsPublishToTheTopic',
+            Effect: 'Allow',
+            Principal: { Service: 'cloudwatch.amazonaws.com' },
+            Action: ['kms:Decrypt', 'kms:GenerateDataKey'],
+            Resource: '*',
+            Condition: { StringEquals: { 'aws:SourceAccount': cdk.Aws.ACCOUNT_ID } },
+          },
+        ],
+      },
+    });
+    const topic = new sns.CfnTopic(this, 'AlarmTopic', { kmsMasterKeyId: topicKey.ref });
     const subscription = new sns.CfnSubscription(this, 'AlarmEmailSubscription', {
       topicArn: topic.ref, protocol: 'email', endpoint: alarmEmail.valueAsString,
     });
