@@ -296,3 +296,52 @@ def test_cloudwatch_alarms_can_publish_to_the_encrypted_alarm_topic(which, reque
     for g in grants:
         actions |= set(g["Action"] if isinstance(g["Action"], list) else [g["Action"]])
     assert {"kms:Decrypt", "kms:GenerateDataKey"} <= actions, actions
+
+
+def attempt_name_prefix():
+    """ATTEMPT_NAME_PREFIX as the Rust code defines it (shared/domain/src/training.rs)."""
+    source = (ROOT / "shared" / "domain" / "src" / "training.rs").read_text()
+    line = next(l for l in source.splitlines() if l.startswith("pub const ATTEMPT_NAME_PREFIX"))
+    return line.split('"')[1]
+
+
+def matches(pattern, event):
+    """EventBridge's matching for the operators these templates use: a list of exact values, and
+    `{"prefix": ...}`; nested objects match nested members. Anything else fails loudly."""
+    for key, expected in pattern.items():
+        if isinstance(expected, dict):
+            if not isinstance(event.get(key), dict) or not matches(expected, event[key]):
+                return False
+            continue
+        value = event.get(key)
+        ok = False
+        for alternative in expected:
+            if isinstance(alternative, dict):
+                assert set(alternative) == {"prefix"}, f"operator not handled here: {alternative}"
+                ok |= isinstance(value, str) and value.startswith(alternative["prefix"])
+            else:
+                ok |= value == alternative
+        if not ok:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_only_trainyards_training_jobs_reach_the_training_events_function(which, request):
+    (rule,) = [
+        r
+        for r in by_type(request.getfixturevalue(which), "AWS::Events::Rule").values()
+        if r["Properties"].get("EventPattern", {}).get("source") == ["aws.sagemaker"]
+    ]
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["detail"]["TrainingJobName"] == [{"prefix": attempt_name_prefix()}]
+    fixtures = ROOT / "events" / "training-events"
+    seen = {}
+    for path in sorted(fixtures.glob("*.json")):
+        event = json.loads(path.read_text())
+        if event.get("source") != "aws.sagemaker":
+            continue
+        seen[path.name] = matches(pattern, event)
+    assert seen.get("foreign-training-job.json") is False, seen
+    assert seen.get("completed.json") is True, seen
+    assert sum(seen.values()) >= 2, seen

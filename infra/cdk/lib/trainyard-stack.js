@@ -315,7 +315,13 @@ class TrainyardStack extends cdk.Stack {
       target: { input: '{"trigger":"schedule"}' },
     });
     rule('TrainingEventsFunctionSageMakerStateChange', trainingEvents, {
-      eventPattern: { source: ['aws.sagemaker'], 'detail-type': ['SageMaker Training Job State Change'] },
+      // Only Trainyard's attempts (trainyard_domain::training::ATTEMPT_NAME_PREFIX): the
+      // account's other training jobs do not invoke the function.
+      eventPattern: {
+        source: ['aws.sagemaker'],
+        'detail-type': ['SageMaker Training Job State Change'],
+        detail: { TrainingJobName: [{ prefix: 'ty-' }] },
+      },
       target: { retryPolicy: { maximumRetryAttempts: 185, maximumEventAgeInSeconds: 86400 }, ...deliveryDlq },
     });
     rule('RetryFunctionTick', retry, {
