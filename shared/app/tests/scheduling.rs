@@ -16,6 +16,7 @@ use trainyard_app::ports::{
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
+use trainyard_app::service::queues::JobQueueUpdate;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, StateOutcome};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
@@ -1011,5 +1012,65 @@ fn accept_and_cycle() -> PassInput<'static> {
         accept: Some(Accept::all(100, 0)),
         max_cycles: 1,
         ..PassInput::default()
+    }
+}
+
+/// Re-pointing a queue to another environment while its jobs run: the planner charges running
+/// jobs to their queue's current environment, so it sees the first environment empty; the
+/// dispatch commit, checking the environment's stored usage, still keeps it within its limit.
+#[tokio::test]
+async fn re_pointing_a_queue_under_running_jobs_cannot_over_commit_their_environment() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("a", 4).await;
+    w.environment("b", 4).await;
+    w.queue("moving", 500, "a").await;
+    w.queue("staying", 100, "a").await;
+    for i in 0..4 {
+        w.submit(&format!("m-{i}"), "moving", 1, quick(600)).await;
+    }
+    for _ in 0..10 {
+        w.tick().await;
+        w.clock.advance(1_000);
+    }
+    assert_eq!(w.dispatched.len(), 4, "the moving queue holds all of a");
+    let order = vec![ServiceEnvironmentOrder {
+        order: 1,
+        service_environment: "b".into(),
+    }];
+    w.service
+        .update_job_queue(
+            "moving",
+            JobQueueUpdate {
+                service_environment_order: Some(order),
+                ..JobQueueUpdate::default()
+            },
+        )
+        .await
+        .unwrap();
+    for i in 0..4 {
+        w.submit(&format!("s-{i}"), "staying", 1, quick(600)).await;
+    }
+    for _ in 0..10 {
+        w.tick().await;
+        w.clock.advance(1_000);
+        let on_a: u64 = w
+            .service
+            .store()
+            .dispatched_jobs()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|j| {
+                j.value
+                    .latest_attempt()
+                    .and_then(|a| a.service_environment.as_deref())
+                    == Some("a")
+            })
+            .map(|j| j.value.training.total_instances())
+            .sum();
+        assert!(
+            on_a <= 4,
+            "{on_a} instances held on a 4-instance environment"
+        );
     }
 }
