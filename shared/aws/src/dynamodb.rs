@@ -25,11 +25,15 @@
 //! # Errors
 //!
 //! Classified once, in `classify` and `classify_transaction`: a failed condition is
-//! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create); throttling, 5xx,
-//! timeouts and everything else are [`StoreError::Unavailable`] with the SDK error kept.
+//! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create), and so is a
+//! collision with another transaction (`TransactionConflict`), which the use-cases re-read and
+//! retry like any lost race; throttling, 5xx, timeouts and everything else are
+//! [`StoreError::Unavailable`] with the SDK error kept.
 
 mod interceptor;
 mod schema;
+#[cfg(test)]
+mod stand_in;
 mod units;
 
 use std::collections::HashMap;
@@ -722,7 +726,10 @@ enum Cancelled {
     Failed(StoreError),
 }
 
-/// Classifies a `TransactWriteItems` failure: cancelled for a condition, or unavailable.
+/// Classifies a `TransactWriteItems` failure: cancelled for a condition; a
+/// [`StoreError::Conflict`] when it collided with another transaction on one of its items
+/// (`TransactionConflict`: a lost race, which the use-cases re-read and retry, not an outage);
+/// otherwise as [`classify`] does.
 fn classify_transaction<R>(error: SdkError<TransactWriteItemsError, R>) -> Cancelled
 where
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -741,22 +748,36 @@ where
         if reasons.iter().any(|r| r.failed) {
             return Cancelled::Conditions(reasons);
         }
+        if cancelled
+            .cancellation_reasons()
+            .iter()
+            .any(|r| r.code() == Some(TRANSACTION_CONFLICT))
+        {
+            return Cancelled::Failed(StoreError::Conflict);
+        }
     }
     Cancelled::Failed(classify(error))
 }
 
+/// A transaction's cancellation reason when another transaction held one of its items.
+const TRANSACTION_CONFLICT: &str = "TransactionConflict";
+
 /// Classifies an SDK failure: a failed condition is a [`StoreError::Conflict`] (callers that
-/// create turn it into [`StoreError::AlreadyExists`]); everything else is unavailable.
+/// create turn it into [`StoreError::AlreadyExists`]), and so is a single-item write that met a
+/// transaction in progress on its item (`TransactionConflictException`; only job and document
+/// items are ever in transactions, and no create of them is a single-item write); everything
+/// else is unavailable.
 fn classify<E, R>(error: SdkError<E, R>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    if error
-        .as_service_error()
-        .and_then(ProvideErrorMetadata::code)
-        == Some("ConditionalCheckFailedException")
-    {
+    if matches!(
+        error
+            .as_service_error()
+            .and_then(ProvideErrorMetadata::code),
+        Some("ConditionalCheckFailedException" | "TransactionConflictException")
+    ) {
         return StoreError::Conflict;
     }
     let message = match error.as_service_error() {
@@ -1206,5 +1227,62 @@ impl SchedulingStore for DynamoStore {
                 _ => Err(classify(error)),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What the store makes of DynamoDB's answers that moto never gives.
+    #![allow(clippy::unwrap_used)]
+
+    use axum::http::StatusCode;
+    use serde_json::{Value, json};
+    use trainyard_app::contract::job;
+    use trainyard_app::ports::{EnvironmentUsage, JobStore, SchedulingStore, StoreError, Write};
+
+    use super::stand_in::stand_in;
+
+    /// `TransactWriteItems` cancelled because another transaction held one of its items.
+    fn transaction_conflict() -> (StatusCode, Value) {
+        (
+            StatusCode::BAD_REQUEST,
+            json!({
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                "message": "Transaction cancelled, please refer cancellation reasons for specific reasons [None, TransactionConflict]",
+                "CancellationReasons": [
+                    {"Code": "None"},
+                    {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
+                ]
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_transaction_that_collides_with_another_is_a_conflict_not_an_outage() {
+        let (store, _script) = stand_in(vec![transaction_conflict(); 4]).await;
+        let usage = EnvironmentUsage {
+            environment: "env".into(),
+            ..EnvironmentUsage::default()
+        };
+        let writes = [
+            Write::job(job("j").build(), 3),
+            Write::document(&usage, 1).unwrap(),
+        ];
+        let result = store.commit(&writes).await;
+        assert!(matches!(result, Err(StoreError::Conflict)), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn a_write_that_meets_a_transaction_in_progress_is_a_conflict() {
+        let answer = (
+            StatusCode::BAD_REQUEST,
+            json!({
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+                "message": "Transaction is ongoing for the item"
+            }),
+        );
+        let (store, _script) = stand_in(vec![answer; 4]).await;
+        let result = store.update_job(&job("j").build(), 3).await;
+        assert!(matches!(result, Err(StoreError::Conflict)), "{result:?}");
     }
 }
