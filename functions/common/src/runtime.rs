@@ -14,6 +14,22 @@ use crate::config::Config;
 use crate::error::FunctionError;
 use crate::metrics::Metrics;
 
+/// The invocation's deadline as a monotonic instant, from the wall-clock `deadline` Lambda
+/// gives: `None` when it is not ahead of `now`. Lambda's deadline is always ahead of an
+/// invocation it starts, so one already past says nothing about the time left (`cargo lambda
+/// watch` sends a constant 600,000 ms since the epoch); the pass then runs without one rather
+/// than doing nothing.
+pub fn deadline_from(
+    deadline: std::time::SystemTime,
+    now: std::time::SystemTime,
+) -> Option<tokio::time::Instant> {
+    let left = deadline
+        .duration_since(now)
+        .ok()
+        .filter(|left| !left.is_zero())?;
+    Some(tokio::time::Instant::now() + left)
+}
+
 /// Starts logging and reads the configuration; on a bad configuration logs every problem as one
 /// error and returns it (the process then exits, and Lambda reports the failed init).
 pub fn cold_start(function: &'static str) -> Result<Config, FunctionError> {
@@ -88,4 +104,26 @@ where
 fn now_ms() -> i64 {
     use trainyard_app::ports::{Clock, SystemClock};
     SystemClock.now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::deadline_from;
+
+    #[test]
+    fn a_deadline_already_past_is_no_deadline_and_one_ahead_is_kept() {
+        let now = SystemTime::now();
+        assert!(
+            deadline_from(SystemTime::UNIX_EPOCH + Duration::from_millis(600_000), now).is_none()
+        );
+        assert!(deadline_from(now, now).is_none());
+        let ahead = deadline_from(now + Duration::from_secs(60), now).unwrap();
+        let left = ahead - tokio::time::Instant::now();
+        assert!(
+            left > Duration::from_secs(59) && left <= Duration::from_secs(60),
+            "{left:?}"
+        );
+    }
 }

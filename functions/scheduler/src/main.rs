@@ -24,14 +24,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let handler = handler.clone();
         let stack = stack.clone();
         async move {
-            let deadline = tokio::time::Instant::now()
-                + event
-                    .context
-                    .deadline()
-                    .duration_since(std::time::SystemTime::now())
-                    .unwrap_or_default();
+            let deadline =
+                runtime::deadline_from(event.context.deadline(), std::time::SystemTime::now());
             let report = handler
-                .handle(&event.payload, &event.context.request_id, Some(deadline))
+                .handle(&event.payload, &event.context.request_id, deadline)
                 .await?;
             // The schedule tick also reports the gauges the stuck-queue alarm watches.
             if report.trigger == Some(Trigger::Schedule) {
