@@ -38,7 +38,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use trainyard_app::ports::{ConfigStore, JobStore};
 
@@ -46,7 +46,7 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, NoEvents, TrainingBackend, TrainingJobState, TrainingStatus, described,
+    BackendError, Event, EventSink, TrainingBackend, TrainingJobState, TrainingStatus, described,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -67,7 +67,7 @@ use crate::trace::{Trace, TraceJob};
 /// Virtual time of the trace's first submission (epoch ms): any fixed instant will do.
 const T0_MS: i64 = 1_500_000_000_000;
 
-/// The job tag naming its team, which the store groups jobs by.
+/// The job tag naming its team, which [`TeamCounts`] groups jobs by.
 const TEAM_TAG: &str = "team";
 
 /// Passes between progress reports.
@@ -324,6 +324,92 @@ fn team_of(job: &ServiceJob) -> String {
     job.tags.get(TEAM_TAG).cloned().unwrap_or_default()
 }
 
+/// What one team holds and waits for at an instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct TeamNow {
+    /// RUNNABLE jobs.
+    runnable: usize,
+    /// Instances held by its dispatched jobs.
+    held_instances: u64,
+}
+
+impl TeamNow {
+    /// What `job`, in its current status, adds to its team.
+    fn of(job: &ServiceJob) -> Self {
+        Self {
+            runnable: usize::from(job.status == JobStatus::Runnable),
+            held_instances: if job.status.is_dispatched() {
+                job.training.total_instances()
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// The service's event sink in a replay: counts each team's RUNNABLE jobs and held instances
+/// from the status changes the use-cases publish (every change of status is published, after
+/// its commit), so that the recorder reads them per pass without the store knowing of teams.
+#[derive(Debug, Clone, Default)]
+struct TeamCounts {
+    inner: Arc<Mutex<TeamState>>,
+}
+
+#[derive(Debug, Default)]
+struct TeamState {
+    /// Each job's team and what it last added to it.
+    jobs: BTreeMap<String, (String, TeamNow)>,
+    /// Teams with a RUNNABLE job or held instances.
+    teams: BTreeMap<String, TeamNow>,
+}
+
+impl TeamState {
+    /// Applies `f` to `team`'s counts, keeping only teams with something to count.
+    fn change(&mut self, team: &str, f: impl FnOnce(&mut TeamNow)) {
+        let entry = self.teams.entry(team.to_owned()).or_default();
+        f(entry);
+        if *entry == TeamNow::default() {
+            self.teams.remove(team);
+        }
+    }
+}
+
+impl TeamCounts {
+    fn lock(&self) -> MutexGuard<'_, TeamState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Teams with a RUNNABLE job or held instances, by name.
+    fn teams(&self) -> BTreeMap<String, TeamNow> {
+        self.lock().teams.clone()
+    }
+}
+
+impl EventSink for TeamCounts {
+    async fn publish(&self, event: Event) {
+        let Event::JobStatusChanged { job, .. } = event else {
+            return;
+        };
+        let (team, now) = (team_of(&job), TeamNow::of(&job));
+        let mut state = self.lock();
+        let before = if job.status.is_terminal() {
+            state.jobs.remove(&job.job_id)
+        } else {
+            state.jobs.insert(job.job_id.clone(), (team.clone(), now))
+        };
+        if let Some((old_team, old)) = before {
+            state.change(&old_team, |t| {
+                t.runnable = t.runnable.saturating_sub(old.runnable);
+                t.held_instances = t.held_instances.saturating_sub(old.held_instances);
+            });
+        }
+        state.change(&team, |t| {
+            t.runnable += now.runnable;
+            t.held_instances += now.held_instances;
+        });
+    }
+}
+
 /// A trace job as submitted: its tier and team decided.
 struct Planned<'a> {
     job: &'a TraceJob,
@@ -423,7 +509,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn observe(&mut self, now_ms: i64, store: &MemoryStore) {
+    fn observe(&mut self, now_ms: i64, store: &MemoryStore, teams: &TeamCounts) {
         let busy = store.held_instances();
         let backlogged = store.runnable_count() > 0;
         match self.pool {
@@ -444,7 +530,7 @@ impl Recorder {
             }
             None => self.pool = Some((now_ms, busy, backlogged)),
         }
-        let stats = store.group_stats();
+        let stats = teams.teams();
         let names: BTreeSet<String> = stats.keys().chain(self.teams.keys()).cloned().collect();
         for name in names {
             let (held, waiting) = stats
@@ -513,9 +599,10 @@ pub fn run(
     let teams = team_loads(trace, scenario);
     let setup = Setup::new(policy, scenario, &teams);
     let clock = Arc::new(ManualClock::new(T0_MS));
+    let teams = TeamCounts::default();
     let service = Service::new(
-        MemoryStore::with_groups(team_of),
-        NoEvents,
+        MemoryStore::new(),
+        teams.clone(),
         clock.clone(),
         Arc::new(SequentialIds::default()),
         ArnContext::default(),
@@ -707,7 +794,7 @@ pub fn run(
         dirty = false;
 
         // 3. Record.
-        recorder.observe(now, store);
+        recorder.observe(now, store, &teams);
         if passes.is_multiple_of(PROGRESS_EVERY) {
             progress(&Progress {
                 policy: policy.name(),

@@ -1,6 +1,5 @@
 //! The memory store's indexes over its jobs, kept in step with every write: by status, the
-//! RUNNABLE lines of each queue and share, the heads' and holders' summaries, backoff, and the
-//! simulator's groups.
+//! RUNNABLE lines of each queue and share, the heads' and holders' summaries, and backoff.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,18 +19,6 @@ fn line_entry(job: &ServiceJob) -> (Reverse<u32>, i64, String) {
     (priority, at, job.job_id.clone())
 }
 
-/// How a host groups jobs for [`MemoryStore::group_stats`](super::MemoryStore::group_stats) (the simulator groups by team).
-pub type GroupFn = fn(&ServiceJob) -> String;
-
-/// What a group of jobs holds and waits for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupStats {
-    /// RUNNABLE jobs.
-    pub runnable: usize,
-    /// Instances held by dispatched jobs.
-    pub held_instances: u64,
-}
-
 /// Indexes over the jobs, kept in step with them.
 #[derive(Default)]
 pub(super) struct Indexes {
@@ -47,8 +34,6 @@ pub(super) struct Indexes {
     pub(super) dispatched: BTreeMap<String, CapacityHolder>,
     /// RUNNABLE jobs with a `not_before`: (not before, id).
     pub(super) backoff: BTreeSet<(i64, String)>,
-    /// Per group (see [`GroupFn`]).
-    pub(super) groups: BTreeMap<String, GroupStats>,
     /// Instances held by all dispatched jobs.
     pub(super) held_instances: u64,
     /// One shared string per queue and share name, which every summary of their jobs holds:
@@ -57,13 +42,11 @@ pub(super) struct Indexes {
 }
 
 impl Indexes {
-    pub(super) fn add(&mut self, job: &ServiceJob, version: u64, group: Option<GroupFn>) {
+    pub(super) fn add(&mut self, job: &ServiceJob, version: u64) {
         self.by_status
             .entry(job.status)
             .or_default()
             .insert((job.created_at, job.job_id.clone()));
-        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
-        let mut stats = GroupStats::default();
         if job.status == JobStatus::Runnable {
             self.runnable
                 .entry(job.job_queue.clone())
@@ -78,21 +61,13 @@ impl Indexes {
             head.job_queue = self.shared(&head.job_queue);
             head.share = self.shared(&head.share);
             self.heads.insert(job.job_id.clone(), head);
-            stats.runnable = 1;
         }
         if job.status.is_dispatched() {
             let mut holder = CapacityHolder::of(job);
             holder.job_queue = self.shared(&holder.job_queue);
             holder.share = self.shared(&holder.share);
             self.dispatched.insert(job.job_id.clone(), holder);
-            let held = job.training.total_instances();
-            self.held_instances += held;
-            stats.held_instances = held;
-        }
-        if let (true, Some(group)) = (counted, group) {
-            let entry = self.groups.entry(group(job)).or_default();
-            entry.runnable += stats.runnable;
-            entry.held_instances += stats.held_instances;
+            self.held_instances += job.training.total_instances();
         }
     }
 
@@ -119,12 +94,10 @@ impl Indexes {
         }
     }
 
-    pub(super) fn remove(&mut self, job: &ServiceJob, group: Option<GroupFn>) {
+    pub(super) fn remove(&mut self, job: &ServiceJob) {
         if let Some(set) = self.by_status.get_mut(&job.status) {
             set.remove(&(job.created_at, job.job_id.clone()));
         }
-        let counted = job.status == JobStatus::Runnable || job.status.is_dispatched();
-        let mut stats = GroupStats::default();
         if job.status == JobStatus::Runnable {
             if let Some(shares) = self.runnable.get_mut(&job.job_queue) {
                 let share = share_key(job);
@@ -142,22 +115,10 @@ impl Indexes {
                 self.backoff.remove(&(at, job.job_id.clone()));
             }
             self.heads.remove(&job.job_id);
-            stats.runnable = 1;
         }
         if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
             let held = job.training.total_instances();
             self.held_instances = self.held_instances.saturating_sub(held);
-            stats.held_instances = held;
-        }
-        if let (true, Some(group)) = (counted, group) {
-            let key = group(job);
-            if let Some(entry) = self.groups.get_mut(&key) {
-                entry.runnable = entry.runnable.saturating_sub(stats.runnable);
-                entry.held_instances = entry.held_instances.saturating_sub(stats.held_instances);
-                if *entry == GroupStats::default() {
-                    self.groups.remove(&key);
-                }
-            }
         }
     }
 }
@@ -165,11 +126,7 @@ impl Indexes {
 /// Whether `old` and `new` have the same entries in every index: both RUNNABLE (jobs holding
 /// capacity are summarised, so any change re-indexes them) with the same keys and the same
 /// summary but for the status reason.
-pub(super) fn same_index_entries(
-    old: &ServiceJob,
-    new: &ServiceJob,
-    group: Option<GroupFn>,
-) -> bool {
+pub(super) fn same_index_entries(old: &ServiceJob, new: &ServiceJob) -> bool {
     old.status == JobStatus::Runnable
         && new.status == JobStatus::Runnable
         && old.created_at == new.created_at
@@ -180,5 +137,4 @@ pub(super) fn same_index_entries(
         && old.not_before == new.not_before
         && old.training.instances == new.training.instances
         && old.training.max_runtime_s == new.training.max_runtime_s
-        && group.is_none_or(|g| g(old) == g(new))
 }

@@ -23,7 +23,6 @@ use crate::ports::{
     JobStore, NameFilter, Page, Resource, RunnableHead, SchedulingStore, StoreError, Versioned,
     Write,
 };
-pub use indexes::{GroupFn, GroupStats};
 use indexes::{Indexes, same_index_entries};
 use stored::{Decoded, Json, Stored, corrupt};
 
@@ -38,23 +37,21 @@ struct Inner {
     /// up without building an owned one).
     documents: BTreeMap<&'static str, BTreeMap<String, Stored>>,
     index: Indexes,
-    group: Option<GroupFn>,
 }
 
 impl Inner {
     /// Replaces a stored job's value, keeping the indexes in step.
     fn replace_job(&mut self, job: &ServiceJob) -> Option<u64> {
-        let group = self.group;
         let stored = self.jobs.get_mut(&job.job_id)?;
         let version = stored.version + 1;
         // Most updates of a waiting job only change its status reason: its index entries stay,
         // and its summary takes the new reason and version.
-        if same_index_entries(&stored.value, job, group) {
+        if same_index_entries(&stored.value, job) {
             self.index
                 .new_reason(&job.job_id, job.status_reason.as_deref(), version);
         } else {
-            self.index.remove(&stored.value, group);
-            self.index.add(job, version, group);
+            self.index.remove(&stored.value);
+            self.index.add(job, version);
         }
         stored.value = job.clone();
         stored.version = version;
@@ -72,14 +69,6 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// An empty store that also counts RUNNABLE jobs and held instances per group, as `group`
-    /// assigns jobs to groups (see [`MemoryStore::group_stats`]).
-    pub fn with_groups(group: GroupFn) -> Self {
-        let store = Self::default();
-        store.lock().group = Some(group);
-        store
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -110,12 +99,6 @@ impl MemoryStore {
         let inner = self.lock();
         let start = (after_ms.saturating_add(1), String::new());
         inner.index.backoff.range(start..).next().map(|(at, _)| *at)
-    }
-
-    /// RUNNABLE jobs and held instances per group, for groups with either (empty unless the
-    /// store was built [`MemoryStore::with_groups`]).
-    pub fn group_stats(&self) -> BTreeMap<String, GroupStats> {
-        self.lock().index.groups.clone()
     }
 }
 
@@ -159,8 +142,7 @@ impl JobStore for MemoryStore {
         if let Some(token) = token {
             inner.tokens.insert(token.token.clone(), token.clone());
         }
-        let group = inner.group;
-        inner.index.add(job, 1, group);
+        inner.index.add(job, 1);
         inner.jobs.insert(
             job.job_id.clone(),
             Versioned {
