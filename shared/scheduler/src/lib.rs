@@ -65,6 +65,7 @@ pub use decision::{
     Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason,
 };
 pub use plan::plan_cycle;
+pub use pool::within_limits;
 pub use snapshot::{
     Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, QuotaShareState, RunningJob,
     ShareKey, SharedStr, Snapshot,

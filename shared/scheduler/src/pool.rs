@@ -160,9 +160,61 @@ impl Pool {
     }
 }
 
+/// Whether `in_use` (instances per instance type) is within `limits`, by the rules the planner
+/// places jobs by (its `Pool`): all instances against the total limit, each type against its
+/// own limit (and the total), and nothing of a type the limits do not offer. The dispatch
+/// commit checks this on the environment's usage as stored, so that a plan whose view of
+/// capacity in use lagged cannot over-commit.
+pub fn within_limits(limits: &[CapacityLimit], in_use: &BTreeMap<String, u64>) -> bool {
+    let pool = Pool::new(limits);
+    let total: u64 = in_use.values().sum();
+    pool.total_max.is_none_or(|max| total <= max)
+        && in_use
+            .iter()
+            .all(|(ty, n)| *n == 0 || *n <= pool.type_limit(ty))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_is_within_limits_by_the_rules_jobs_are_placed_by() {
+        let usage = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect()
+        };
+        let total = [limit(NUM_INSTANCES, 4)];
+        assert!(within_limits(&total, &usage(&[("ml.a", 3), ("ml.b", 1)])));
+        assert!(!within_limits(&total, &usage(&[("ml.a", 3), ("ml.b", 2)])));
+        let typed = [limit("ml.a", 2), limit("ml.b", 1)];
+        assert!(within_limits(&typed, &usage(&[("ml.a", 2), ("ml.b", 1)])));
+        assert!(!within_limits(&typed, &usage(&[("ml.a", 3)])));
+        assert!(
+            !within_limits(&typed, &usage(&[("ml.c", 1)])),
+            "a type no limit offers"
+        );
+        let both = [limit(NUM_INSTANCES, 3), limit("ml.a", 2)];
+        assert!(within_limits(&both, &usage(&[("ml.a", 2)])));
+        assert!(
+            !within_limits(&both, &usage(&[("ml.a", 2), ("ml.c", 1)])),
+            "ml.c is not offered"
+        );
+        assert!(
+            within_limits(&[], &usage(&[])),
+            "nothing in use fits anything"
+        );
+        assert!(
+            !within_limits(&[], &usage(&[("ml.a", 1)])),
+            "no limit offers nothing"
+        );
+        // What the planner places fits; one more instance than it would place does not.
+        let mut pool = Pool::new(&typed);
+        let placed = demand(&[("ml.a", 2), ("ml.b", 1)]);
+        assert_eq!(pool.check(&placed), Fit::Fits);
+        pool.take(&placed);
+        assert!(within_limits(&typed, &usage(&[("ml.a", 2), ("ml.b", 1)])));
+        assert!(!within_limits(&typed, &usage(&[("ml.a", 2), ("ml.b", 2)])));
+    }
 
     fn limit(unit: &str, max: u32) -> CapacityLimit {
         CapacityLimit {

@@ -4,12 +4,11 @@
 
 use std::cmp::Ordering;
 
-use trainyard_domain::environment::within_limits;
 use trainyard_domain::job::{Attempt, JobStatus};
 use trainyard_domain::training::attempt_name;
 use trainyard_scheduler::fair_share::ShareUsage;
 use trainyard_scheduler::retry;
-use trainyard_scheduler::{Dispatch, Skip, SkipReason, plan_cycle};
+use trainyard_scheduler::{Dispatch, Skip, SkipReason, plan_cycle, within_limits};
 
 use super::snapshot::Loaded;
 use super::{CycleConfig, CycleReport};
