@@ -23,7 +23,7 @@
 use std::collections::BTreeSet;
 
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
-use trainyard_domain::job::{JobStatus, ServiceJob, ServiceJobType};
+use trainyard_domain::job::{JobStatus, ServiceJob};
 use trainyard_domain::payload::TrainingRequest;
 use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
@@ -109,34 +109,16 @@ contract_cases!($;
 /// what a case cares about with the builder's methods.
 pub fn job(job_id: &str) -> JobBuilder {
     JobBuilder(ServiceJob {
-        requeued_by: None,
-        job_id: job_id.to_owned(),
-        job_name: format!("job-{job_id}"),
-        job_queue: "q".to_owned(),
-        service_job_type: ServiceJobType::SagemakerTraining,
-        service_request_payload: r#"{"TrainingJobName":"t"}"#.to_owned(),
-        training: TrainingRequest::single("t", "ml.m5.large", 1),
-        share_identifier: None,
-        quota_share_name: None,
-        scheduling_priority: None,
-        retry_strategy: None,
-        timeout_config: None,
-        preemption_configuration: None,
-        tags: Tags::new(),
-        client_token: None,
         status: JobStatus::Runnable,
-        status_reason: None,
-        is_terminated: false,
-        termination_reason: None,
-        not_before: None,
-        attempts: Vec::new(),
-        preemption_summary: None,
-        created_at: 1_000,
         runnable_at: Some(1_000),
-        scheduled_at: None,
-        started_at: None,
-        stopped_at: None,
-        updated_at: 1_000,
+        ..ServiceJob::submitted(
+            job_id.to_owned(),
+            format!("job-{job_id}"),
+            "q".to_owned(),
+            r#"{"TrainingJobName":"t"}"#.to_owned(),
+            TrainingRequest::single("t", "ml.m5.large", 1),
+            1_000,
+        )
     })
 }
 

@@ -197,34 +197,17 @@ async fn accepting_skips_a_job_someone_else_just_changed() {
 
 fn job(id: &str, priority: Option<u32>, created_at: i64, runnable_at: Option<i64>) -> ServiceJob {
     ServiceJob {
-        requeued_by: None,
-        job_id: id.into(),
-        job_name: id.into(),
-        job_queue: "q".into(),
-        service_job_type: ServiceJobType::SagemakerTraining,
-        service_request_payload: "{}".into(),
-        training: TrainingRequest::single("t", "ml.g5.xlarge", 1),
-        share_identifier: None,
-        quota_share_name: None,
         scheduling_priority: priority,
-        retry_strategy: None,
-        timeout_config: None,
-        preemption_configuration: None,
-        tags: Tags::new(),
-        client_token: None,
         status: JobStatus::Runnable,
-        status_reason: None,
-        is_terminated: false,
-        termination_reason: None,
-        not_before: None,
-        attempts: Vec::new(),
-        preemption_summary: None,
-        created_at,
         runnable_at,
-        scheduled_at: None,
-        started_at: None,
-        stopped_at: None,
-        updated_at: created_at,
+        ..ServiceJob::submitted(
+            id.into(),
+            id.into(),
+            "q".into(),
+            "{}".into(),
+            TrainingRequest::single("t", "ml.g5.xlarge", 1),
+            created_at,
+        )
     }
 }
 
