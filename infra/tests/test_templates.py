@@ -8,6 +8,7 @@ TRAINYARD_CDK_TEMPLATE; a missing synth output is a failure, never a skip.
 
 import collections
 import copy
+import importlib.util
 import json
 import os
 import pathlib
@@ -235,6 +236,39 @@ def test_pass_role_is_limited_to_the_training_roles_and_to_sagemaker(which, requ
     _, statement = grants[0]
     assert statement["Resource"] == {"Ref": "TrainingRoleArns"}
     assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+
+
+def deployed_role_grants(template):
+    """{function: the set of (effect, actions, resources, condition) its role grants}, every
+    intrinsic resolved for one stack by tests/stand/deploy_roles.py, the resolver that deploys
+    the roles the end-to-end suite runs the functions as."""
+    spec = importlib.util.spec_from_file_location("deploy_roles", ROOT / "tests" / "stand" / "deploy_roles.py")
+    deploy_roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deploy_roles)
+    stack = deploy_roles.Stack(template, "ty", "us-east-1", "ty-table",
+                               {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"})
+    grants = {}
+    for function, role in stack.function_roles().items():
+        granted = set()
+        for _, document in stack.role_policies(role):
+            for statement in document["Statement"]:
+                as_list = lambda v: tuple(sorted(v if isinstance(v, list) else [v]))
+                granted.add((statement["Effect"], as_list(statement["Action"]),
+                             as_list(statement.get("Resource", [])),
+                             json.dumps(statement.get("Condition"), sort_keys=True)))
+        grants[function] = granted
+    return grants
+
+
+def test_every_function_role_grants_the_same_in_both_templates(sam_source, cdk):
+    # The end-to-end suite runs each function as its SAM role (scripts/lib/lambda.sh), so a
+    # permission missing there fails a test; equal grants make that hold for the CDK app too.
+    sam_grants, cdk_grants = deployed_role_grants(sam_source), deployed_role_grants(cdk)
+    assert set(sam_grants) == expected_functions(), sam_grants.keys()
+    for function in sorted(sam_grants):
+        only_sam = sam_grants[function] - cdk_grants.get(function, set())
+        only_cdk = cdk_grants.get(function, set()) - sam_grants[function]
+        assert not only_sam and not only_cdk, (function, only_sam, only_cdk)
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])

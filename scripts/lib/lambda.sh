@@ -2,17 +2,24 @@
 # scripts/lib/common.sh and scripts/lib/moto.sh first).
 #
 # `run_lambda_e2e` builds the four function binaries, then starts — each on a free loopback port,
-# each stopped whatever happens — a moto server (DynamoDB, EventBridge), the SageMaker emulator
-# (`trainyard emulator`) and `cargo lambda watch` serving the functions, and runs
-# tests/e2e/tests/lambda_watch.rs against them. cargo-lambda comes from PyPI, pinned in
+# each stopped whatever happens — the SageMaker emulator (`trainyard emulator`), the AWS stand
+# (tests/stand/aws_stand.py: moto's DynamoDB, EventBridge, SQS, IAM and STS, and the emulator,
+# behind a gate that authorizes every call as IAM would), and one `cargo lambda watch` per
+# function, started with the credentials of that function's role as infra/template.yaml defines
+# it (tests/stand/deploy_roles.py); then runs tests/e2e/tests/lambda_watch.rs against them. cargo-lambda comes from PyPI, pinned in
 # functions/requirements.txt, in a virtualenv of its own (rebuilt only when that file changes);
 # moto comes from the conformance virtualenv. Uses ROOT, PYTHON, VENV, TARGET_DIR and WORK_DIR
 # when scripts/test set them.
 
-LAMBDA_WATCH_PID=""
+# One `cargo lambda watch` per function, each started with that function's role credentials
+# (parallel to LAMBDA_FUNCTIONS): pids and URLs.
+LAMBDA_WATCH_PIDS=()
+LAMBDA_WATCH_URLS=()
 LAMBDA_WATCH_URL=""
 EMULATOR_PID=""
 EMULATOR_URL=""
+STAND_PID=""
+STAND_URL=""
 
 # The functions, by binary name (functions/<name>, SAM's CodeUri).
 LAMBDA_FUNCTIONS=(api scheduler training-events retry)
@@ -37,52 +44,73 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
-# start_emulator BIN LOG [DEADLINE_S] — `BIN emulator` on 127.0.0.1:0; sets EMULATOR_PID and
-# EMULATOR_URL from the address it prints.
-start_emulator() {
-  local bin=$1 log=$2 deadline_s=${3:-30}
-  "$bin" emulator --listen 127.0.0.1:0 </dev/null >"$log" 2>&1 &
-  EMULATOR_PID=$!
+# start_announcing LOG DEADLINE_S CMD... — runs CMD in the background, output to LOG, until it
+# prints its http://127.0.0.1:PORT address; sets ANNOUNCED_PID and ANNOUNCED_URL.
+start_announcing() {
+  local log=$1 deadline_s=$2
+  shift 2
+  "$@" </dev/null >"$log" 2>&1 &
+  ANNOUNCED_PID=$!
+  ANNOUNCED_URL=""
   local start url
   start=$(date +%s)
   while [ $(( $(date +%s) - start )) -lt "$deadline_s" ]; do
-    if ! kill -0 "$EMULATOR_PID" 2>/dev/null; then
-      echo "the emulator exited early; its log:" >&2
+    if ! kill -0 "$ANNOUNCED_PID" 2>/dev/null; then
+      echo "$1 exited early; its log:" >&2
       tail -n 20 "$log" >&2
-      EMULATOR_PID=""
+      ANNOUNCED_PID=""
       return 1
     fi
     url=$(grep -oE 'http://127\.0\.0\.1:[0-9]+' "$log" 2>/dev/null | head -n 1 || true)
     if [ -n "$url" ]; then
-      EMULATOR_URL=$url
+      ANNOUNCED_URL=$url
       return 0
     fi
     sleep 0.2
   done
-  echo "the emulator printed no address within ${deadline_s}s" >&2
-  stop_pid "$EMULATOR_PID"
-  EMULATOR_PID=""
+  echo "$1 printed no address within ${deadline_s}s" >&2
+  stop_pid "$ANNOUNCED_PID"
+  ANNOUNCED_PID=""
   return 1
 }
 
-# start_lambda_watch VENV LOG [DEADLINE_S] — `cargo lambda watch` on a free loopback port, in a
-# process group of its own (it starts `cargo run` and the function processes beneath it, and
-# stop_lambda_watch must reach them all); sets LAMBDA_WATCH_PID and LAMBDA_WATCH_URL once it
-# answers HTTP. The functions inherit this shell's environment.
+# start_emulator BIN LOG [DEADLINE_S] — `BIN emulator` on 127.0.0.1:0; sets EMULATOR_PID and
+# EMULATOR_URL.
+start_emulator() {
+  start_announcing "$2" "${3:-30}" "$1" emulator --listen 127.0.0.1:0 || return 1
+  EMULATOR_PID=$ANNOUNCED_PID
+  EMULATOR_URL=$ANNOUNCED_URL
+}
+
+# start_stand VENV LOG [DEADLINE_S] — tests/stand/aws_stand.py (moto in-process behind an IAM
+# gate, SageMaker forwarded to EMULATOR_URL) on 127.0.0.1:0; sets STAND_PID and STAND_URL.
+start_stand() {
+  start_announcing "$2" "${3:-30}" "$1/bin/python" "$ROOT/tests/stand/aws_stand.py" \
+    --listen 127.0.0.1:0 --sagemaker "$EMULATOR_URL" || return 1
+  STAND_PID=$ANNOUNCED_PID
+  STAND_URL=$ANNOUNCED_URL
+}
+
+# start_lambda_watch VENV LOG [ENV_FILE] [DEADLINE_S] — `cargo lambda watch` on a free loopback
+# port, in a process group of its own (it starts `cargo run` and the function processes beneath
+# it, and stop_lambda_watch must reach them all), with ENV_FILE's variables added to this
+# shell's environment (the functions inherit it); appends to LAMBDA_WATCH_PIDS and
+# LAMBDA_WATCH_URLS and sets LAMBDA_WATCH_URL once it answers HTTP.
 start_lambda_watch() {
-  local venv=$1 log=$2 deadline_s=${3:-60} port
+  local venv=$1 log=$2 env_file=${3:-} deadline_s=${4:-60} port pid
   port=$(free_port) || return 1
-  (cd "$ROOT" && PATH="$venv/bin:$PATH" exec setsid "$venv/bin/cargo-lambda" lambda watch \
+  (cd "$ROOT" && if [ -n "$env_file" ]; then set -a && . "$env_file" && set +a; fi &&
+    PATH="$venv/bin:$PATH" exec setsid "$venv/bin/cargo-lambda" lambda watch \
     --invoke-address 127.0.0.1 --invoke-port "$port" --ignore-changes --quiet \
     </dev/null >"$log" 2>&1) &
-  LAMBDA_WATCH_PID=$!
+  pid=$!
+  LAMBDA_WATCH_PIDS+=("$pid")
   local start
   start=$(date +%s)
   while [ $(( $(date +%s) - start )) -lt "$deadline_s" ]; do
-    if ! kill -0 "$LAMBDA_WATCH_PID" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       echo "cargo lambda watch exited early; its log:" >&2
       tail -n 40 "$log" >&2
-      LAMBDA_WATCH_PID=""
       return 1
     fi
     if python3 - "http://127.0.0.1:$port/" <<'PY' >/dev/null 2>&1
@@ -94,13 +122,13 @@ except urllib.error.HTTPError:
 PY
     then
       LAMBDA_WATCH_URL="http://127.0.0.1:$port"
+      LAMBDA_WATCH_URLS+=("$LAMBDA_WATCH_URL")
       return 0
     fi
     sleep 0.2
   done
   echo "cargo lambda watch did not answer within ${deadline_s}s; its log:" >&2
   tail -n 40 "$log" >&2
-  stop_lambda_watch
   return 1
 }
 
@@ -117,25 +145,37 @@ stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
-# Stops the watch server and the processes it started: its own process group (setsid made
-# its pid the group id), so nothing else is touched.
+# stop_group PID — stops a process and everything in its process group (setsid made its pid the
+# group id), so nothing else is touched.
+stop_group() {
+  local pid=$1 i
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 50); do
+    kill -0 -- "-$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# Stops every watch server started here (and LAMBDA_WATCH_PID, a caller's own).
 stop_lambda_watch() {
-  local pid=$LAMBDA_WATCH_PID i
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do
-      kill -0 -- "-$pid" 2>/dev/null || break
-      sleep 0.2
-    done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
+  local pid
+  for pid in "${LAMBDA_WATCH_PIDS[@]}" "${LAMBDA_WATCH_PID:-}"; do
+    stop_group "$pid"
+  done
+  LAMBDA_WATCH_PIDS=()
+  LAMBDA_WATCH_URLS=()
   LAMBDA_WATCH_PID=""
   LAMBDA_WATCH_URL=""
 }
 
 stop_lambda_stand() {
   stop_lambda_watch
+  stop_pid "$STAND_PID"
+  STAND_PID=""
+  STAND_URL=""
   stop_pid "$EMULATOR_PID"
   EMULATOR_PID=""
   EMULATOR_URL=""
@@ -160,28 +200,48 @@ run_lambda_e2e() {
     set -e
     trap stop_lambda_stand EXIT
     trap 'exit 130' INT TERM
+    # The account's root key: the test sets up the table and the bus with it. The functions
+    # run as their roles (below), never as root.
     export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
     export AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-    start_moto "$venv" "$log_dir/lambda-moto.log" 30
     start_emulator "$target_dir/debug/trainyard" "$log_dir/lambda-emulator.log" 30
-    export AWS_ENDPOINT_URL_DYNAMODB=$MOTO_URL AWS_ENDPOINT_URL_EVENTBRIDGE=$MOTO_URL
-    export AWS_ENDPOINT_URL_SAGEMAKER=$EMULATOR_URL
-    # The functions' configuration (the SAM template's Globals), and short backoffs so the
-    # retry case takes a second, not a minute.
-    export TRAINYARD_TABLE=trainyard-e2e TRAINYARD_EVENT_BUS=trainyard-e2e
+    start_stand "$venv" "$log_dir/lambda-stand.log" 30
+    export AWS_ENDPOINT_URL_DYNAMODB=$STAND_URL AWS_ENDPOINT_URL_EVENTBRIDGE=$STAND_URL
+    export AWS_ENDPOINT_URL_SAGEMAKER=$STAND_URL AWS_ENDPOINT_URL_SQS=$STAND_URL
+    # Each function's role, from the SAM template, created in the stand's IAM and assumed.
+    local roles=$log_dir/lambda-roles
+    rm -rf "$roles"
+    "$venv/bin/python" "$ROOT/tests/stand/deploy_roles.py" --endpoint "$STAND_URL" \
+      --template "$ROOT/infra/template.yaml" --stack trainyard-e2e --table trainyard-e2e \
+      --parameter TrainingRoleArns=arn:aws:iam::123456789012:role/SageMakerRole --out "$roles"
+    set -a
+    . "$roles/stack.env"
+    set +a
+    # The rest of the functions' configuration (the SAM template's Globals), and short
+    # backoffs so the retry case takes a second, not a minute.
     export TRAINYARD_TRAINING_ROLE_ARNS=arn:aws:iam::123456789012:role/SageMakerRole
     export TRAINYARD_INITIAL_ENVIRONMENT=default TRAINYARD_INITIAL_MAX_INSTANCES=4
     export TRAINYARD_INITIAL_QUEUE=default TRAINYARD_INITIAL_QUEUE_PRIORITY=1
     export TRAINYARD_BACKOFF_SCALE=0.01 RUST_LOG=info
-    start_lambda_watch "$lambda_venv_dir" "$log_dir/lambda-watch.log" 60
-    echo "moto $MOTO_URL, emulator $EMULATOR_URL, cargo lambda watch $LAMBDA_WATCH_URL"
+    local name var
+    for name in "${LAMBDA_FUNCTIONS[@]}"; do
+      start_lambda_watch "$lambda_venv_dir" "$log_dir/lambda-watch-$name.log" "$roles/$name.env" 60
+      var=TRAINYARD_E2E_LAMBDA_$(printf '%s' "$name" | tr 'a-z-' 'A-Z_')
+      export "$var=$LAMBDA_WATCH_URL"
+      echo "$name: cargo lambda watch $LAMBDA_WATCH_URL, as its role"
+    done
+    echo "emulator $EMULATOR_URL, AWS stand $STAND_URL"
     status=0
-    TRAINYARD_E2E_LAMBDA=$LAMBDA_WATCH_URL timeout 300 \
+    TRAINYARD_E2E_STAND=$STAND_URL TRAINYARD_E2E_EMULATOR=$EMULATOR_URL timeout 300 \
       cargo test --locked -p trainyard-e2e --features lambda-e2e --test lambda_watch \
       -- --nocapture || status=$?
     if [ "$status" -ne 0 ]; then
-      echo "last lines of the cargo lambda watch log (function logs included):" >&2
-      tail -n 40 "$log_dir/lambda-watch.log" >&2 || true
+      for name in "${LAMBDA_FUNCTIONS[@]}"; do
+        echo "last lines of $name's cargo lambda watch log (its function's log included):" >&2
+        tail -n 25 "$log_dir/lambda-watch-$name.log" >&2 || true
+      done
+      echo "refusals in the AWS stand's log:" >&2
+      grep REFUSED "$log_dir/lambda-stand.log" | tail -n 20 >&2 || true
     fi
     exit "$status"
   ) || rc=$?

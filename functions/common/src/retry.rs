@@ -1,6 +1,8 @@
-//! The `retry` function's handler: on the schedule, `Service::run_due_work` — relaunch attempts
-//! whose launch did not get through, stop terminated and timed-out attempts, and describe
-//! attempts that have been quiet too long, in case their state-change events were lost.
+//! The `retry` function's handler: on the schedule, `Service::run_due_work` — stop terminated and
+//! timed-out attempts, and describe attempts that have been quiet too long, in case their
+//! state-change events were lost. It creates no training job (its role may not): relaunching an
+//! attempt whose launch did not get through is the scheduler's, and both leave such an attempt
+//! alone for [`LAUNCH_GRACE_MS`] after its dispatch.
 //!
 //! The input does not matter (the schedule sends `{"trigger":"schedule"}`): the work is whatever
 //! is due now, so a retried or duplicated invocation only repeats idempotent steps. A store
@@ -13,16 +15,15 @@ use serde::Serialize;
 use serde_json::Value;
 use trainyard_app::Service;
 use trainyard_app::ports::{EventSink, SchedulingStore, TrainingBackend};
-use trainyard_app::service::scheduling::CycleConfig;
+use trainyard_app::service::scheduling::{CycleConfig, DueWork};
 
 use crate::error::FunctionError;
+use crate::scheduler::LAUNCH_GRACE_MS;
 
 /// What one invocation did (the function's response, and its log line).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DueWorkReport {
-    /// Attempts whose launch was retried.
-    pub relaunched: usize,
     /// Attempts asked to stop (terminated or timed out).
     pub stops_requested: usize,
     /// State changes found by describing quiet attempts.
@@ -55,14 +56,23 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
         &self.service
     }
 
+    /// The retry function's part of the due work.
+    pub fn work(&self) -> DueWork {
+        DueWork {
+            relaunch: false,
+            stops: true,
+            reconcile_quiet_ms: Some(self.quiet_ms),
+            launch_grace_ms: LAUNCH_GRACE_MS,
+        }
+    }
+
     /// Runs the due work; `event` is only logged.
     pub async fn handle(&self, event: &Value) -> Result<DueWorkReport, FunctionError> {
         let due = self
             .service
-            .run_due_work(&self.backend, &self.cycle, self.quiet_ms)
+            .run_due_work(&self.backend, &self.cycle, self.work())
             .await?;
         let report = DueWorkReport {
-            relaunched: due.relaunched,
             stops_requested: due.stops_requested,
             reconciled: due.reconciled,
         };
@@ -72,7 +82,6 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
             .unwrap_or("event");
         tracing::info!(
             trigger,
-            relaunched = report.relaunched,
             stops_requested = report.stops_requested,
             reconciled = report.reconciled,
             "due work"

@@ -7,9 +7,12 @@
 //!    have taken its snapshot before this trigger's job existed. If it is still held after
 //!    that, the invocation ends without work; the holder's repeat cycles and the next schedule
 //!    tick cover it.
-//! 2. **Pass** (`Service::pass`, the same pass every host runs; state changes and due work are
-//!    the other functions' triggers): accept SUBMITTED jobs into their queues, in batches, until
-//!    a batch comes back short (bounded by [`MAX_ACCEPT_BATCHES`]); then cycle, again while the
+//! 2. **Pass** (`Service::pass`, the same pass every host runs; state changes are the
+//!    `training-events` function's, stops and reconciliation the `retry` function's): accept
+//!    SUBMITTED jobs into their queues, in batches, until a batch comes back short (bounded by
+//!    [`MAX_ACCEPT_BATCHES`]); on the schedule, launch again the attempts whose launch did not
+//!    get through (only this function may create training jobs), once [`LAUNCH_GRACE_MS`]
+//!    past their dispatch; then cycle, again while the
 //!    last one dispatched (capacity may remain for jobs a conflict or a per-cycle bound left
 //!    waiting), at most [`MAX_CYCLES`] times. A failed step does not stop the next; the first
 //!    failure is the invocation's error. No step starts within [`STEP_MARGIN`] of the
@@ -27,7 +30,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use trainyard_app::ports::{ConfigStore, EventSink, SchedulingStore, TrainingBackend};
 use trainyard_app::service::lease::Lease;
-use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput};
+use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput};
 use trainyard_app::{AppError, Service};
 
 use crate::error::FunctionError;
@@ -53,6 +56,10 @@ pub const MAX_CYCLES: usize = 5;
 /// No step of a pass starts this close to the invocation's deadline, so that the lease is given
 /// back and the response sent before the function times out.
 pub const STEP_MARGIN: Duration = Duration::from_secs(5);
+/// How long after its dispatch an attempt without a recorded launch is left to the pass that
+/// dispatched it: longer than a scheduler invocation can run (its 60 s timeout), so that pass
+/// has finished or died before the next relaunches the attempt or the retry function ends it.
+pub const LAUNCH_GRACE_MS: i64 = 120_000;
 /// The `detail-type`s of Trainyard's internal events that trigger a pass.
 pub const TRIGGER_DETAIL_TYPES: [&str; 2] = ["Job Submitted", "Capacity Released"];
 /// The `source` of Trainyard's own events.
@@ -126,6 +133,8 @@ pub struct PassReport {
     /// Dispatches refused because the environment's stored usage had no room (the plan's view
     /// of capacity in use lagged).
     pub over_limit: usize,
+    /// Attempts launched again because their first launch did not get through.
+    pub relaunched: usize,
     /// Why the event was ignored.
     pub reason: Option<String>,
 }
@@ -201,7 +210,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             return Ok(report);
         };
         report.lease_token = Some(lease.token);
-        let worked = self.pass(&mut report, deadline).await;
+        let worked = self.pass(trigger, &mut report, deadline).await;
         // Give the lease back whether or not the pass failed; a failed release only delays
         // the next pass until the lease expires.
         if let Err(error) = self.service.release_lease(&lease).await {
@@ -219,6 +228,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             conflicts = report.conflicts,
             capacity_errors = report.capacity_errors,
             over_limit = report.over_limit,
+            relaunched = report.relaunched,
             "scheduler pass"
         );
         Ok(report)
@@ -250,10 +260,12 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         }
     }
 
-    /// Runs the pass (accept, then cycles) and adds what it did to `report`; the first failed
-    /// step is the invocation's error. No step starts within [`STEP_MARGIN`] of `deadline`.
+    /// Runs the pass (accept, relaunches on the schedule, then cycles) and adds what it did to
+    /// `report`; the first failed step is the invocation's error. No step starts within
+    /// [`STEP_MARGIN`] of `deadline`.
     async fn pass(
         &self,
+        trigger: Trigger,
         report: &mut PassReport,
         deadline: Option<Instant>,
     ) -> Result<(), AppError> {
@@ -270,6 +282,12 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
                 max_batches: MAX_ACCEPT_BATCHES,
                 min_age_ms: 0,
             }),
+            due_work: (trigger == Trigger::Schedule).then_some(DueWork {
+                relaunch: true,
+                stops: false,
+                reconcile_quiet_ms: None,
+                launch_grace_ms: LAUNCH_GRACE_MS,
+            }),
             max_cycles: MAX_CYCLES,
             deadline_ms,
             ..PassInput::default()
@@ -283,6 +301,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         report.conflicts += cycles.conflicts;
         report.capacity_errors += cycles.capacity_errors;
         report.over_limit += cycles.over_limit;
+        report.relaunched += pass.due.map_or(0, |due| due.relaunched);
         if pass.out_of_time {
             tracing::warn!(
                 "the invocation's deadline cut the pass short; the next trigger goes on"

@@ -160,6 +160,8 @@ class TrainyardStack extends cdk.Stack {
       'dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem',
       'dynamodb:ConditionCheckItem',
     ];
+    // The due work reads the jobs holding capacity from the index's keys, then fetches them.
+    const dueWork = ['dynamodb:BatchGetItem', ...eventsWriter];
     const environment = {
       RUST_LOG: 'info',
       TRAINYARD_TABLE: table.ref,
@@ -250,7 +252,7 @@ class TrainyardStack extends cdk.Stack {
       timeout: 120,
       dlq: retryDlq,
       statements: [
-        { Sid: 'Store', Effect: 'Allow', Action: eventsWriter, Resource: tableResources },
+        { Sid: 'Store', Effect: 'Allow', Action: dueWork, Resource: tableResources },
         {
           Sid: 'TimeoutsAndReconcile', Effect: 'Allow',
           Action: ['sagemaker:DescribeTrainingJob', 'sagemaker:StopTrainingJob'], Resource: trainingJobs,

@@ -17,7 +17,7 @@ use trainyard_app::ports::{
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::queues::JobQueueUpdate;
-use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, StateOutcome};
+use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput, StateOutcome};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::{
@@ -176,7 +176,7 @@ impl World {
         let input = PassInput {
             accept: Some(Accept::all(1_000, 0)),
             changes: &changes,
-            due_work_quiet_ms: Some(5_000),
+            due_work: Some(DueWork::all(5_000)),
             ..PassInput::default()
         };
         let pass = self
@@ -889,7 +889,7 @@ async fn a_pass_starts_no_step_at_or_after_its_deadline() {
     w.submit("r-0", "research", 1, quick(60)).await;
     let input = PassInput {
         accept: Some(Accept::all(10, 0)),
-        due_work_quiet_ms: Some(0),
+        due_work: Some(DueWork::all(0)),
         max_cycles: 1,
         deadline_ms: Some(w.clock.now_ms()),
         ..PassInput::default()

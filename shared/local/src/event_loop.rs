@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc};
 use trainyard_app::ports::{Event, EventSink, Store, TrainingBackend, TrainingJobState};
 use trainyard_app::service::scheduling::{
-    Accept, CycleConfig, DueReport, PassInput, PassReport, StateOutcome, accept_in_batches,
+    Accept, CycleConfig, DueReport, DueWork, PassInput, PassReport, StateOutcome, accept_in_batches,
 };
 use trainyard_app::{AppError, Service};
 use trainyard_emulator::model::StateChange;
@@ -269,7 +269,7 @@ impl<S: Store, E: EventSink, B: TrainingBackend> Scheduling for PassRunner<S, E,
         let input = PassInput {
             accept: Some(accept),
             changes,
-            due_work_quiet_ms: Some(self.quiet_ms),
+            due_work: Some(DueWork::all(self.quiet_ms)),
             max_cycles: 1,
             ..PassInput::default()
         };

@@ -51,7 +51,7 @@ use trainyard_app::ports::{
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{
-    Accept, CycleConfig, PassInput, PassReport, StateOutcome,
+    Accept, CycleConfig, DueWork, PassInput, PassReport, StateOutcome,
 };
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
@@ -760,7 +760,7 @@ pub fn run(
                 min_age_ms: 0,
             }),
             changes: &changes,
-            due_work_quiet_ms: due_now.then_some(quiet_ms),
+            due_work: due_now.then_some(DueWork::all(quiet_ms)),
             max_cycles: 1,
             cycle_gate: Some(&gate),
             deadline_ms: None,

@@ -63,7 +63,7 @@ use trainyard_app::ports::{
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
-use trainyard_app::service::scheduling::{Accept, CycleConfig, PassInput, PassReport};
+use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput, PassReport};
 use trainyard_app::testing::Interleaving;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
@@ -1297,7 +1297,7 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
         }
         let input = PassInput {
             changes: &changes,
-            due_work_quiet_ms: due_now.then_some(quiet_ms),
+            due_work: due_now.then_some(DueWork::all(quiet_ms)),
             ..PassInput::default()
         };
         let before = h.chaos.injected();

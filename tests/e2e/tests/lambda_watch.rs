@@ -1,13 +1,19 @@
 //! End to end on the real function binaries: `cargo lambda watch` runs `api`, `scheduler`,
-//! `training-events` and `retry` over moto (DynamoDB, EventBridge) and the SageMaker emulator's
-//! HTTP face; this test invokes them the way API Gateway and EventBridge would and checks each
-//! job's story through the API.
+//! `training-events` and `retry`, each with the credentials of its own role as the SAM template
+//! defines it, against the AWS stand (`tests/stand/aws_stand.py`: moto's DynamoDB and
+//! EventBridge, and the SageMaker emulator, behind a gate that refuses what a role does not
+//! allow, as IAM does); this test invokes them the way API Gateway and EventBridge would, checks
+//! each job's story through the API, and at the end that the stand refused nothing and heard from
+//! every function's role. The functions tolerate some failed calls (a describe that fails is
+//! retried next tick), so a refusal is found by that audit, not only by a failed step.
 //!
 //! `scripts/lib/lambda.sh` (`run_lambda_e2e`) starts the servers and sets:
 //!
-//! - `TRAINYARD_E2E_LAMBDA`: the watch server (`http://127.0.0.1:PORT`);
-//! - `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_EVENTBRIDGE` (moto) and
-//!   `AWS_ENDPOINT_URL_SAGEMAKER` (the emulator), with dummy credentials and a region;
+//! - `TRAINYARD_E2E_LAMBDA_API`, `_SCHEDULER`, `_TRAINING_EVENTS`, `_RETRY`: each function's
+//!   watch server (`http://127.0.0.1:PORT`);
+//! - `TRAINYARD_E2E_STAND` (the stand, also every `AWS_ENDPOINT_URL_*`) and
+//!   `TRAINYARD_E2E_EMULATOR` (the emulator itself, which this test reads unsigned), with the
+//!   account's root key and a region;
 //! - `TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`: what the functions were started with (this test
 //!   creates both before the first invocation, so the `api` function's cold start finds them).
 //!
@@ -38,7 +44,7 @@ fn var(name: &str) -> String {
 
 struct Stand {
     agent: ureq::Agent,
-    lambda: String,
+    stand: String,
     sagemaker: String,
     /// Invocations made, per function, for the summary.
     invocations: std::collections::BTreeMap<&'static str, usize>,
@@ -55,8 +61,8 @@ impl Stand {
                 .timeout_global(Some(INVOKE_TIMEOUT))
                 .build()
                 .new_agent(),
-            lambda: var("TRAINYARD_E2E_LAMBDA").trim_end_matches('/').to_owned(),
-            sagemaker: var("AWS_ENDPOINT_URL_SAGEMAKER")
+            stand: var("TRAINYARD_E2E_STAND").trim_end_matches('/').to_owned(),
+            sagemaker: var("TRAINYARD_E2E_EMULATOR")
                 .trim_end_matches('/')
                 .to_owned(),
             invocations: Default::default(),
@@ -67,9 +73,13 @@ impl Stand {
     /// `cargo lambda watch` answers a function error with 500.
     fn invoke_raw(&mut self, function: &'static str, event: &Value) -> (u16, Value) {
         *self.invocations.entry(function).or_default() += 1;
+        let server = var(&format!(
+            "TRAINYARD_E2E_LAMBDA_{}",
+            function.to_uppercase().replace('-', "_")
+        ));
         let url = format!(
             "{}/2015-03-31/functions/{function}/invocations",
-            self.lambda
+            server.trim_end_matches('/')
         );
         let mut response = self
             .agent
@@ -135,6 +145,16 @@ impl Stand {
 
     fn schedule(&mut self) -> Value {
         self.invoke("scheduler", &fixture("scheduler", "schedule.json"))
+    }
+
+    /// What the stand allowed, per principal and action, and what it refused.
+    fn audit(&self) -> Value {
+        let mut response = self
+            .agent
+            .get(format!("{}/_stand/audit", self.stand))
+            .call()
+            .unwrap();
+        serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap()
     }
 
     /// `DescribeTrainingJob` on the emulator.
@@ -370,6 +390,22 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
         s.invoke("scheduler", &fixture("scheduler", "invalid.json"))["outcome"],
         "ignored"
     );
+
+    // Every function ran as its own role, and no call any of them made was refused.
+    let audit = s.audit();
+    assert_eq!(
+        audit["refused"],
+        json!([]),
+        "the stand refused calls: {audit}"
+    );
+    for function in ["api", "scheduler", "training-events", "retry"] {
+        let role = audit["allowed"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .find(|principal| principal.ends_with(&format!("/{function}")));
+        assert!(role.is_some(), "no call as {function}'s role: {audit}");
+    }
 
     println!(
         "lambda e2e: {:?} invocations in {:.1} s",

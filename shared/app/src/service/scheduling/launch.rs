@@ -11,6 +11,15 @@ use crate::error::AppError;
 use crate::ports::{BackendError, EventSink, SchedulingStore, StoreError, TrainingBackend};
 use crate::service::Service;
 
+/// Whether a launch's ARN was recorded on its attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    /// On the live attempt (or it already was).
+    Recorded,
+    /// The attempt had ended, or the job moved on: nothing will track the training job.
+    AttemptOver,
+}
+
 /// How many preempted attempts a job's `preemptionSummary` lists (a sliding window).
 const RECENT_PREEMPTIONS: usize = 5;
 
@@ -120,30 +129,59 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
             }
         };
         report.launched += 1;
-        self.record_arn(&job.job_id, n, &arn).await
+        if self.record_arn(&job.job_id, n, &arn).await? == Recorded::AttemptOver {
+            self.stop_orphan(backend, &job.job_id, &name).await;
+        }
+        Ok(())
     }
 
-    /// Stores attempt `n`'s training-job ARN (if it is still the job's latest attempt).
-    async fn record_arn(&self, job_id: &str, n: usize, arn: &str) -> Result<(), AppError> {
+    /// Stores attempt `n`'s training-job ARN while the attempt is still the job's live one.
+    async fn record_arn(&self, job_id: &str, n: usize, arn: &str) -> Result<Recorded, AppError> {
         for _ in 0..RACE_RETRIES {
             let Some(stored) = self.store.get_job(job_id).await? else {
-                return Ok(());
+                return Ok(Recorded::AttemptOver);
             };
             let mut job = stored.value;
+            let live = job.status.is_dispatched() && job.attempts.len() == n;
             let Some(attempt) = job.attempts.get_mut(n.wrapping_sub(1)) else {
-                return Ok(());
+                return Ok(Recorded::AttemptOver);
             };
+            if !live || attempt.stopped_at.is_some() {
+                return Ok(Recorded::AttemptOver);
+            }
             if attempt.training_job_arn.as_deref() == Some(arn) {
-                return Ok(());
+                return Ok(Recorded::Recorded);
             }
             attempt.training_job_arn = Some(arn.to_owned());
             match self.store.update_job(&job, stored.version).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(Recorded::Recorded),
                 Err(StoreError::Conflict) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
+        Ok(Recorded::Recorded)
+    }
+
+    /// A launch landed after its attempt had ended (the job was terminated or ended by another
+    /// process while the create was in flight): nothing tracks that training job any more, so
+    /// it is stopped unless it has already finished by itself.
+    async fn stop_orphan<B: TrainingBackend>(&self, backend: &B, job_id: &str, name: &str) {
+        let running = match backend.describe_training_job(name).await {
+            Ok(state) => !state.status.is_terminal(),
+            Err(BackendError::NotFound(_)) => false,
+            Err(_) => true,
+        };
+        if !running {
+            return;
+        }
+        match backend.stop_training_job(name).await {
+            Ok(()) => {
+                tracing::warn!(%job_id, training_job = name, "stopped a training job launched after its attempt ended")
+            }
+            Err(e) => {
+                tracing::warn!(%job_id, training_job = name, error = %e, "a training job launched after its attempt ended could not be stopped")
+            }
+        }
     }
 
     /// Asks the backend to stop a running job so that its capacity goes to a preemptor. The

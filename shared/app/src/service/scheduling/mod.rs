@@ -52,6 +52,7 @@ mod launch;
 mod pass;
 mod snapshot;
 
+pub use due::DueWork;
 pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};
 
 use trainyard_domain::job::JobStatus;

@@ -5,8 +5,8 @@
 //! 1. **Accept** SUBMITTED jobs into their queues, in batches ([`Accept`]).
 //! 2. **Apply** SageMaker's state changes, in order, so that capacity they free is seen by the
 //!    cycle below.
-//! 3. **Due work**, when the host says it is due (timeouts, terminations, launches to retry,
-//!    missed events).
+//! 3. **Due work**, when the host says it is due, the parts it names ([`DueWork`]: launches to
+//!    retry, stops for terminations and timeouts, missed events).
 //! 4. **Cycle**, again while the last one dispatched, up to [`PassInput::max_cycles`] times.
 //!
 //! A step that fails is reported ([`PassReport::errors`]) and the next steps still run: each step
@@ -14,7 +14,7 @@
 
 use std::future::Future;
 
-use super::{CycleConfig, CycleReport, DueReport, StateOutcome};
+use super::{CycleConfig, CycleReport, DueReport, DueWork, StateOutcome};
 use crate::error::AppError;
 use crate::ports::{ConfigStore, EventSink, SchedulingStore, TrainingBackend, TrainingJobState};
 use crate::service::Service;
@@ -54,9 +54,8 @@ pub struct PassInput<'a> {
     pub accept: Option<Accept>,
     /// Step 2: SageMaker's state changes, in the order they arrived.
     pub changes: &'a [TrainingJobState],
-    /// Step 3, when given: the due work, describing attempts not heard from for this many
-    /// milliseconds (see [`Service::run_due_work`]).
-    pub due_work_quiet_ms: Option<i64>,
+    /// Step 3, when given: the due work (see [`Service::run_due_work`]).
+    pub due_work: Option<DueWork>,
     /// Step 4: most cycles (0: none).
     pub max_cycles: usize,
     /// Step 4 runs only if this says so (none: always).
@@ -205,12 +204,12 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         }
 
         // 3. Due work.
-        if let Some(quiet_ms) = input.due_work_quiet_ms {
+        if let Some(work) = input.due_work {
             if out_of_time() {
                 report.out_of_time = true;
                 return report;
             }
-            match self.run_due_work(backend, config, quiet_ms).await {
+            match self.run_due_work(backend, config, work).await {
                 Ok(due) => report.due = Some(due),
                 Err(error) => report.failed(Step::DueWork, error),
             }

@@ -1,0 +1,195 @@
+//! Who launches an attempt whose launch did not get through, and when: only the scheduler (whose
+//! role alone may create training jobs), on its schedule, once the launch grace has passed; the
+//! retry function never creates one. And a launch that lands after its attempt has ended (the
+//! job was terminated and ended while the create was in flight) is stopped, not left running
+//! with nothing tracking it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use trainyard_app::Service;
+use trainyard_app::memory::MemoryStore;
+use trainyard_app::ports::{
+    BackendError, JobStore, ManualClock, NoEvents, TrainingBackend, TrainingJobState,
+    TrainingStatus,
+};
+use trainyard_app::service::scheduling::CycleConfig;
+use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::training::attempt_name;
+use trainyard_functions::retry::RetryFunction;
+use trainyard_functions::scheduler::{LAUNCH_GRACE_MS, SchedulerFunction};
+
+mod common;
+
+use common::{EmulatedSageMaker, deployment, submit};
+
+/// The emulator behind a gate on `CreateTrainingJob`: refused as unavailable while `refuse` is
+/// set; held until `release` while `hold` is set (announcing `entered`); counted.
+#[derive(Clone)]
+struct Gated {
+    inner: EmulatedSageMaker,
+    refuse: Arc<AtomicBool>,
+    hold: Arc<AtomicBool>,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+    creates: Arc<AtomicUsize>,
+}
+
+impl TrainingBackend for Gated {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        self.creates.fetch_add(1, Ordering::SeqCst);
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(BackendError::Unavailable("throttled".into()));
+        }
+        if self.hold.load(Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.release.notified().await;
+        }
+        self.inner.create_training_job(request).await
+    }
+
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        self.inner.describe_training_job(name).await
+    }
+
+    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+        self.inner.stop_training_job(name).await
+    }
+}
+
+struct World {
+    service: Arc<Service<MemoryStore, NoEvents>>,
+    clock: Arc<ManualClock>,
+    sagemaker: Gated,
+    scheduler: SchedulerFunction<MemoryStore, NoEvents, Gated>,
+    retry: RetryFunction<MemoryStore, NoEvents, Gated>,
+}
+
+impl World {
+    async fn new() -> Self {
+        let (service, clock, inner) = deployment(MemoryStore::new(), NoEvents, 4).await;
+        let sagemaker = Gated {
+            inner,
+            refuse: Arc::default(),
+            hold: Arc::default(),
+            entered: Arc::default(),
+            release: Arc::default(),
+            creates: Arc::default(),
+        };
+        let cycle = CycleConfig::default();
+        Self {
+            scheduler: SchedulerFunction::new(service.clone(), sagemaker.clone(), cycle.clone())
+                .with_lease_wait(Duration::ZERO),
+            retry: RetryFunction::new(service.clone(), sagemaker.clone(), cycle, 60_000),
+            service,
+            clock,
+            sagemaker,
+        }
+    }
+
+    async fn job(&self, id: &str) -> ServiceJob {
+        let stored = self.service.store().get_job(id).await.unwrap();
+        stored.unwrap().value
+    }
+
+    fn creates(&self) -> usize {
+        self.sagemaker.creates.load(Ordering::SeqCst)
+    }
+
+    /// Submits a job and dispatches it with its launch refused: an attempt without an ARN.
+    async fn unlaunched(&self) -> String {
+        let id = submit(&self.service, "resnet").await;
+        self.sagemaker.refuse.store(true, Ordering::SeqCst);
+        let pass = self.scheduler.handle(&tick(), "req-0", None).await.unwrap();
+        self.sagemaker.refuse.store(false, Ordering::SeqCst);
+        assert_eq!((pass.dispatched, pass.launched), (1, 0), "{pass:?}");
+        let job = self.job(&id).await;
+        assert!(job.latest_attempt().unwrap().training_job_arn.is_none());
+        id
+    }
+}
+
+fn tick() -> Value {
+    json!({"trigger": "schedule"})
+}
+
+#[tokio::test]
+async fn only_the_scheduler_relaunches_an_unrecorded_launch_and_only_after_the_grace() {
+    let w = World::new().await;
+    let id = w.unlaunched().await;
+    let refused = w.creates();
+
+    // The retry function never creates a training job, however long the attempt has waited.
+    w.clock.advance(LAUNCH_GRACE_MS);
+    w.retry.handle(&tick()).await.unwrap();
+    assert_eq!(
+        w.creates(),
+        refused,
+        "the retry function created a training job"
+    );
+    w.clock.advance(-LAUNCH_GRACE_MS);
+
+    // Within the grace the launch may still be in flight elsewhere: left alone.
+    w.clock.advance(LAUNCH_GRACE_MS - 1);
+    let early = w.scheduler.handle(&tick(), "req-1", None).await.unwrap();
+    assert_eq!(early.relaunched, 0, "{early:?}");
+    // Only the schedule relaunches; an event-driven pass does not read every running job.
+    w.clock.advance(1);
+    let submitted = json!({"source": "trainyard", "detail-type": "Job Submitted", "detail": {}});
+    let woken = w.scheduler.handle(&submitted, "req-2", None).await.unwrap();
+    assert_eq!(woken.relaunched, 0, "{woken:?}");
+    assert_eq!(w.creates(), refused);
+
+    let due = w.scheduler.handle(&tick(), "req-3", None).await.unwrap();
+    assert_eq!(due.relaunched, 1, "{due:?}");
+    let job = w.job(&id).await;
+    assert!(
+        job.latest_attempt().unwrap().training_job_arn.is_some(),
+        "{job:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_launch_that_lands_after_its_attempt_ended_is_stopped() {
+    let w = World::new().await;
+    let id = w.unlaunched().await;
+    w.clock.advance(LAUNCH_GRACE_MS);
+
+    // The scheduler's relaunch is in flight when the job is terminated and the retry function,
+    // finding no training job yet, ends the attempt.
+    w.sagemaker.hold.store(true, Ordering::SeqCst);
+    let schedule = tick();
+    let relaunch = w.scheduler.handle(&schedule, "req-1", None);
+    let meanwhile = async {
+        w.sagemaker.entered.notified().await;
+        w.service
+            .terminate_job(&id, "no longer needed")
+            .await
+            .unwrap();
+        w.retry.handle(&tick()).await.unwrap();
+        assert_eq!(w.job(&id).await.status, JobStatus::Failed);
+        w.sagemaker.release.notify_one();
+    };
+    let (relaunched, ()) = tokio::join!(relaunch, meanwhile);
+    assert_eq!(relaunched.unwrap().relaunched, 1);
+
+    let job = w.job(&id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    let state = w
+        .sagemaker
+        .describe_training_job(&attempt_name(&job, 1))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            state.status,
+            TrainingStatus::Stopping | TrainingStatus::Stopped
+        ),
+        "the late launch of an ended attempt is left running: {state:?}"
+    );
+}

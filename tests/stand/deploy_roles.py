@@ -1,0 +1,243 @@
+"""Deploys the SAM template's function roles into the AWS stand (aws_stand.py), as CloudFormation
+would, and writes each function's credentials: the end-to-end suite then runs every function as
+its own role, so a permission the template lacks fails a call there as it would in AWS.
+
+For each function in the template (`AWS::Serverless::Function`, or a CDK app's synthesized
+`AWS::Lambda::Function`), the role its `Role` names is created in the stand's IAM with the
+template's trust policy and policies (inline `Policies`, and `AWS::IAM::Policy` resources that
+attach to it), every intrinsic resolved for the stack (`Ref`, `Fn::GetAtt ... Arn`, `Fn::Sub`,
+`Fn::Join`) the way CloudFormation names the resources; then the role is assumed, and
+`OUT/<function>.env` gets the session's `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+`AWS_SESSION_TOKEN`. `OUT/stack.env` gets the physical names the functions are configured with
+(`TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`).
+
+Usage: python deploy_roles.py --endpoint URL --template infra/template.yaml --stack e2e \
+           --table NAME --parameter TrainingRoleArns=ARN[,ARN] --out DIR
+The endpoint is called with the root key of the environment (AWS_ACCESS_KEY_ID).
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+import yaml
+
+ACCOUNT = "123456789012"
+PARTITION = "aws"
+
+
+class TemplateLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short tags (`!Ref X`, `!GetAtt A.B`, `!Sub ...`)."""
+
+
+def _tag(loader, suffix, node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+TemplateLoader.add_multi_constructor("!", _tag)
+
+
+def load_template(path):
+    text = pathlib.Path(path).read_text()
+    return json.loads(text) if path.endswith(".json") else yaml.load(text, TemplateLoader)
+
+
+class Stack:
+    """The physical names and ARNs CloudFormation gives a template's resources in this stack."""
+
+    def __init__(self, template, name, region, table, parameters):
+        self.template = template
+        self.resources = template["Resources"]
+        self.name = name
+        self.region = region
+        self.table = table
+        self.parameters = {}
+        for key, spec in template.get("Parameters", {}).items():
+            value = parameters.get(key, spec.get("Default"))
+            if value is None:
+                continue
+            if spec.get("Type") == "CommaDelimitedList":
+                value = [v for v in str(value).split(",") if v]
+            self.parameters[key] = value
+
+    def physical_name(self, logical):
+        resource = self.resources[logical]
+        kind, props = resource["Type"], resource.get("Properties", {})
+        if kind == "AWS::DynamoDB::Table":
+            return self.table
+        for key in ("Name", "LogGroupName", "RoleName", "QueueName", "FunctionName"):
+            if key in props:
+                return self.resolve(props[key])
+        if kind == "AWS::Logs::LogGroup":
+            return f"/aws/{self.name}/{logical}"
+        return f"{self.name}-{logical}"
+
+    def ref(self, name):
+        pseudo = {
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT,
+            "AWS::Partition": PARTITION,
+            "AWS::StackName": self.name,
+            "AWS::URLSuffix": "amazonaws.com",
+        }
+        if name in pseudo:
+            return pseudo[name]
+        if name in self.parameters:
+            return self.parameters[name]
+        if name not in self.resources:
+            raise SystemExit(f"Ref {name}: no such parameter or resource in the template")
+        if self.resources[name]["Type"] == "AWS::SQS::Queue":
+            return f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT}/{self.physical_name(name)}"
+        return self.physical_name(name)
+
+    def arn(self, logical):
+        kind = self.resources[logical]["Type"]
+        name = self.physical_name(logical)
+        region, prefix = self.region, f"arn:{PARTITION}"
+        arns = {
+            "AWS::DynamoDB::Table": f"{prefix}:dynamodb:{region}:{ACCOUNT}:table/{name}",
+            "AWS::Events::EventBus": f"{prefix}:events:{region}:{ACCOUNT}:event-bus/{name}",
+            "AWS::SQS::Queue": f"{prefix}:sqs:{region}:{ACCOUNT}:{name}",
+            "AWS::Logs::LogGroup": f"{prefix}:logs:{region}:{ACCOUNT}:log-group:{name}:*",
+            "AWS::IAM::Role": f"{prefix}:iam::{ACCOUNT}:role/{name}",
+            "AWS::SNS::Topic": f"{prefix}:sns:{region}:{ACCOUNT}:{name}",
+            "AWS::KMS::Key": f"{prefix}:kms:{region}:{ACCOUNT}:key/{name}",
+        }
+        if kind not in arns:
+            raise SystemExit(f"Fn::GetAtt {logical}.Arn: no ARN rule for {kind}")
+        return arns[kind]
+
+    def resolve(self, node):
+        if isinstance(node, list):
+            return [self.resolve(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            (key, value), = node.items()
+            if key == "Ref":
+                return self.ref(value)
+            if key == "Fn::GetAtt":
+                logical, attribute = value if isinstance(value, list) else value.split(".", 1)
+                if attribute != "Arn":
+                    raise SystemExit(f"Fn::GetAtt {logical}.{attribute}: only .Arn is resolved")
+                return self.arn(logical)
+            if key == "Fn::Sub":
+                return self.substitute(value)
+            if key == "Fn::Join":
+                separator, parts = value
+                return separator.join(str(p) for p in self.resolve(parts))
+            if key.startswith("Fn::"):
+                raise SystemExit(f"{key}: not resolved by tests/stand/deploy_roles.py")
+        return {k: self.resolve(v) for k, v in node.items()}
+
+    def substitute(self, value):
+        text, variables = (value, {}) if isinstance(value, str) else value
+
+        def one(match):
+            name = match.group(1)
+            if name in variables:
+                return str(self.resolve(variables[name]))
+            if "." in name and not name.startswith("AWS::"):
+                logical, attribute = name.split(".", 1)
+                return self.resolve({"Fn::GetAtt": [logical, attribute]})
+            return str(self.ref(name))
+
+        return re.sub(r"\$\{([^}!][^}]*)\}", one, text)
+
+    def function_roles(self):
+        """{function directory name: role logical id}, for every function in the template."""
+        found = {}
+        for logical, resource in self.resources.items():
+            props = resource.get("Properties", {})
+            if resource["Type"] == "AWS::Serverless::Function":
+                function = pathlib.PurePosixPath(props["CodeUri"]).name
+            elif resource["Type"] == "AWS::Lambda::Function":
+                # The CDK app records each function's source directory (infra/cdk/lib).
+                source = resource.get("Metadata", {}).get("trainyard:source", logical)
+                function = pathlib.PurePosixPath(source).name
+            else:
+                continue
+            role = props.get("Role")
+            if not (isinstance(role, dict) and "Fn::GetAtt" in role):
+                raise SystemExit(f"{logical}: Role is not a Fn::GetAtt of a role in the template")
+            target = role["Fn::GetAtt"]
+            found[function] = target[0] if isinstance(target, list) else target.split(".")[0]
+        return found
+
+    def role_policies(self, role):
+        """[(name, document)] of the role: its inline policies and the policies attached to it."""
+        props = self.resources[role]["Properties"]
+        policies = [(p["PolicyName"], self.resolve(p["PolicyDocument"]))
+                    for p in props.get("Policies", [])]
+        for logical, resource in self.resources.items():
+            if resource["Type"] != "AWS::IAM::Policy":
+                continue
+            attached = resource["Properties"].get("Roles", [])
+            if {"Ref": role} in attached:
+                policies.append((logical, self.resolve(resource["Properties"]["PolicyDocument"])))
+        return policies
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--template", required=True)
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    parameters = dict(p.split("=", 1) for p in args.parameter)
+    import boto3  # here, so that infra/tests can read templates with this module without it
+
+    stack = Stack(load_template(args.template), args.stack, args.region, args.table, parameters)
+    iam = boto3.client("iam", endpoint_url=args.endpoint, region_name=args.region)
+    sts = boto3.client("sts", endpoint_url=args.endpoint, region_name=args.region)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    roles = stack.function_roles()
+    if not roles:
+        raise SystemExit(f"{args.template}: no functions found")
+    for function, role in sorted(roles.items()):
+        props = stack.resources[role]["Properties"]
+        name = stack.physical_name(role)
+        arn = iam.create_role(
+            RoleName=name,
+            AssumeRolePolicyDocument=json.dumps(stack.resolve(props["AssumeRolePolicyDocument"])),
+        )["Role"]["Arn"]
+        policies = stack.role_policies(role)
+        for policy_name, document in policies:
+            iam.put_role_policy(RoleName=name, PolicyName=policy_name,
+                                PolicyDocument=json.dumps(document))
+        session = sts.assume_role(RoleArn=arn, RoleSessionName=function)["Credentials"]
+        (out / f"{function}.env").write_text(
+            f"AWS_ACCESS_KEY_ID={session['AccessKeyId']}\n"
+            f"AWS_SECRET_ACCESS_KEY={session['SecretAccessKey']}\n"
+            f"AWS_SESSION_TOKEN={session['SessionToken']}\n"
+        )
+        statements = sum(len(d.get("Statement", [])) for _, d in policies)
+        print(f"{function}: role {name} ({statements} statements), session written")
+    bus = next(
+        (stack.physical_name(k) for k, r in stack.resources.items()
+         if r["Type"] == "AWS::Events::EventBus"),
+        None,
+    )
+    (out / "stack.env").write_text(f"TRAINYARD_TABLE={args.table}\nTRAINYARD_EVENT_BUS={bus}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
