@@ -194,6 +194,10 @@ run_lambda_e2e() {
   build_functions || return 1
   cargo test --locked -p trainyard-e2e --features lambda-e2e --no-run || return 1
 
+  echo "+ pytest tests/stand (the AWS stand refuses what IAM refuses)"
+  AWS_EC2_METADATA_DISABLED=true "$venv/bin/python" -m pytest "$ROOT/tests/stand" \
+    -p no:cacheprovider -q -rfE || return 1
+
   local rc=0
   # In a subshell, so its EXIT trap stops exactly the servers it started, however it ends.
   (

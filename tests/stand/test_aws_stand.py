@@ -1,0 +1,149 @@
+"""The AWS stand is a test oracle, so its strictness is tested: it must refuse what IAM refuses
+(including the parts of a transaction and a PassRole without its condition) and allow what a
+policy grants, and it must not be fooled by a wrong secret or an unknown key.
+
+Runs the stand's gate in this process over moto, with a stub SageMaker that answers 200.
+"""
+
+import http.server
+import json
+import threading
+
+import boto3
+import botocore.exceptions
+import pytest
+from werkzeug.serving import make_server
+
+import aws_stand
+
+REGION = "us-east-1"
+ROOT = {"aws_access_key_id": "test", "aws_secret_access_key": "test", "region_name": REGION}
+TABLE = "t"
+TABLE_ARN = f"arn:aws:dynamodb:{REGION}:123456789012:table/{TABLE}"
+TRAINING_ROLE = "arn:aws:iam::123456789012:role/Training"
+
+
+class StubSageMaker(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/x"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-amz-json-1.1")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def stand():
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+
+    sagemaker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubSageMaker)
+    threading.Thread(target=sagemaker.serve_forever, daemon=True).start()
+    gate = aws_stand.Gate(DomainDispatcherApplication(create_backend_app),
+                          f"http://127.0.0.1:{sagemaker.server_address[1]}", "test")
+    server = make_server("127.0.0.1", 0, gate, threaded=True, request_handler=MotoRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    dynamodb = boto3.client("dynamodb", endpoint_url=url, **ROOT)
+    dynamodb.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                          AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])
+    yield url, gate
+    server.shutdown()
+    sagemaker.shutdown()
+
+
+def session(url, name, statements):
+    """Credentials of a role granted `statements`, assumed through the stand."""
+    iam = boto3.client("iam", endpoint_url=url, **ROOT)
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+    arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    iam.put_role_policy(RoleName=name, PolicyName="p",
+                        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
+    creds = boto3.client("sts", endpoint_url=url, **ROOT).assume_role(
+        RoleArn=arn, RoleSessionName=name)["Credentials"]
+    return {"aws_access_key_id": creds["AccessKeyId"], "aws_secret_access_key": creds["SecretAccessKey"],
+            "aws_session_token": creds["SessionToken"], "region_name": REGION}
+
+
+def refused(call, code="AccessDeniedException"):
+    with pytest.raises(botocore.exceptions.ClientError) as error:
+        call()
+    assert error.value.response["Error"]["Code"] == code, error.value.response
+    return error.value.response["Error"]["Message"]
+
+
+def item(key):
+    return {"pk": {"S": key}}
+
+
+def test_a_role_may_do_what_its_policy_grants_on_the_resources_it_names(stand):
+    url, _ = stand
+    creds = session(url, "reader", [
+        {"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:PutItem"], "Resource": TABLE_ARN}])
+    dynamodb = boto3.client("dynamodb", endpoint_url=url, **creds)
+    dynamodb.put_item(TableName=TABLE, Item=item("a"))
+    assert dynamodb.get_item(TableName=TABLE, Key=item("a"))["Item"] == item("a")
+    message = refused(lambda: dynamodb.delete_item(TableName=TABLE, Key=item("a")))
+    assert "dynamodb:DeleteItem" in message and TABLE_ARN in message
+    # A table the policy does not name.
+    refused(lambda: dynamodb.get_item(TableName="other", Key=item("a")))
+    # An index is a resource of its own.
+    refused(lambda: dynamodb.query(TableName=TABLE, IndexName="idx", KeyConditionExpression="pk = :k",
+                                   ExpressionAttributeValues={":k": {"S": "a"}}))
+
+
+def test_each_part_of_a_transaction_and_each_table_of_a_batch_is_authorized(stand):
+    url, gate = stand
+    creds = session(url, "writer", [
+        {"Effect": "Allow", "Action": ["dynamodb:PutItem", "dynamodb:ConditionCheckItem"], "Resource": TABLE_ARN}])
+    dynamodb = boto3.client("dynamodb", endpoint_url=url, **creds)
+    dynamodb.transact_write_items(TransactItems=[{"Put": {"TableName": TABLE, "Item": item("b")}}])
+    refused(lambda: dynamodb.transact_write_items(TransactItems=[
+        {"Put": {"TableName": TABLE, "Item": item("c")}},
+        {"Delete": {"TableName": TABLE, "Key": item("b")}},
+    ]))
+    refused(lambda: dynamodb.batch_get_item(RequestItems={TABLE: {"Keys": [item("b")]}}))
+    assert {"action": "dynamodb:DeleteItem", "resource": TABLE_ARN}.items() <= gate.audit.report()["refused"][-2].items()
+
+
+def test_pass_role_is_needed_to_create_a_training_job_and_only_to_sagemaker(stand):
+    url, _ = stand
+    job = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/ty-*"
+    launch = {"TrainingJobName": "ty-a-1", "RoleArn": TRAINING_ROLE,
+              "AlgorithmSpecification": {"TrainingImage": "i", "TrainingInputMode": "File"},
+              "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+              "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1},
+              "StoppingCondition": {"MaxRuntimeInSeconds": 60}}
+    without = boto3.client("sagemaker", endpoint_url=url, **session(url, "no-pass", [
+        {"Effect": "Allow", "Action": "sagemaker:CreateTrainingJob", "Resource": job}]))
+    assert "iam:PassRole" in refused(lambda: without.create_training_job(**launch))
+    elsewhere = boto3.client("sagemaker", endpoint_url=url, **session(url, "pass-elsewhere", [
+        {"Effect": "Allow", "Action": "sagemaker:CreateTrainingJob", "Resource": job},
+        {"Effect": "Allow", "Action": "iam:PassRole", "Resource": TRAINING_ROLE,
+         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}}]))
+    refused(lambda: elsewhere.create_training_job(**launch))
+    allowed = boto3.client("sagemaker", endpoint_url=url, **session(url, "launcher", [
+        {"Effect": "Allow", "Action": "sagemaker:CreateTrainingJob", "Resource": job},
+        {"Effect": "Allow", "Action": "iam:PassRole", "Resource": TRAINING_ROLE,
+         "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}}]))
+    assert allowed.create_training_job(**launch)["TrainingJobArn"]
+    # Tags need AddTags too; a name outside ty-* is another resource.
+    assert "sagemaker:AddTags" in refused(
+        lambda: allowed.create_training_job(**launch, Tags=[{"Key": "k", "Value": "v"}]))
+    refused(lambda: allowed.create_training_job(**{**launch, "TrainingJobName": "other"}))
+
+
+def test_a_wrong_secret_or_an_unknown_key_is_refused(stand):
+    url, _ = stand
+    creds = session(url, "forger", [{"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": TABLE_ARN}])
+    forged = boto3.client("dynamodb", endpoint_url=url, **{**creds, "aws_secret_access_key": "guess"})
+    refused(lambda: forged.get_item(TableName=TABLE, Key=item("a")), "InvalidSignatureException")
+    unknown = boto3.client("dynamodb", endpoint_url=url, aws_access_key_id="AKIAUNKNOWN",
+                           aws_secret_access_key="x", region_name=REGION)
+    refused(lambda: unknown.get_item(TableName=TABLE, Key=item("a")), "UnrecognizedClientException")
