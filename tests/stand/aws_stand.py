@@ -19,19 +19,40 @@ authorized first, as IAM would:
 
 A refused request gets AWS's answer (`AccessDeniedException`, `UnrecognizedClientException`,
 `InvalidSignatureException`) and is recorded. `GET /_stand/audit` returns what was allowed (per
-principal and action) and every refusal, so a test can assert that nothing was refused even
-where the code under test tolerates a failed call.
+principal and action), every refusal and the faults injected, so a test can assert that nothing
+was refused even where the code under test tolerates a failed call.
 
-Usage: python aws_stand.py --sagemaker http://127.0.0.1:PORT [--listen 127.0.0.1:0]
+DynamoDB behaves as DynamoDB does, where moto is kinder ([`Faults`], set with `--faults JSON` or
+`POST /_stand/faults`):
+
+- global secondary indexes lag: every `Query`/`Scan` with an `IndexName` is answered from a
+  replica of the table that receives each written item's new image `index_lag_ms` later (base
+  table reads stay consistent);
+- `TransactWriteItems` is idempotent in its `ClientRequestToken` for 10 minutes, as DynamoDB's
+  is (the SDKs fill the token, and reuse it when they retry): a repeat is answered with success
+  and not applied again, a repeat with other parameters is `IdempotentParameterMismatch`;
+- seeded faults, each a rate per request, only on the SDK's first attempts (`attempts`, from the
+  `amz-sdk-request` header, so that a retry can get through): `throttle`
+  (`ProvisionedThroughputExceededException`/`ThrottlingException`), `internal` (500), `conflict`
+  (`TransactionCanceledException` with `TransactionConflict` for a transaction,
+  `TransactionConflictException` for a single-item write), and `lost` (a write applied, its
+  answer replaced by a 500, so the SDK retries a write that already happened).
+
+Usage: python aws_stand.py [--sagemaker http://127.0.0.1:PORT] [--listen 127.0.0.1:0]
+           [--faults '{"seed": 1, "index_lag_ms": 500, "throttle": 0.05, "lost": 0.05}']
 Prints `aws stand listening on http://127.0.0.1:PORT` once it serves.
 """
 
 import argparse
+import hashlib
+import heapq
 import io
 import json
 import os
+import random
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -176,6 +197,284 @@ def checks_for(service, headers, body_bytes, query, region):
     return operation, [(f"{service}:{operation}", "*")]
 
 
+# --- DynamoDB as it behaves ------------------------------------------------------------------
+
+DYNAMODB_TARGET = "DynamoDB_20120810"
+WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
+IDEMPOTENCY_WINDOW_S = 600
+REPLICA_SUFFIX = ".lagged-index-replica"
+
+
+def dynamodb_error(status, code, message, **extra):
+    body = {"__type": f"com.amazonaws.dynamodb.v20120810#{code}", "message": message, **extra}
+    return status, {"Content-Type": "application/x-amz-json-1.0", "x-amzn-ErrorType": code}, \
+        json.dumps(body).encode()
+
+
+def sdk_attempt(headers):
+    """The SDK's attempt number (`amz-sdk-request: attempt=2; max=3`); 1 when absent."""
+    for part in headers.get("Amz-Sdk-Request", "").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == "attempt" and value.isdigit():
+            return int(value)
+    return 1
+
+
+class Faults:
+    """What is done to DynamoDB requests: seeded fault rates and the index lag."""
+
+    KINDS = ("throttle", "internal", "conflict", "lost")
+
+    def __init__(self, spec=None):
+        self.lock = threading.Lock()
+        self.configure(spec or {})
+
+    def configure(self, spec):
+        unknown = set(spec) - {"seed", "index_lag_ms", "attempts", *self.KINDS}
+        if unknown:
+            raise ValueError(f"unknown fault settings {sorted(unknown)}")
+        with self.lock:
+            self.spec = dict(spec)
+            self.rng = random.Random(spec.get("seed", 0))
+            self.index_lag_ms = int(spec.get("index_lag_ms", 0))
+            self.attempts = int(spec.get("attempts", 1))
+            self.rates = {kind: float(spec.get(kind, 0)) for kind in self.KINDS}
+            self.injected = {kind: 0 for kind in self.KINDS}
+
+    def draw(self, operation, attempt):
+        """The fault for one request, or None."""
+        with self.lock:
+            if attempt > self.attempts:
+                return None
+            for kind in self.KINDS:
+                rate = self.rates[kind]
+                if kind == "conflict" and operation not in WRITES - {"BatchWriteItem"}:
+                    continue
+                if kind == "lost" and operation not in WRITES:
+                    continue
+                if rate and self.rng.random() < rate:
+                    self.injected[kind] += 1
+                    return kind
+            return None
+
+    def report(self):
+        with self.lock:
+            return {"settings": self.spec, "injected": dict(self.injected)}
+
+
+class Direct:
+    """moto's DynamoDB called in this process, past the gate and the faults."""
+
+    def __init__(self, moto_app, region="us-east-1"):
+        from werkzeug.test import Client
+
+        self.client = Client(moto_app)
+        self.region = region
+
+    def call(self, operation, body):
+        response = self.client.post("/", data=json.dumps(body), headers={
+            "Authorization": f"AWS4-HMAC-SHA256 Credential=test/20260101/{self.region}/dynamodb/"
+                             "aws4_request, SignedHeaders=host, Signature=0",
+            "X-Amz-Target": f"{DYNAMODB_TARGET}.{operation}",
+            "Content-Type": "application/x-amz-json-1.0",
+        })
+        return response.status_code, json.loads(response.get_data() or b"{}")
+
+
+class LaggingIndexes:
+    """A replica of each table that gets every written item's image `lag` later; index reads go
+    to it. Images are applied in the order they were taken, so the replica converges."""
+
+    def __init__(self, direct, faults):
+        self.direct = direct
+        self.faults = faults
+        self.key_schemas = {}
+        self.pending = []
+        self.sequence = 0
+        self.cond = threading.Condition()
+        threading.Thread(target=self.apply_due, daemon=True).start()
+
+    def created(self, body):
+        self.key_schemas[body["TableName"]] = [k["AttributeName"] for k in body["KeySchema"]]
+        replica = dict(body, TableName=body["TableName"] + REPLICA_SUFFIX)
+        replica.pop("StreamSpecification", None)
+        self.direct.call("CreateTable", replica)
+
+    def deleted(self, body):
+        self.key_schemas.pop(body.get("TableName"), None)
+        self.direct.call("DeleteTable", {"TableName": body.get("TableName", "") + REPLICA_SUFFIX})
+
+    def keys_of(self, table):
+        if table not in self.key_schemas:
+            status, described = self.direct.call("DescribeTable", {"TableName": table})
+            if status != 200:
+                return None
+            self.key_schemas[table] = [k["AttributeName"] for k in described["Table"]["KeySchema"]]
+        return self.key_schemas[table]
+
+    def written(self, operation, body):
+        """Takes the new image of every item the write touched and schedules it."""
+        touched = []  # (table, item or key)
+        if operation in ("PutItem", "UpdateItem", "DeleteItem"):
+            touched.append((body["TableName"], body.get("Item") or body.get("Key")))
+        elif operation == "TransactWriteItems":
+            for item in body.get("TransactItems", []):
+                for kind, part in item.items():
+                    if kind != "ConditionCheck":
+                        touched.append((part["TableName"], part.get("Item") or part.get("Key")))
+        elif operation == "BatchWriteItem":
+            for table, requests in body.get("RequestItems", {}).items():
+                for request in requests:
+                    for part in request.values():
+                        touched.append((table, part.get("Item") or part.get("Key")))
+        due = time.monotonic() + self.faults.index_lag_ms / 1000
+        images = []
+        for table, item in touched:
+            names = self.keys_of(table)
+            if not names or table.endswith(REPLICA_SUFFIX):
+                continue
+            key = {name: item[name] for name in names if name in item}
+            status, found = self.direct.call(
+                "GetItem", {"TableName": table, "Key": key, "ConsistentRead": True})
+            if status == 200:
+                images.append((table, key, found.get("Item")))
+        with self.cond:
+            for table, key, image in images:
+                self.sequence += 1
+                heapq.heappush(self.pending, (due, self.sequence, table, key, image))
+            self.cond.notify()
+        if self.faults.index_lag_ms == 0:
+            self.flush()
+
+    def apply(self, table, key, image):
+        replica = table + REPLICA_SUFFIX
+        if image is None:
+            self.direct.call("DeleteItem", {"TableName": replica, "Key": key})
+        else:
+            self.direct.call("PutItem", {"TableName": replica, "Item": image})
+
+    def take_due(self, now):
+        with self.cond:
+            due = []
+            while self.pending and self.pending[0][0] <= now:
+                due.append(heapq.heappop(self.pending))
+            return due
+
+    def flush(self):
+        for _, _, table, key, image in self.take_due(float("inf")):
+            self.apply(table, key, image)
+
+    def apply_due(self):
+        while True:
+            with self.cond:
+                wait = self.pending[0][0] - time.monotonic() if self.pending else None
+                if wait is None or wait > 0:
+                    self.cond.wait(timeout=wait)
+            for _, _, table, key, image in self.take_due(time.monotonic()):
+                self.apply(table, key, image)
+
+
+class DynamoDB:
+    """DynamoDB's behaviour around moto: faults, idempotent transactions, lagging indexes."""
+
+    def __init__(self, moto_app, faults):
+        self.moto_app = moto_app
+        self.faults = faults
+        self.indexes = LaggingIndexes(Direct(moto_app), faults)
+        self.tokens = {}  # ClientRequestToken -> (request digest, answer, when)
+        self.tokens_lock = threading.Lock()
+        # Writes are applied one at a time, so that the images the replica gets are in order.
+        self.write_lock = threading.Lock()
+
+    def __call__(self, environ, headers, body, start_response, respond):
+        operation, request = json_operation(headers, body)
+        fault = self.faults.draw(operation, sdk_attempt(headers))
+        if fault == "throttle":
+            code = self.faults.rng.choice(
+                ["ProvisionedThroughputExceededException", "ThrottlingException"])
+            return respond(start_response, *dynamodb_error(400, code, "Rate of requests exceeds the allowed throughput."))
+        if fault == "internal":
+            return respond(start_response, *dynamodb_error(500, "InternalServerError", "Internal server error"))
+        if fault == "conflict":
+            if operation == "TransactWriteItems":
+                reasons = [{"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}]
+                reasons += [{"Code": "None"}] * (len(request.get("TransactItems", [])) - 1)
+                return respond(start_response, *dynamodb_error(
+                    400, "TransactionCanceledException",
+                    "Transaction cancelled, please refer cancellation reasons for specific reasons "
+                    f"[{', '.join(r['Code'] for r in reasons)}]",
+                    CancellationReasons=reasons))
+            return respond(start_response, *dynamodb_error(
+                400, "TransactionConflictException", "Transaction is ongoing for the item"))
+
+        if operation == "TransactWriteItems" and request.get("ClientRequestToken"):
+            answer = self.repeated(request)
+            if answer is not None:
+                return respond(start_response, *answer)
+        if request.get("IndexName") and operation in ("Query", "Scan"):
+            replica = request["TableName"] + REPLICA_SUFFIX
+            status, answer_headers, answer = self.forward(environ, dict(request, TableName=replica))
+            answer = answer.replace(json.dumps(replica).encode(), json.dumps(request["TableName"]).encode())
+            return respond(start_response, status, answer_headers, answer)
+        if operation in WRITES:
+            with self.write_lock:
+                status, answer_headers, answer = self.forward(environ, request)
+                if status == 200:
+                    self.indexes.written(operation, request)
+        else:
+            status, answer_headers, answer = self.forward(environ, request)
+        if status == 200 and operation == "CreateTable":
+            self.indexes.created(request)
+        if status == 200 and operation == "DeleteTable":
+            self.indexes.deleted(request)
+        if status == 200 and operation == "TransactWriteItems" and request.get("ClientRequestToken"):
+            self.remember(request, (status, answer_headers, answer))
+        if fault == "lost" and status == 200:
+            return respond(start_response, *dynamodb_error(500, "InternalServerError", "Internal server error"))
+        return respond(start_response, status, answer_headers, answer)
+
+    @staticmethod
+    def digest(request):
+        request = {k: v for k, v in request.items() if k != "ClientRequestToken"}
+        return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+    def repeated(self, request):
+        now = time.monotonic()
+        with self.tokens_lock:
+            for token in [t for t, (_, _, at) in self.tokens.items() if now - at > IDEMPOTENCY_WINDOW_S]:
+                del self.tokens[token]
+            seen = self.tokens.get(request["ClientRequestToken"])
+        if seen is None:
+            return None
+        digest, answer, _ = seen
+        if digest != self.digest(request):
+            return dynamodb_error(400, "IdempotentParameterMismatchException",
+                                  "The request uses the same client token as a previous, but "
+                                  "non-identical request.")
+        return answer
+
+    def remember(self, request, answer):
+        with self.tokens_lock:
+            self.tokens[request["ClientRequestToken"]] = (self.digest(request), answer, time.monotonic())
+
+    def forward(self, environ, request):
+        """moto's answer to `request`: (status, headers, body)."""
+        body = json.dumps(request).encode()
+        inner = dict(environ, CONTENT_LENGTH=str(len(body)))
+        inner["wsgi.input"] = io.BytesIO(body)
+        captured = {}
+
+        def start(status, headers, exc_info=None):
+            captured["status"] = int(status.split()[0])
+            captured["headers"] = dict(headers)
+
+        chunks = self.moto_app(inner, start)
+        answer = b"".join(chunks)
+        if hasattr(chunks, "close"):
+            chunks.close()
+        return captured["status"], captured["headers"], answer
+
+
 # --- the gate --------------------------------------------------------------------------------
 
 
@@ -203,11 +502,13 @@ class Audit:
 class Gate:
     """WSGI middleware: authorizes each request, then hands it to moto or the emulator."""
 
-    def __init__(self, moto_app, sagemaker_url, root_key):
+    def __init__(self, moto_app, sagemaker_url, root_key, faults=None):
         self.moto_app = moto_app
-        self.sagemaker_url = sagemaker_url.rstrip("/")
+        self.sagemaker_url = (sagemaker_url or "").rstrip("/")
         self.root_key = root_key
         self.audit = Audit()
+        self.faults = faults or Faults()
+        self.dynamodb = DynamoDB(moto_app, self.faults)
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
@@ -215,7 +516,14 @@ class Gate:
         body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
         if path == "/_stand/audit":
-            return self.respond(start_response, 200, {}, json.dumps(self.audit.report()).encode())
+            report = dict(self.audit.report(), faults=self.faults.report())
+            return self.respond(start_response, 200, {}, json.dumps(report).encode())
+        if path == "/_stand/faults" and environ["REQUEST_METHOD"] == "POST":
+            try:
+                self.faults.configure(json.loads(body or b"{}"))
+            except ValueError as error:
+                return self.respond(start_response, 400, {}, json.dumps({"message": str(error)}).encode())
+            return self.respond(start_response, 200, {}, json.dumps(self.faults.report()).encode())
         if path.startswith("/moto-api"):
             return self.moto_app(environ, start_response)
         headers = request_headers(environ)
@@ -242,6 +550,8 @@ class Gate:
             return self.refuse(start_response, refusal)
         if service == "sagemaker":
             return self.forward_to_emulator(start_response, headers, body)
+        if service == "dynamodb" and headers.get("X-Amz-Target", "").startswith(DYNAMODB_TARGET):
+            return self.dynamodb(environ, headers, body, start_response, self.respond)
         return self.moto_app(environ, start_response)
 
     def caller(self, key, environ, headers, body, service):
@@ -271,6 +581,9 @@ class Gate:
         return access_key.arn, access_key.collect_policies()
 
     def forward_to_emulator(self, start_response, headers, body):
+        if not self.sagemaker_url:
+            return self.refuse(start_response, Refusal(
+                503, "ServiceUnavailable", "this stand forwards SageMaker nowhere (no --sagemaker)"))
         forwarded = {k: v for k, v in headers.items()
                      if k in ("Content-Type", "X-Amz-Target")}
         request = urllib.request.Request(self.sagemaker_url + "/", data=body, headers=forwarded,
@@ -291,7 +604,8 @@ class Gate:
                 if k.lower() in ("content-type", "x-amzn-requestid", "x-amzn-errortype")}
         keep.setdefault("Content-Type", "application/json")
         keep["Content-Length"] = str(len(body))
-        reason = {200: "OK", 400: "Bad Request", 403: "Forbidden"}.get(status, "Status")
+        reason = {200: "OK", 400: "Bad Request", 403: "Forbidden", 500: "Internal Server Error",
+                  503: "Service Unavailable"}.get(status, "Status")
         start_response(f"{status} {reason}", list(keep.items()))
         return [body]
 
@@ -320,9 +634,14 @@ def permitted(policies, action, resource):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", default="127.0.0.1:0", help="loopback address to serve on")
-    parser.add_argument("--sagemaker", required=True, help="the SageMaker emulator's URL")
+    parser.add_argument("--sagemaker", help="the SageMaker emulator's URL")
     parser.add_argument("--root-key", default="test", help="the access key that may do anything")
+    parser.add_argument("--faults", default="{}", help="DynamoDB fault settings, as JSON")
     args = parser.parse_args()
+    try:
+        faults = Faults(json.loads(args.faults))
+    except ValueError as error:
+        parser.error(f"--faults: {error}")
     host, _, port = args.listen.rpartition(":")
     if host not in ("127.0.0.1", "::1", "[::1]", "localhost"):
         parser.error(f"--listen {args.listen}: the stand serves loopback only")
@@ -331,7 +650,7 @@ def main():
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
 
-    gate = Gate(DomainDispatcherApplication(create_backend_app), args.sagemaker, args.root_key)
+    gate = Gate(DomainDispatcherApplication(create_backend_app), args.sagemaker, args.root_key, faults)
     server = make_server(host.strip("[]"), int(port), gate, threaded=True,
                          request_handler=MotoRequestHandler)
     bound = server.server_address[1]

@@ -10,6 +10,7 @@ import json
 import threading
 
 import boto3
+import botocore.config
 import botocore.exceptions
 import pytest
 from werkzeug.serving import make_server
@@ -147,3 +148,79 @@ def test_a_wrong_secret_or_an_unknown_key_is_refused(stand):
     unknown = boto3.client("dynamodb", endpoint_url=url, aws_access_key_id="AKIAUNKNOWN",
                            aws_secret_access_key="x", region_name=REGION)
     refused(lambda: unknown.get_item(TableName=TABLE, Key=item("a")), "UnrecognizedClientException")
+
+
+# --- DynamoDB as it behaves ------------------------------------------------------------------
+
+
+@pytest.fixture
+def indexed(stand):
+    """A table with a global secondary index, and the root's client; faults off afterwards."""
+    url, gate = stand
+    dynamodb = boto3.client("dynamodb", endpoint_url=url, **ROOT)
+    name = f"indexed-{len(dynamodb.list_tables()['TableNames'])}"
+    dynamodb.create_table(
+        TableName=name, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                              {"AttributeName": "g", "AttributeType": "S"}],
+        GlobalSecondaryIndexes=[{"IndexName": "by-g", "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                                 "Projection": {"ProjectionType": "ALL"}}])
+    yield name, dynamodb, gate
+    gate.faults.configure({})
+
+
+def in_index(dynamodb, table):
+    found = dynamodb.query(TableName=table, IndexName="by-g", KeyConditionExpression="g = :g",
+                           ExpressionAttributeValues={":g": {"S": "x"}})["Items"]
+    return sorted(i["pk"]["S"] for i in found)
+
+
+def test_an_index_shows_a_write_only_after_the_lag_and_the_table_at_once(indexed):
+    import time
+    table, dynamodb, gate = indexed
+    gate.faults.configure({"index_lag_ms": 300})
+    dynamodb.put_item(TableName=table, Item={"pk": {"S": "a"}, "g": {"S": "x"}})
+    assert in_index(dynamodb, table) == []
+    assert dynamodb.get_item(TableName=table, Key=item("a"), ConsistentRead=True)["Item"]
+    time.sleep(0.45)
+    assert in_index(dynamodb, table) == ["a"]
+    dynamodb.delete_item(TableName=table, Key=item("a"))
+    assert in_index(dynamodb, table) == ["a"], "the delete is not in the index yet"
+    time.sleep(0.45)
+    assert in_index(dynamodb, table) == []
+
+
+def test_a_lost_answer_leaves_the_write_applied_and_a_retried_transaction_is_not_applied_twice(indexed):
+    table, dynamodb, gate = indexed
+    no_retry = boto3.client("dynamodb", endpoint_url=dynamodb.meta.endpoint_url,
+                            config=botocore.config.Config(retries={"total_max_attempts": 1, "mode": "standard"}), **ROOT)
+    gate.faults.configure({"lost": 1.0})
+    refused(lambda: no_retry.put_item(TableName=table, Item={"pk": {"S": "b"}, "g": {"S": "x"}}),
+            "InternalServerError")
+    assert dynamodb.get_item(TableName=table, Key=item("b"))["Item"]["g"] == {"S": "x"}
+    # The SDK retries with the same client token: the repeat answers success, applies nothing.
+    transaction = {"TransactItems": [{"Update": {
+        "TableName": table, "Key": item("b"), "UpdateExpression": "ADD n :one",
+        "ExpressionAttributeValues": {":one": {"N": "1"}}}}], "ClientRequestToken": "t-1"}
+    refused(lambda: no_retry.transact_write_items(**transaction), "InternalServerError")
+    gate.faults.configure({})
+    no_retry.transact_write_items(**transaction)
+    assert dynamodb.get_item(TableName=table, Key=item("b"))["Item"]["n"] == {"N": "1"}
+    transaction["TransactItems"][0]["Update"]["ExpressionAttributeValues"][":one"] = {"N": "2"}
+    refused(lambda: no_retry.transact_write_items(**transaction), "IdempotentParameterMismatchException")
+    assert gate.faults.report()["injected"] == {"throttle": 0, "internal": 0, "conflict": 0, "lost": 0}
+
+
+def test_faults_fall_only_on_first_attempts_so_the_sdks_retry_gets_through(indexed):
+    table, dynamodb, gate = indexed
+    gate.faults.configure({"seed": 3, "throttle": 1.0})
+    # botocore sends amz-sdk-request: attempt=N; the second attempt is spared.
+    dynamodb.put_item(TableName=table, Item={"pk": {"S": "c"}, "g": {"S": "y"}})
+    assert gate.faults.report()["injected"]["throttle"] == 1
+    gate.faults.configure({"conflict": 1.0})
+    message = refused(lambda: dynamodb.transact_write_items(TransactItems=[
+        {"Put": {"TableName": table, "Item": {"pk": {"S": "d"}, "g": {"S": "y"}}}}]),
+        "TransactionCanceledException")
+    assert "TransactionConflict" in message
+    assert "Item" not in dynamodb.get_item(TableName=table, Key=item("d"))

@@ -46,7 +46,8 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    AttributeValue, Delete, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem,
 };
 use trainyard_app::ports::{
     CapacityHolder, ClientTokenRecord, Document, InsertJob, JobCursor, JobQuery, NameFilter, Page,
@@ -312,21 +313,36 @@ impl DynamoStore {
     }
 
     /// Puts `item` if the stored version is `expected_version` (0: it must not exist).
+    ///
+    /// A write whose answer is lost is applied, and the SDK's retry then finds its condition
+    /// false. An update recognises its own item in what the refusal returns; a create cannot
+    /// (an identical create by someone else looks the same), so it goes as a transaction of
+    /// one, whose client token makes the retry succeed instead.
     async fn put_versioned(&self, item: Item, expected_version: u64) -> Result<(), StoreError> {
-        let mut request = self
+        if expected_version == 0 {
+            let create = self.put(item, "attribute_not_exists(pk)", None, None)?;
+            return match self.transact(vec![create]).await {
+                Ok(()) => Ok(()),
+                Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
+                Err(Cancelled::Failed(e)) => Err(e),
+            };
+        }
+        let request = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item));
-        request = if expected_version == 0 {
-            request.condition_expression("attribute_not_exists(pk)")
-        } else {
-            request
-                .condition_expression("version = :expected")
-                .expression_attribute_values(":expected", n(expected_version))
-        };
-        request.send().await.map_err(classify)?;
-        Ok(())
+            .set_item(Some(item.clone()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .condition_expression("version = :expected")
+            .expression_attribute_values(":expected", n(expected_version));
+        match request.send().await {
+            Ok(_) => Ok(()),
+            Err(error) if refused_item(&error).is_some_and(|old| *old == item) => {
+                // Our own write: it was applied, its answer lost, and the SDK's retry found it.
+                Ok(())
+            }
+            Err(error) => Err(classify(error)),
+        }
     }
 
     /// The condition of a job write: the version, and that the request item holds this request
@@ -759,6 +775,14 @@ where
     Cancelled::Failed(classify(error))
 }
 
+/// The stored item a `PutItem` was refused over (its condition failed; the request asked for it).
+fn refused_item<R>(error: &SdkError<PutItemError, R>) -> Option<&Item> {
+    match error.as_service_error() {
+        Some(PutItemError::ConditionalCheckFailedException(e)) => e.item(),
+        _ => None,
+    }
+}
+
 /// A transaction's cancellation reason when another transaction held one of its items.
 const TRANSACTION_CONFLICT: &str = "TransactionConflict";
 
@@ -900,6 +924,8 @@ impl JobStore for DynamoStore {
                 };
                 match refused {
                     None => Err(classify(error)),
+                    // Our own write, applied with its answer lost: the SDK's retry found it.
+                    Some(Some(old)) if *old == items.job => Ok(next),
                     Some(old) if Self::request_was_the_difference(old, expected) => {
                         // The request changed: both items, in one transaction.
                         let writes = vec![
@@ -1011,16 +1037,23 @@ impl ConfigStore for DynamoStore {
         key: &str,
         expected_version: u64,
     ) -> Result<(), StoreError> {
-        self.client
-            .delete_item()
+        // A transaction of one, not a `DeleteItem`: its client token (the SDK's, reused when it
+        // retries) makes a retry after a lost answer succeed instead of finding the item gone.
+        let delete = Delete::builder()
             .table_name(&self.table)
             .set_key(Some(schema::key(schema::resource_pk(R::KIND), key)))
             .condition_expression("version = :expected")
             .expression_attribute_values(":expected", n(expected_version))
-            .send()
+            .build()
+            .map_err(|e| unavailable("cannot build a transaction item", e))?;
+        match self
+            .transact(vec![TransactWriteItem::builder().delete(delete).build()])
             .await
-            .map_err(classify)?;
-        Ok(())
+        {
+            Ok(()) => Ok(()),
+            Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
+            Err(Cancelled::Failed(e)) => Err(e),
+        }
     }
 }
 
@@ -1218,11 +1251,22 @@ impl SchedulingStore for DynamoStore {
                 .expression_attribute_values(":r", s(reason)),
             None => request.update_expression("SET #v = :next REMOVE #r"),
         };
+        let request = request
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         match request.send().await {
             Ok(_) => Ok(next),
             Err(error) => match error.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
-                    Err(StoreError::Conflict)
+                Some(UpdateItemError::ConditionalCheckFailedException(refused)) => {
+                    // Our own update, applied with its answer lost, is at `next` with `reason`.
+                    let ours = refused.item().is_some_and(|old| {
+                        old.get(schema::VERSION) == Some(&n(next))
+                            && old.get(schema::STATUS_REASON) == reason.as_deref().map(s).as_ref()
+                    });
+                    if ours {
+                        Ok(next)
+                    } else {
+                        Err(StoreError::Conflict)
+                    }
                 }
                 _ => Err(classify(error)),
             },

@@ -1,16 +1,21 @@
 //! The store contract, run against [`DynamoStore`] on a moto server.
 //!
 //! Needs `AWS_ENDPOINT_URL_DYNAMODB` or `AWS_ENDPOINT_URL` (and dummy credentials and a region)
-//! pointing at moto; `run_dynamodb_contract` in `scripts/lib/moto.sh` starts one and runs this
-//! file. Every case gets a fresh table with a unique name, so cases never see each other's items.
+//! pointing at moto; `run_dynamodb_contract` in `scripts/lib/moto.sh` starts one (behind the AWS
+//! stand, `tests/stand/aws_stand.py`, which throttles, fails and loses answers to writes it
+//! applied, as DynamoDB can) and runs this file. Every case gets a fresh table with a unique
+//! name, so cases never see each other's items. The clients retry as the SDK does by default,
+//! only with a shorter first backoff, so that the stand's faults cost milliseconds.
 #![cfg(feature = "moto-tests")]
 // Test support: a broken set-up should fail loudly where it broke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use trainyard_app::ports::{JobStore, SchedulingStore};
 
 use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
 use aws_sdk_dynamodb::Client;
 use trainyard_app::ports::JobQuery;
 use trainyard_aws::dynamodb::{DynamoStore, create_table};
@@ -48,11 +53,15 @@ fn fresh(case: &'static str) -> DynamoStore {
             .build()
             .expect("a runtime for the set-up");
         runtime.block_on(async move {
-            let setup = Client::new(&aws_config::defaults(BehaviorVersion::latest()).load().await);
-            create_table(&setup, &table)
+            let config = aws_config::defaults(BehaviorVersion::latest())
+                .retry_config(
+                    RetryConfig::standard().with_initial_backoff(Duration::from_millis(20)),
+                )
+                .load()
+                .await;
+            create_table(&Client::new(&config), &table)
                 .await
                 .unwrap_or_else(|e| panic!("creating table {table} at {endpoint}: {e:?}"));
-            let config = aws_config::defaults(BehaviorVersion::latest()).load().await;
             DynamoStore::new(Client::new(&config), table)
         })
     })
