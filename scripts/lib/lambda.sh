@@ -86,7 +86,7 @@ start_emulator() {
 # gate, SageMaker forwarded to EMULATOR_URL) on 127.0.0.1:0; sets STAND_PID and STAND_URL.
 start_stand() {
   start_announcing "$2" "${3:-30}" "$1/bin/python" "$ROOT/tests/stand/aws_stand.py" \
-    --listen 127.0.0.1:0 --sagemaker "$EMULATOR_URL" || return 1
+    --listen 127.0.0.1:0 --sagemaker "$EMULATOR_URL" --faults "${STAND_FAULTS:-{\}}" || return 1
   STAND_PID=$ANNOUNCED_PID
   STAND_URL=$ANNOUNCED_URL
 }

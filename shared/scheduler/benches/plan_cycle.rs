@@ -80,6 +80,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
         running,
         pending,
         usage,
+        in_use: BTreeMap::new(),
     }
 }
 

@@ -41,13 +41,26 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             (e.name.as_str(), plan)
         })
         .collect();
+    // What each environment's usage record says is in use, where the host keeps one.
+    for (name, in_use) in &snapshot.in_use {
+        if let Some(env) = envs.get_mut(name.as_str()) {
+            env.pool.take_counts(in_use);
+        }
+    }
     // Running jobs by queue (in snapshot order within each): the queues' plans read only
-    // their own.
+    // their own. They are charged only where no usage record is kept; their ends are when
+    // capacity comes back either way.
     let running_by_queue = Groups::of(&snapshot.running, |job| &job.queue);
     for (queue, jobs) in running_by_queue.iter() {
-        if let Some(env) = queue_env.get(queue).and_then(|e| envs.get_mut(e)) {
+        if let Some((name, env)) = queue_env
+            .get(queue)
+            .and_then(|e| envs.get_mut(e).map(|env| (*e, env)))
+        {
+            let recorded = snapshot.in_use.contains_key(name);
             for job in jobs {
-                env.pool.take(&job.instances);
+                if !recorded {
+                    env.pool.take(&job.instances);
+                }
                 env.releases.push((job.expected_end_ms, &job.instances));
             }
         }

@@ -150,6 +150,16 @@ impl Pool {
         }
     }
 
+    /// Takes instance counts as a usage record keeps them.
+    pub(crate) fn take_counts(&mut self, in_use: &BTreeMap<String, u64>) {
+        for (ty, n) in in_use {
+            self.total_used = self.total_used.saturating_add(*n);
+            if let Some(used) = self.type_used.get_mut(ty) {
+                *used = used.saturating_add(*n);
+            }
+        }
+    }
+
     pub(crate) fn give(&mut self, demand: &Instances) {
         for (ty, n) in demand {
             self.total_used = self.total_used.saturating_sub(u64::from(*n));

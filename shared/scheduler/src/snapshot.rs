@@ -226,6 +226,12 @@ pub struct Snapshot {
     pub pending: Vec<PendingJob>,
     /// Decayed usage per fair share, as of its own `at_ms`.
     pub usage: BTreeMap<ShareKey, ShareUsage>,
+    /// Instances in use per environment (and instance type) as the host's usage records keep
+    /// them: charged where each attempt was dispatched, updated with every dispatch and release,
+    /// and read consistently. An environment listed here is charged this, not the sum of
+    /// [`Snapshot::running`], which a host may read from a lagging index and which charges a
+    /// job to its queue's current environment.
+    pub in_use: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// Planner settings.

@@ -119,6 +119,7 @@ fn one_env(
         running,
         pending,
         usage: BTreeMap::new(),
+        in_use: BTreeMap::new(),
     }
 }
 
@@ -305,6 +306,7 @@ fn per_type_limits_offer_only_their_instance_types() {
             job("p4", "q", 2).at(3),
         ],
         usage: BTreeMap::new(),
+        in_use: BTreeMap::new(),
     };
     let plan = plan_cycle(&s, NOW, &Config::default());
     assert_eq!(dispatched(&plan), ["g5", "p4"]);

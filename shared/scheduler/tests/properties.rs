@@ -112,6 +112,7 @@ fn generate(seed: u64) -> Snapshot {
         running,
         pending,
         usage,
+        in_use: BTreeMap::new(),
     }
 }
 
@@ -313,6 +314,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
             running: running.clone(),
             pending,
             usage: usage.clone(),
+            in_use: BTreeMap::new(),
         };
         let plan = plan_cycle(&snapshot, now, &Config::default());
         for d in plan.dispatches {

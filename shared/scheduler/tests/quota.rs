@@ -111,6 +111,7 @@ fn snapshot(
         running,
         pending,
         usage: BTreeMap::new(),
+        in_use: BTreeMap::new(),
     }
 }
 

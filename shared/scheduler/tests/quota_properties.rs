@@ -95,6 +95,7 @@ fn world(seed: u64) -> (Snapshot, bool) {
         running: vec![],
         pending,
         usage: BTreeMap::new(),
+        in_use: BTreeMap::new(),
     };
     (snapshot, finite)
 }

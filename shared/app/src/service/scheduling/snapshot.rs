@@ -216,6 +216,12 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         let environments = std::mem::take(&mut configuration.environments);
         let (environments, free) = environment_states(environments, &usage);
         snapshot.environments = environments;
+        // The capacity in use the planner charges: the usage documents, read consistently and
+        // charged where each attempt was dispatched (the holders below come from an index).
+        snapshot.in_use = usage
+            .iter()
+            .map(|(env, u)| (env.clone(), u.value.instances.clone()))
+            .collect();
 
         let mut waiting = WaitingJobs::default();
         let mut fair_queues = BTreeMap::new();
