@@ -238,14 +238,19 @@ def test_pass_role_is_limited_to_the_training_roles_and_to_sagemaker(which, requ
     assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
 
 
+def load_deploy_stack():
+    """tests/stand/deploy_stack.py, the module that deploys a template into the AWS stand."""
+    spec = importlib.util.spec_from_file_location("deploy_stack", ROOT / "tests" / "stand" / "deploy_stack.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def deployed_role_grants(template):
     """{function: the set of (effect, actions, resources, condition) its role grants}, every
-    intrinsic resolved for one stack by tests/stand/deploy_roles.py, the resolver that deploys
+    intrinsic resolved for one stack by tests/stand/deploy_stack.py, the resolver that deploys
     the roles the end-to-end suite runs the functions as."""
-    spec = importlib.util.spec_from_file_location("deploy_roles", ROOT / "tests" / "stand" / "deploy_roles.py")
-    deploy_roles = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(deploy_roles)
-    stack = deploy_roles.Stack(template, "ty", "us-east-1", "ty-table",
+    stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table",
                                {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"})
     grants = {}
     for function, role in stack.function_roles().items():
@@ -258,6 +263,19 @@ def deployed_role_grants(template):
                              json.dumps(statement.get("Condition"), sort_keys=True)))
         grants[function] = granted
     return grants
+
+
+def test_both_templates_route_the_same_event_patterns_to_the_same_functions(sam_source, cdk):
+    # The end-to-end suite deploys the SAM template's rules into moto's EventBridge and delivers
+    # events only through them (tests/stand/deploy_stack.py); equal rules make that hold for the
+    # CDK app too.
+    def rules(template):
+        stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table", {})
+        return sorted((f, bus, json.dumps(p, sort_keys=True)) for _, f, bus, p in stack.event_rules())
+
+    sam_rules = rules(sam_source)
+    assert {f for f, _, _ in sam_rules} == {"scheduler", "training-events"}, sam_rules
+    assert rules(cdk) == sam_rules
 
 
 def test_every_function_role_grants_the_same_in_both_templates(sam_source, cdk):

@@ -6,7 +6,7 @@
 # (tests/stand/aws_stand.py: moto's DynamoDB, EventBridge, SQS, IAM and STS, and the emulator,
 # behind a gate that authorizes every call as IAM would), and one `cargo lambda watch` per
 # function, started with the credentials of that function's role as infra/template.yaml defines
-# it (tests/stand/deploy_roles.py); then runs tests/e2e/tests/lambda_watch.rs against them. cargo-lambda comes from PyPI, pinned in
+# it (tests/stand/deploy_stack.py); then runs tests/e2e/tests/lambda_watch.rs against them. cargo-lambda comes from PyPI, pinned in
 # functions/requirements.txt, in a virtualenv of its own (rebuilt only when that file changes);
 # moto comes from the conformance virtualenv. Uses ROOT, PYTHON, VENV, TARGET_DIR and WORK_DIR
 # when scripts/test set them.
@@ -82,11 +82,18 @@ start_emulator() {
   EMULATOR_URL=$ANNOUNCED_URL
 }
 
+# The DynamoDB the functions meet end to end (tests/stand/aws_stand.py's faults): indexes 300 ms
+# behind the table, and throttles, 500s and lost answers on first attempts, which the SDK retries
+# with its default backoff. Transaction conflicts are left to the simulator's fault harness,
+# which races two schedulers on purpose; here they would only fail a step the test then retries.
+E2E_FAULTS='{"seed": 7, "index_lag_ms": 300, "throttle": 0.03, "internal": 0.03, "lost": 0.03}'
+
 # start_stand VENV LOG [DEADLINE_S] — tests/stand/aws_stand.py (moto in-process behind an IAM
-# gate, SageMaker forwarded to EMULATOR_URL) on 127.0.0.1:0; sets STAND_PID and STAND_URL.
+# gate and STAND_FAULTS, default E2E_FAULTS; SageMaker forwarded to EMULATOR_URL) on
+# 127.0.0.1:0; sets STAND_PID and STAND_URL.
 start_stand() {
   start_announcing "$2" "${3:-30}" "$1/bin/python" "$ROOT/tests/stand/aws_stand.py" \
-    --listen 127.0.0.1:0 --sagemaker "$EMULATOR_URL" --faults "${STAND_FAULTS:-{\}}" || return 1
+    --listen 127.0.0.1:0 --sagemaker "$EMULATOR_URL" --faults "${STAND_FAULTS:-$E2E_FAULTS}" || return 1
   STAND_PID=$ANNOUNCED_PID
   STAND_URL=$ANNOUNCED_URL
 }
@@ -215,7 +222,7 @@ run_lambda_e2e() {
     # Each function's role, from the SAM template, created in the stand's IAM and assumed.
     local roles=$log_dir/lambda-roles
     rm -rf "$roles"
-    "$venv/bin/python" "$ROOT/tests/stand/deploy_roles.py" --endpoint "$STAND_URL" \
+    "$venv/bin/python" "$ROOT/tests/stand/deploy_stack.py" --endpoint "$STAND_URL" \
       --template "$ROOT/infra/template.yaml" --stack trainyard-e2e --table trainyard-e2e \
       --parameter TrainingRoleArns=arn:aws:iam::123456789012:role/SageMakerRole --out "$roles"
     set -a
@@ -236,7 +243,8 @@ run_lambda_e2e() {
     done
     echo "emulator $EMULATOR_URL, AWS stand $STAND_URL"
     status=0
-    TRAINYARD_E2E_STAND=$STAND_URL TRAINYARD_E2E_EMULATOR=$EMULATOR_URL timeout 300 \
+    TRAINYARD_E2E_STAND=$STAND_URL TRAINYARD_E2E_EMULATOR=$EMULATOR_URL \
+      TRAINYARD_E2E_ROUTES=$roles/routes.json timeout 300 \
       cargo test --locked -p trainyard-e2e --features lambda-e2e --test lambda_watch \
       -- --nocapture || status=$?
     if [ "$status" -ne 0 ]; then

@@ -9,8 +9,9 @@
 //!    tick cover it.
 //! 2. **Pass** (`Service::pass`, the same pass every host runs; state changes are the
 //!    `training-events` function's, stops and reconciliation the `retry` function's): accept
-//!    SUBMITTED jobs into their queues, in batches, until a batch comes back short (bounded by
-//!    [`MAX_ACCEPT_BATCHES`]); on the schedule, launch again the attempts whose launch did not
+//!    SUBMITTED jobs into their queues (the job a `Job Submitted` event names first, read by
+//!    id: the index of submitted jobs may not list it yet), at most [`ACCEPT_BATCH`] ×
+//!    [`MAX_ACCEPT_BATCHES`]; on the schedule, launch again the attempts whose launch did not
 //!    get through (only this function may create training jobs), once [`LAUNCH_GRACE_MS`]
 //!    past their dispatch; then cycle, again while the
 //!    last one dispatched (capacity may remain for jobs a conflict or a per-cycle bound left
@@ -94,6 +95,17 @@ pub fn parse_trigger(event: &Value) -> Result<Trigger, String> {
              {TRIGGER_DETAIL_TYPES:?}"
         )),
     }
+}
+
+/// The job a `Job Submitted` event names (`detail.jobId`): the pass accepts it by id, so that it
+/// is planned even while the index of submitted jobs lags behind the submit.
+pub fn submitted_job(event: &Value) -> Option<String> {
+    let detail_type = event.get("detail-type").and_then(Value::as_str);
+    if detail_type != Some("Job Submitted") {
+        return None;
+    }
+    let id = event.pointer("/detail/jobId").and_then(Value::as_str)?;
+    Some(id.to_owned())
 }
 
 /// How an invocation ended.
@@ -210,7 +222,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             return Ok(report);
         };
         report.lease_token = Some(lease.token);
-        let worked = self.pass(trigger, &mut report, deadline).await;
+        let named: Vec<String> = submitted_job(event).into_iter().collect();
+        let worked = self.pass(trigger, &named, &mut report, deadline).await;
         // Give the lease back whether or not the pass failed; a failed release only delays
         // the next pass until the lease expires.
         if let Err(error) = self.service.release_lease(&lease).await {
@@ -266,6 +279,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
     async fn pass(
         &self,
         trigger: Trigger,
+        named: &[String],
         report: &mut PassReport,
         deadline: Option<Instant>,
     ) -> Result<(), AppError> {
@@ -282,6 +296,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
                 max_batches: MAX_ACCEPT_BATCHES,
                 min_age_ms: 0,
             }),
+            accept_named: named,
             due_work: (trigger == Trigger::Schedule).then_some(DueWork {
                 relaunch: true,
                 stops: false,

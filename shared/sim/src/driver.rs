@@ -759,6 +759,7 @@ pub fn run(
                 max_batches: 1,
                 min_age_ms: 0,
             }),
+            accept_named: &[],
             changes: &changes,
             due_work: due_now.then_some(DueWork::all(quiet_ms)),
             max_cycles: 1,

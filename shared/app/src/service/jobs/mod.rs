@@ -17,6 +17,7 @@ mod change;
 mod read;
 mod snapshot;
 mod submit;
+pub use submit::Accepted;
 #[cfg(test)]
 mod tests;
 
@@ -38,7 +39,7 @@ use trainyard_domain::{ResourceStatus, State};
 use crate::error::AppError;
 use crate::ports::{
     ClientTokenRecord, ConfigStore, Event, EventSink, InsertJob, JobQuery, JobStore, Page,
-    SchedulingStore, StoreError, Versioned, quota_share_key,
+    RunnableHead, SchedulingStore, StoreError, Versioned, quota_share_key,
 };
 use crate::service::Service;
 use trainyard_domain::order::{runnable_rank, share_key};
@@ -244,15 +245,25 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
     /// Reads every job matching `query` (paging through the store), up to `cap` jobs.
     pub(super) async fn scan_jobs(
         &self,
-        mut query: JobQuery,
+        query: JobQuery,
         cap: usize,
     ) -> Result<Vec<ServiceJob>, AppError> {
+        let jobs = self.scan_versioned(query, cap).await?;
+        Ok(jobs.into_iter().map(|v| v.value).collect())
+    }
+
+    /// [`Service::scan_jobs`] with each job's stored version.
+    pub(super) async fn scan_versioned(
+        &self,
+        mut query: JobQuery,
+        cap: usize,
+    ) -> Result<Vec<Versioned<ServiceJob>>, AppError> {
         query.limit = SCAN_PAGE;
         query.after = None;
         let mut jobs = Vec::new();
         loop {
             let page = self.store.list_jobs(&query).await?;
-            jobs.extend(page.items.into_iter().map(|v| v.value));
+            jobs.extend(page.items);
             match page.next {
                 Some(next) if jobs.len() < cap => query.after = Some(next),
                 _ => break,

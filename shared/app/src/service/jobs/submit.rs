@@ -193,71 +193,125 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
     /// whose queue no longer exists fails with a reason saying so. A job someone else changed
     /// meanwhile (a version conflict) is left alone. Returns how many jobs were moved.
     pub async fn accept_submitted(&self, limit: usize, min_age_ms: i64) -> Result<usize, AppError> {
+        let accepted = self
+            .accept_submitted_until(limit, min_age_ms, &[], || false)
+            .await?;
+        Ok(accepted.moved)
+    }
+
+    /// [`Service::accept_submitted`], the jobs `named` first (read by id, consistently: a trigger
+    /// naming a job just submitted, which an eventually consistent index may not list yet), then
+    /// the others, stopping before the next job once `out_of_time()` says so. Returns with the
+    /// count the summary of each job it made RUNNABLE (the cycle that follows plans them even
+    /// where the runnable index does not show them yet). One scan finds the other jobs, and each
+    /// is read once: the scan's copy is written back under its version, so a job changed since
+    /// is a conflict and waits for the next pass.
+    pub async fn accept_submitted_until(
+        &self,
+        limit: usize,
+        min_age_ms: i64,
+        named: &[String],
+        out_of_time: impl Fn() -> bool,
+    ) -> Result<Accepted, AppError> {
+        let mut accepted = Accepted::default();
         if limit == 0 {
-            return Ok(0);
+            return Ok(accepted);
         }
         // Only jobs at least `min_age_ms` old: a client that describes its job right after
         // submitting must still see SUBMITTED (the SageMaker SDK asserts it).
         let cutoff = self.clock.now_ms().saturating_sub(min_age_ms.max(0));
+        let mut queues = BTreeMap::new();
+        for id in named {
+            if out_of_time() || accepted.moved >= limit {
+                return Ok(accepted);
+            }
+            if let Some(stored) = self.store.get_job(id).await?
+                && stored.value.created_at <= cutoff
+            {
+                self.accept_one(stored, &mut queues, &mut accepted).await?;
+            }
+        }
         let query = JobQuery {
             status: Some(JobStatus::Submitted),
             created_before: Some(cutoff.saturating_add(1)),
             ..JobQuery::default()
         };
-        let mut submitted = self.scan_jobs(query, ACCEPT_SCAN_CAP).await?;
+        let mut submitted = self.scan_versioned(query, ACCEPT_SCAN_CAP).await?;
         // Oldest first, so that a FIFO queue's runnable order matches submission order.
-        submitted.sort_by(|a, b| (a.created_at, &a.job_id).cmp(&(b.created_at, &b.job_id)));
-        submitted.truncate(limit);
-
-        let mut queue_exists: BTreeMap<String, bool> = BTreeMap::new();
-        let mut moved = 0;
-        for job in submitted {
-            let exists = match queue_exists.get(&job.job_queue) {
-                Some(exists) => *exists,
-                None => {
-                    let exists = self
-                        .store
-                        .get_resource::<JobQueue>(&job.job_queue)
-                        .await?
-                        .is_some();
-                    queue_exists.insert(job.job_queue.clone(), exists);
-                    exists
-                }
-            };
-            // Re-read for the version: the scan's copy may be stale by now.
-            let Some(Versioned {
-                value: mut job,
-                version,
-            }) = self.store.get_job(&job.job_id).await?
-            else {
-                continue;
-            };
-            if job.status != JobStatus::Submitted {
-                continue;
+        submitted.sort_by(|a, b| {
+            (a.value.created_at, &a.value.job_id).cmp(&(b.value.created_at, &b.value.job_id))
+        });
+        for stored in submitted {
+            if out_of_time() || accepted.moved >= limit {
+                break;
             }
-            let now = self.clock.now_ms();
-            let (next, reason) = if exists {
-                (JobStatus::Runnable, None)
-            } else {
-                (
-                    JobStatus::Failed,
-                    Some(format!(
-                        "Job queue {} no longer exists; the job was never queued",
-                        job.job_queue
-                    )),
-                )
-            };
-            if job.transition(next, reason, now).is_err() {
-                continue;
-            }
-            match self.store.update_job(&job, version).await {
-                Ok(_) => {}
-                Err(StoreError::Conflict) => continue,
-                Err(e) => return Err(e.into()),
-            }
-            moved += 1;
-            self.publish_status(&job).await;
+            self.accept_one(stored, &mut queues, &mut accepted).await?;
         }
-        Ok(moved)
+        Ok(accepted)
     }
+
+    /// Moves one job out of SUBMITTED, if it still is and nobody changed it since `stored` was
+    /// read. `queues` remembers which queues exist.
+    async fn accept_one(
+        &self,
+        stored: Versioned<ServiceJob>,
+        queues: &mut BTreeMap<String, bool>,
+        accepted: &mut Accepted,
+    ) -> Result<(), AppError> {
+        let Versioned {
+            value: mut job,
+            version,
+        } = stored;
+        // An index can list a job that has moved on; its fetched copy says so.
+        if job.status != JobStatus::Submitted {
+            return Ok(());
+        }
+        let exists = match queues.get(&job.job_queue) {
+            Some(exists) => *exists,
+            None => {
+                let exists = self
+                    .store
+                    .get_resource::<JobQueue>(&job.job_queue)
+                    .await?
+                    .is_some();
+                queues.insert(job.job_queue.clone(), exists);
+                exists
+            }
+        };
+        let now = self.clock.now_ms();
+        let (next, reason) = if exists {
+            (JobStatus::Runnable, None)
+        } else {
+            (
+                JobStatus::Failed,
+                Some(format!(
+                    "Job queue {} no longer exists; the job was never queued",
+                    job.job_queue
+                )),
+            )
+        };
+        if job.transition(next, reason, now).is_err() {
+            return Ok(());
+        }
+        let written = match self.store.update_job(&job, version).await {
+            Ok(written) => written,
+            Err(StoreError::Conflict) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        accepted.moved += 1;
+        if job.status == JobStatus::Runnable {
+            accepted.runnable.push(RunnableHead::of(&job, written));
+        }
+        self.publish_status(&job).await;
+        Ok(())
+    }
+}
+
+/// What accepting submitted jobs did.
+#[derive(Debug, Default)]
+pub struct Accepted {
+    /// Jobs moved out of SUBMITTED (to RUNNABLE, or FAILED when their queue is gone).
+    pub moved: usize,
+    /// The summaries of those now RUNNABLE, as written.
+    pub runnable: Vec<RunnableHead>,
 }

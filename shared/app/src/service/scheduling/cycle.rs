@@ -14,8 +14,8 @@ use super::snapshot::Loaded;
 use super::{CycleConfig, CycleReport};
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, EnvironmentUsage, EventSink, SchedulingStore, ShareUsageRecord, StoreError,
-    TrainingBackend, Versioned, Write,
+    ConfigStore, EnvironmentUsage, EventSink, RunnableHead, SchedulingStore, ShareUsageRecord,
+    StoreError, TrainingBackend, Versioned, Write,
 };
 use crate::service::Service;
 
@@ -35,11 +35,22 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         backend: &B,
         config: &CycleConfig,
     ) -> Result<CycleReport, AppError> {
+        self.run_cycle_with(backend, config, &[]).await
+    }
+
+    /// [`Service::run_cycle`], planning `fresh` too: RUNNABLE jobs this process has just
+    /// written, which an eventually consistent index may not show yet.
+    pub async fn run_cycle_with<B: TrainingBackend>(
+        &self,
+        backend: &B,
+        config: &CycleConfig,
+        fresh: &[RunnableHead],
+    ) -> Result<CycleReport, AppError> {
         let now = self.clock.now_ms();
         let mut report = CycleReport::default();
 
         // 1. Snapshot.
-        let mut loaded = self.load_snapshot(config).await?;
+        let mut loaded = self.load_snapshot(config, fresh).await?;
 
         // 2. Plan.
         let plan = plan_cycle(&loaded.snapshot, now, &config.planner);

@@ -19,8 +19,8 @@ use crate::error::AppError;
 use crate::ports::{ConfigStore, EventSink, SchedulingStore, TrainingBackend, TrainingJobState};
 use crate::service::Service;
 
-/// How a pass accepts SUBMITTED jobs: batches of `batch`, until one comes back short or
-/// `max_batches` have run; only jobs at least `min_age_ms` old.
+/// How a pass accepts SUBMITTED jobs: at most `batch` × `max_batches` of them, only jobs at
+/// least `min_age_ms` old. (A host that only accepts calls [`accept_in_batches`] with it.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Accept {
     /// Jobs per `accept_submitted` call (at least 1).
@@ -52,6 +52,9 @@ pub type CycleGate<'a> = &'a (dyn Fn(&PassReport) -> bool + Sync);
 pub struct PassInput<'a> {
     /// Step 1, when given.
     pub accept: Option<Accept>,
+    /// Jobs step 1 reads by id before the others: those the pass's trigger names (a job just
+    /// submitted, which an eventually consistent index may not list yet).
+    pub accept_named: &'a [String],
     /// Step 2: SageMaker's state changes, in the order they arrived.
     pub changes: &'a [TrainingJobState],
     /// Step 3, when given: the due work (see [`Service::run_due_work`]).
@@ -179,15 +182,20 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         let mut report = PassReport::default();
         let out_of_time = || input.deadline_ms.is_some_and(|d| self.clock.now_ms() >= d);
 
-        // 1. Accept.
+        // 1. Accept: one scan, each job read once. The first cycle plans the accepted jobs
+        // even if the runnable index does not show them yet.
+        let mut fresh = Vec::new();
         if let Some(accept) = input.accept {
-            let (moved, error) = accept_in_batches(accept, out_of_time, |limit, min_age| {
-                self.accept_submitted(limit, min_age)
-            })
-            .await;
-            report.accepted = moved;
-            if let Some(error) = error {
-                report.failed(Step::Accept, error);
+            let limit = accept.batch.max(1).saturating_mul(accept.max_batches);
+            match self
+                .accept_submitted_until(limit, accept.min_age_ms, input.accept_named, out_of_time)
+                .await
+            {
+                Ok(accepted) => {
+                    report.accepted = accepted.moved;
+                    fresh = accepted.runnable;
+                }
+                Err(error) => report.failed(Step::Accept, error),
             }
         }
 
@@ -224,7 +232,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 report.out_of_time = true;
                 break;
             }
-            match self.run_cycle(backend, config).await {
+            match self
+                .run_cycle_with(backend, config, &std::mem::take(&mut fresh))
+                .await
+            {
                 Ok(cycle) => {
                     let dispatched = cycle.dispatched;
                     report.cycles.push(cycle);

@@ -179,6 +179,42 @@ fn environment_states(
     (states, free)
 }
 
+/// Adds to a queue's lines the `fresh` RUNNABLE jobs of that queue that they lack (an index that
+/// has not caught up with writes this process just made), each in its place in its share's line
+/// (`trainyard_domain::order`), each line kept to `limit`.
+fn with_fresh(
+    lines: &mut Vec<Vec<RunnableHead>>,
+    fresh: &[RunnableHead],
+    queue: &str,
+    limit: usize,
+) {
+    // `runnable_rank`'s order: priority counts only within a share.
+    let rank = |h: &RunnableHead| {
+        let priority = if h.share.is_empty() { 0 } else { h.priority };
+        (std::cmp::Reverse(priority), h.runnable_at, h.job_id.clone())
+    };
+    for head in fresh.iter().filter(|h| &*h.job_queue == queue) {
+        if lines.iter().flatten().any(|h| h.job_id == head.job_id) {
+            continue;
+        }
+        let share_of = |line: &Vec<RunnableHead>| line.first().map(|h| h.share.clone());
+        let i = match lines
+            .iter()
+            .position(|line| share_of(line).is_none_or(|share| share == head.share))
+        {
+            Some(i) => i,
+            None => {
+                lines.push(Vec::new());
+                lines.len() - 1
+            }
+        };
+        let line = &mut lines[i];
+        let at = line.partition_point(|h| rank(h) < rank(head));
+        line.insert(at, head.clone());
+        line.truncate(limit);
+    }
+}
+
 /// Instances held per fair share or quota share. Counted by the addresses of the names (a store
 /// that shares one string per name, as the memory store does, gives one entry per share without
 /// comparing text), then summed by name.
@@ -202,7 +238,11 @@ fn held_per_share(holders: &[CapacityHolder]) -> BTreeMap<ShareKey, u64> {
 
 impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     /// Step 1: reads everything the planner needs (see the module docs of `scheduling`).
-    pub(super) async fn load_snapshot(&self, config: &CycleConfig) -> Result<Loaded, AppError> {
+    pub(super) async fn load_snapshot(
+        &self,
+        config: &CycleConfig,
+        fresh: &[RunnableHead],
+    ) -> Result<Loaded, AppError> {
         let mut configuration = self.load_configuration().await?;
         let usage: BTreeMap<String, Versioned<EnvironmentUsage>> = self
             .store
@@ -240,7 +280,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .unwrap_or(usize::MAX)
                 .saturating_add(config.head_extra)
                 .min(config.max_heads);
-            let heads = self.queue_heads(&name, &policy, limit).await?;
+            let mut heads = self.queue_heads(&name, &policy, limit).await?;
+            with_fresh(&mut heads, fresh, &name, limit);
             let time_limits = !queue.job_state_time_limit_actions.is_empty();
             let count = heads.iter().map(Vec::len).sum();
             snapshot.pending.reserve(count);

@@ -1,6 +1,8 @@
-"""Deploys the SAM template's function roles into the AWS stand (aws_stand.py), as CloudFormation
-would, and writes each function's credentials: the end-to-end suite then runs every function as
-its own role, so a permission the template lacks fails a call there as it would in AWS.
+"""Deploys what the functions meet in AWS from a template into the AWS stand (aws_stand.py), as
+CloudFormation would: each function's role, whose credentials the end-to-end suite runs that
+function with (so a permission the template lacks fails a call there as it would in AWS), and
+each EventBridge rule that invokes a function, so that events reach functions only through the
+template's own patterns, matched by moto's EventBridge.
 
 For each function in the template (`AWS::Serverless::Function`, or a CDK app's synthesized
 `AWS::Lambda::Function`), the role its `Role` names is created in the stand's IAM with the
@@ -9,9 +11,16 @@ attach to it), every intrinsic resolved for the stack (`Ref`, `Fn::GetAtt ... Ar
 `Fn::Join`) the way CloudFormation names the resources; then the role is assumed, and
 `OUT/<function>.env` gets the session's `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 `AWS_SESSION_TOKEN`. `OUT/stack.env` gets the physical names the functions are configured with
-(`TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`).
+(`TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`). The event buses are created; the table is not (the
+suite creates it with the store's own schema, which infra/tests checks against the template).
 
-Usage: python deploy_roles.py --endpoint URL --template infra/template.yaml --stack e2e \
+Each rule with an event pattern (a function's `EventBridgeRule` event in SAM, an
+`AWS::Events::Rule` targeting a function in a synthesized template) is put on its bus with an SQS
+queue as its target in place of the function (moto delivers to queues, not to functions);
+`OUT/routes.json` lists `{"rule", "function", "queue_url"}`, and the suite invokes each function
+with what arrives on its queues. Schedule rules are not deployed: the suite ticks by itself.
+
+Usage: python deploy_stack.py --endpoint URL --template infra/template.yaml --stack e2e \
            --table NAME --parameter TrainingRoleArns=ARN[,ARN] --out DIR
 The endpoint is called with the root key of the environment (AWS_ACCESS_KEY_ID).
 """
@@ -139,7 +148,7 @@ class Stack:
                 separator, parts = value
                 return separator.join(str(p) for p in self.resolve(parts))
             if key.startswith("Fn::"):
-                raise SystemExit(f"{key}: not resolved by tests/stand/deploy_roles.py")
+                raise SystemExit(f"{key}: not resolved by tests/stand/deploy_stack.py")
         return {k: self.resolve(v) for k, v in node.items()}
 
     def substitute(self, value):
@@ -159,22 +168,49 @@ class Stack:
     def function_roles(self):
         """{function directory name: role logical id}, for every function in the template."""
         found = {}
-        for logical, resource in self.resources.items():
-            props = resource.get("Properties", {})
-            if resource["Type"] == "AWS::Serverless::Function":
-                function = pathlib.PurePosixPath(props["CodeUri"]).name
-            elif resource["Type"] == "AWS::Lambda::Function":
-                # The CDK app records each function's source directory (infra/cdk/lib).
-                source = resource.get("Metadata", {}).get("trainyard:source", logical)
-                function = pathlib.PurePosixPath(source).name
-            else:
-                continue
-            role = props.get("Role")
+        for logical, function in self.function_names().items():
+            role = self.resources[logical]["Properties"].get("Role")
             if not (isinstance(role, dict) and "Fn::GetAtt" in role):
                 raise SystemExit(f"{logical}: Role is not a Fn::GetAtt of a role in the template")
             target = role["Fn::GetAtt"]
             found[function] = target[0] if isinstance(target, list) else target.split(".")[0]
         return found
+
+    def function_names(self):
+        """{function logical id: function directory name}."""
+        names = {}
+        for logical, resource in self.resources.items():
+            props = resource.get("Properties", {})
+            if resource["Type"] == "AWS::Serverless::Function":
+                names[logical] = pathlib.PurePosixPath(props["CodeUri"]).name
+            elif resource["Type"] == "AWS::Lambda::Function":
+                # The CDK app records each function's source directory (infra/cdk/lib).
+                source = resource.get("Metadata", {}).get("trainyard:source", logical)
+                names[logical] = pathlib.PurePosixPath(source).name
+        return names
+
+    def event_rules(self):
+        """[(rule name, function, bus name, pattern)] for every pattern rule invoking a function."""
+        names = self.function_names()
+        rules = []
+        for logical, resource in self.resources.items():
+            props = resource.get("Properties", {})
+            if resource["Type"] == "AWS::Serverless::Function":
+                for event_name, event in props.get("Events", {}).items():
+                    spec = event.get("Properties", {})
+                    if event.get("Type") == "EventBridgeRule" and "Pattern" in spec:
+                        bus = self.resolve(spec.get("EventBusName", "default"))
+                        rules.append((f"{logical}{event_name}", names[logical], bus,
+                                      self.resolve(spec["Pattern"])))
+            elif resource["Type"] == "AWS::Events::Rule" and "EventPattern" in props:
+                bus = self.resolve(props.get("EventBusName", "default"))
+                for target in props.get("Targets", []):
+                    arn = target.get("Arn")
+                    function = arn.get("Fn::GetAtt", [None])[0] if isinstance(arn, dict) else None
+                    if function in names:
+                        rules.append((logical, names[function], bus,
+                                      self.resolve(props["EventPattern"])))
+        return rules
 
     def role_policies(self, role):
         """[(name, document)] of the role: its inline policies and the policies attached to it."""
@@ -231,6 +267,21 @@ def main():
         )
         statements = sum(len(d.get("Statement", [])) for _, d in policies)
         print(f"{function}: role {name} ({statements} statements), session written")
+    events = boto3.client("events", endpoint_url=args.endpoint, region_name=args.region)
+    sqs = boto3.client("sqs", endpoint_url=args.endpoint, region_name=args.region)
+    for logical, resource in stack.resources.items():
+        if resource["Type"] == "AWS::Events::EventBus":
+            events.create_event_bus(Name=stack.physical_name(logical))
+    routes = []
+    for rule, function, bus, pattern in stack.event_rules():
+        queue = f"{args.stack}-{rule}"[:80]
+        url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name=rule, EventBusName=bus, EventPattern=json.dumps(pattern))
+        events.put_targets(Rule=rule, EventBusName=bus, Targets=[{"Id": "function", "Arn": arn}])
+        routes.append({"rule": rule, "function": function, "queue_url": url})
+        print(f"{function}: rule {rule} on bus {bus}, delivered to {url}")
+    (out / "routes.json").write_text(json.dumps(routes, indent=2) + "\n")
     bus = next(
         (stack.physical_name(k) for k, r in stack.resources.items()
          if r["Type"] == "AWS::Events::EventBus"),
