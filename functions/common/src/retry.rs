@@ -13,12 +13,13 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
+use tokio::time::Instant;
 use trainyard_app::Service;
 use trainyard_app::ports::{EventSink, SchedulingStore, TrainingBackend};
 use trainyard_app::service::scheduling::{CycleConfig, DueWork};
 
 use crate::error::FunctionError;
-use crate::scheduler::LAUNCH_GRACE_MS;
+use crate::scheduler::{LAUNCH_GRACE_MS, step_deadline_ms};
 
 /// What one invocation did (the function's response, and its log line).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -28,6 +29,8 @@ pub struct DueWorkReport {
     pub stops_requested: usize,
     /// State changes found by describing quiet attempts.
     pub reconciled: usize,
+    /// Whether the invocation's deadline left jobs for the next tick.
+    pub out_of_time: bool,
 }
 
 /// The retry handler over any store, event sink and training backend. Its store port is
@@ -56,25 +59,39 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
         &self.service
     }
 
-    /// The retry function's part of the due work.
-    pub fn work(&self) -> DueWork {
+    /// The retry function's part of the due work, none of it started after `deadline_ms`.
+    pub fn work(&self, deadline_ms: Option<i64>) -> DueWork {
         DueWork {
             relaunch: false,
             stops: true,
             reconcile_quiet_ms: Some(self.quiet_ms),
             launch_grace_ms: LAUNCH_GRACE_MS,
+            deadline_ms,
         }
     }
 
-    /// Runs the due work; `event` is only logged.
-    pub async fn handle(&self, event: &Value) -> Result<DueWorkReport, FunctionError> {
+    /// Runs the due work; `event` is only logged. No job's work starts within
+    /// [`STEP_MARGIN`](crate::scheduler::STEP_MARGIN) of `deadline` (the invocation's); the rest is the
+    /// next tick's.
+    pub async fn handle(
+        &self,
+        event: &Value,
+        deadline: Option<Instant>,
+    ) -> Result<DueWorkReport, FunctionError> {
+        let deadline_ms = deadline.map(|d| step_deadline_ms(self.service.now_ms(), d));
         let due = self
             .service
-            .run_due_work(&self.backend, &self.cycle, self.work())
+            .run_due_work(&self.backend, &self.cycle, self.work(deadline_ms))
             .await?;
+        if due.out_of_time {
+            tracing::warn!(
+                "the invocation's deadline cut the due work short; the next tick goes on"
+            );
+        }
         let report = DueWorkReport {
             stops_requested: due.stops_requested,
             reconciled: due.reconciled,
+            out_of_time: due.out_of_time,
         };
         let trigger = event
             .get("trigger")

@@ -97,6 +97,16 @@ pub fn parse_trigger(event: &Value) -> Result<Trigger, String> {
     }
 }
 
+/// The last instant (the service's clock, `now_ms` now) at which a step may start: the
+/// invocation's `deadline` less [`STEP_MARGIN`].
+pub fn step_deadline_ms(now_ms: i64, deadline: Instant) -> i64 {
+    let left = deadline
+        .checked_sub(STEP_MARGIN)
+        .unwrap_or(deadline)
+        .saturating_duration_since(Instant::now());
+    now_ms.saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// The job a `Job Submitted` event names (`detail.jobId`): the pass accepts it by id, so that it
 /// is planned even while the index of submitted jobs lags behind the submit.
 pub fn submitted_job(event: &Value) -> Option<String> {
@@ -283,13 +293,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         report: &mut PassReport,
         deadline: Option<Instant>,
     ) -> Result<(), AppError> {
-        let deadline_ms = deadline.map(|deadline| {
-            let left = deadline
-                .checked_sub(STEP_MARGIN)
-                .unwrap_or(deadline)
-                .saturating_duration_since(Instant::now());
-            self.service.now_ms() + i64::try_from(left.as_millis()).unwrap_or(i64::MAX)
-        });
+        let deadline_ms = deadline.map(|d| step_deadline_ms(self.service.now_ms(), d));
         let input = PassInput {
             accept: Some(Accept {
                 batch: ACCEPT_BATCH,
@@ -302,6 +306,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
                 stops: false,
                 reconcile_quiet_ms: None,
                 launch_grace_ms: LAUNCH_GRACE_MS,
+                deadline_ms: None,
             }),
             max_cycles: MAX_CYCLES,
             deadline_ms,

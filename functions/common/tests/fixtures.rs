@@ -300,12 +300,12 @@ async fn the_retry_schedule_stops_a_terminated_attempt_and_reconciles_its_end() 
         .unwrap();
 
     let tick = fixture("retry", "schedule.json");
-    let first = w.retry.handle(&tick).await.unwrap();
+    let first = w.retry.handle(&tick, None).await.unwrap();
     assert_eq!(first.stops_requested, 1, "{first:?}");
 
     // The Stopped event is lost; after the quiet period the next tick describes the attempt.
     w.clock.advance(120_000);
-    let later = w.retry.handle(&tick).await.unwrap();
+    let later = w.retry.handle(&tick, None).await.unwrap();
     assert_eq!(later.reconciled, 1, "{later:?}");
     let job = w.job(&id).await;
     assert_eq!(job.status, JobStatus::Failed);

@@ -21,7 +21,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     ));
     runtime::serve("retry", metrics, |event| {
         let handler = handler.clone();
-        async move { handler.handle(&event.payload).await }
+        async move {
+            let deadline =
+                runtime::deadline_from(event.context.deadline(), std::time::SystemTime::now());
+            handler.handle(&event.payload, deadline).await
+        }
     })
     .await
 }

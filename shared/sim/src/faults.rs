@@ -21,6 +21,7 @@
 //! | commit landed, then crash | the cycle crashes between commit and launch (or any write's ack is lost) |
 //! | store conflict / unavailable | a conditional write lost a race; DynamoDB throttled |
 //! | two cycles at once | two scheduler invocations overlapping |
+//! | index read answered as the previous read was | a DynamoDB global secondary index that has not caught up (runnable jobs, their shares, the jobs holding capacity; those fetched by id are current) |
 //! | capacity error (emulator) | SageMaker's `CapacityError` failure after provisioning |
 //!
 //! A use-case that returns an error after a fault was injected is a crashed invocation: the
@@ -132,6 +133,9 @@ pub struct FaultRates {
     pub capacity_error: f64,
     /// A training job fails with an algorithm error (drawn by the emulator; consumes an attempt).
     pub algorithm_error: f64,
+    /// A read of an index (runnable jobs, runnable shares, jobs holding capacity) answers as
+    /// the previous read of it did: an eventually consistent index that has not caught up.
+    pub index_lag: f64,
 }
 
 impl FaultRates {
@@ -151,6 +155,7 @@ impl FaultRates {
             concurrent_cycles: rate(rng, 0.5),
             capacity_error: rate(rng, 0.2),
             algorithm_error: rate(rng, 0.2),
+            index_lag: rate(rng, 0.5),
         }
     }
 
@@ -179,6 +184,7 @@ impl FaultRates {
             ("concurrent_cycles".into(), r(self.concurrent_cycles)),
             ("capacity_error".into(), r(self.capacity_error)),
             ("algorithm_error".into(), r(self.algorithm_error)),
+            ("index_lag".into(), r(self.index_lag)),
         ]
     }
 }
@@ -387,12 +393,42 @@ pub struct FaultyStore<S> {
     inner: S,
     chaos: Arc<Chaos>,
     rates: FaultRates,
+    /// What each index read answered last, by its arguments: a lagging read answers it again.
+    indexes: Mutex<IndexReads>,
+}
+
+/// The last answer of each index read.
+#[derive(Default)]
+struct IndexReads {
+    runnable: BTreeMap<(String, String, usize), Vec<Versioned<ServiceJob>>>,
+    shares: BTreeMap<String, Vec<String>>,
+    /// The ids the dispatched index listed (a lagging read fetches these again, current).
+    dispatched: Option<Vec<String>>,
 }
 
 impl<S> FaultyStore<S> {
     /// The wrapped store.
     pub fn inner(&self) -> &S {
         &self.inner
+    }
+
+    /// A store over `inner` with the faults of `rates`.
+    fn new(inner: S, chaos: Arc<Chaos>, rates: FaultRates) -> Self {
+        Self {
+            inner,
+            chaos,
+            rates,
+            indexes: Mutex::default(),
+        }
+    }
+
+    fn index_reads(&self) -> MutexGuard<'_, IndexReads> {
+        self.indexes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this index read lags (answers as the last one did).
+    fn lags(&self, what: &str) -> bool {
+        self.chaos.roll(self.rates.index_lag, "index_lag", what)
     }
 
     /// The fault drawn for a write: `Err` before it, or `Ok(true)` to fail after it.
@@ -510,15 +546,51 @@ impl<S: SchedulingStore> SchedulingStore for FaultyStore<S> {
         share: &str,
         limit: usize,
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        self.inner.runnable_jobs(queue, share, limit).await
+        let key = (queue.to_owned(), share.to_owned(), limit);
+        let stale = self.index_reads().runnable.get(&key).cloned();
+        if let Some(stale) = stale
+            && self.lags(&format!("runnable jobs of {queue}/{share}"))
+        {
+            return Ok(stale);
+        }
+        let fresh = self.inner.runnable_jobs(queue, share, limit).await?;
+        self.index_reads().runnable.insert(key, fresh.clone());
+        Ok(fresh)
     }
 
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
-        self.inner.runnable_shares(queue).await
+        let stale = self.index_reads().shares.get(queue).cloned();
+        if let Some(stale) = stale
+            && self.lags(&format!("runnable shares of {queue}"))
+        {
+            return Ok(stale);
+        }
+        let fresh = self.inner.runnable_shares(queue).await?;
+        self.index_reads()
+            .shares
+            .insert(queue.to_owned(), fresh.clone());
+        Ok(fresh)
     }
 
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-        self.inner.dispatched_jobs().await
+        let stale = self.index_reads().dispatched.clone();
+        if let Some(ids) = stale
+            && self.lags("jobs holding capacity")
+        {
+            // The index's keys are stale; the jobs fetched by them are current, whatever their
+            // status is now.
+            let mut jobs = Vec::with_capacity(ids.len());
+            for id in ids {
+                if let Some(job) = self.inner.get_job(&id).await? {
+                    jobs.push(job);
+                }
+            }
+            return Ok(jobs);
+        }
+        let fresh = self.inner.dispatched_jobs().await?;
+        self.index_reads().dispatched =
+            Some(fresh.iter().map(|j| j.value.job_id.clone()).collect());
+        Ok(fresh)
     }
 }
 
@@ -1063,11 +1135,7 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
         clock: clock.clone(),
     });
     let rates = workload.rates.clone();
-    let store = FaultyStore {
-        inner: MemoryStore::new(),
-        chaos: chaos.clone(),
-        rates: rates.clone(),
-    };
+    let store = FaultyStore::new(MemoryStore::new(), chaos.clone(), rates.clone());
     let service = Service::new(
         Interleaving::new(store),
         NoEvents,

@@ -51,6 +51,7 @@ fn every_ci_seed_holds_every_invariant_finishes_in_time_and_every_fault_kind_occ
         "store_unavailable",
         "store_crash_after_write",
         "concurrent_cycles",
+        "index_lag",
     ] {
         assert!(
             totals.get(kind).copied().unwrap_or(0) > 0,

@@ -31,6 +31,9 @@ pub struct DueWork {
     /// An attempt without a training-job ARN dispatched less than this long ago is left alone:
     /// its launch may still be in flight in another process.
     pub launch_grace_ms: i64,
+    /// No job's work starts at or after this instant (the service's clock); the rest waits for
+    /// the next pass ([`DueReport::out_of_time`]).
+    pub deadline_ms: Option<i64>,
 }
 
 impl DueWork {
@@ -41,6 +44,7 @@ impl DueWork {
             stops: true,
             reconcile_quiet_ms: Some(reconcile_quiet_ms),
             launch_grace_ms: 0,
+            deadline_ms: None,
         }
     }
 }
@@ -58,6 +62,10 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
         let mut report = DueReport::default();
         for stored in self.store.dispatched_jobs().await? {
             let now = self.clock.now_ms();
+            if work.deadline_ms.is_some_and(|deadline| now >= deadline) {
+                report.out_of_time = true;
+                break;
+            }
             let mut job = stored.value;
             let n = job.attempts.len();
             let Some(attempt) = job.latest_attempt().cloned() else {

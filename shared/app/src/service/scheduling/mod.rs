@@ -139,6 +139,8 @@ pub struct DueReport {
     pub stops_requested: usize,
     /// State changes found by describing attempts (events that went missing).
     pub reconciled: usize,
+    /// Whether the deadline stopped it before every job holding capacity was looked at.
+    pub out_of_time: bool,
 }
 
 /// Most times a use-case re-reads and retries after losing a race on the same job.

@@ -217,6 +217,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 report.out_of_time = true;
                 return report;
             }
+            let work = DueWork {
+                deadline_ms: work.deadline_ms.or(input.deadline_ms),
+                ..work
+            };
             match self.run_due_work(backend, config, work).await {
                 Ok(due) => report.due = Some(due),
                 Err(error) => report.failed(Step::DueWork, error),

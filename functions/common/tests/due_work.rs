@@ -1,13 +1,14 @@
-//! Who launches an attempt whose launch did not get through, and when: only the scheduler (whose
-//! role alone may create training jobs), on its schedule, once the launch grace has passed; the
-//! retry function never creates one. And a launch that lands after its attempt has ended (the
-//! job was terminated and ended while the create was in flight) is stopped, not left running
-//! with nothing tracking it.
+//! The due work on AWS. Who launches an attempt whose launch did not get through, and when: only
+//! the scheduler (whose role alone may create training jobs), on its schedule, once the launch
+//! grace has passed; the retry function never creates one. A launch that lands after its attempt
+//! has ended (the job was terminated and ended while the create was in flight) is stopped, not
+//! left running with nothing tracking it. And the retry function stops before its invocation's
+//! deadline, leaving the rest to the next tick.
 
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -29,10 +30,14 @@ mod common;
 use common::{EmulatedSageMaker, deployment, submit};
 
 /// The emulator behind a gate on `CreateTrainingJob`: refused as unavailable while `refuse` is
-/// set; held until `release` while `hold` is set (announcing `entered`); counted.
+/// set; held until `release` while `hold` is set (announcing `entered`); counted. Each describe
+/// moves `clock` on by `describe_ms` (a slow SageMaker) and is counted.
 #[derive(Clone)]
 struct Gated {
     inner: EmulatedSageMaker,
+    clock: Arc<ManualClock>,
+    describe_ms: Arc<AtomicI64>,
+    describes: Arc<AtomicUsize>,
     refuse: Arc<AtomicBool>,
     hold: Arc<AtomicBool>,
     entered: Arc<Notify>,
@@ -54,7 +59,10 @@ impl TrainingBackend for Gated {
     }
 
     async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
-        self.inner.describe_training_job(name).await
+        self.describes.fetch_add(1, Ordering::SeqCst);
+        let state = self.inner.describe_training_job(name).await;
+        self.clock.advance(self.describe_ms.load(Ordering::SeqCst));
+        state
     }
 
     async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
@@ -75,6 +83,9 @@ impl World {
         let (service, clock, inner) = deployment(MemoryStore::new(), NoEvents, 4).await;
         let sagemaker = Gated {
             inner,
+            clock: clock.clone(),
+            describe_ms: Arc::default(),
+            describes: Arc::default(),
             refuse: Arc::default(),
             hold: Arc::default(),
             entered: Arc::default(),
@@ -126,7 +137,7 @@ async fn only_the_scheduler_relaunches_an_unrecorded_launch_and_only_after_the_g
 
     // The retry function never creates a training job, however long the attempt has waited.
     w.clock.advance(LAUNCH_GRACE_MS);
-    w.retry.handle(&tick()).await.unwrap();
+    w.retry.handle(&tick(), None).await.unwrap();
     assert_eq!(
         w.creates(),
         refused,
@@ -171,7 +182,7 @@ async fn a_launch_that_lands_after_its_attempt_ended_is_stopped() {
             .terminate_job(&id, "no longer needed")
             .await
             .unwrap();
-        w.retry.handle(&tick()).await.unwrap();
+        w.retry.handle(&tick(), None).await.unwrap();
         assert_eq!(w.job(&id).await.status, JobStatus::Failed);
         w.sagemaker.release.notify_one();
     };
@@ -192,4 +203,31 @@ async fn a_launch_that_lands_after_its_attempt_ended_is_stopped() {
         ),
         "the late launch of an ended attempt is left running: {state:?}"
     );
+}
+
+#[tokio::test]
+async fn the_retry_function_stops_before_its_deadline_and_the_next_tick_does_the_rest() {
+    let w = World::new().await;
+    for name in ["a", "b", "c"] {
+        submit(&w.service, name).await;
+    }
+    let pass = w.scheduler.handle(&tick(), "req-0", None).await.unwrap();
+    assert_eq!(pass.launched, 3, "{pass:?}");
+    // Every attempt has been quiet long enough to be described; each describe takes 10 s, and
+    // the invocation has 20 s left, so steps may start for 15 s (its margin is 5 s).
+    w.clock.advance(120_000);
+    w.sagemaker.describe_ms.store(10_000, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let cut = w.retry.handle(&tick(), Some(deadline)).await.unwrap();
+    assert!(cut.out_of_time, "{cut:?}");
+    assert_eq!(
+        w.sagemaker.describes.load(Ordering::SeqCst),
+        2,
+        "jobs at 0 s and 10 s only"
+    );
+
+    let rest = w.retry.handle(&tick(), None).await.unwrap();
+    assert!(!rest.out_of_time, "{rest:?}");
+    // The two described first were reconciled (no longer quiet); the third is described now.
+    assert_eq!(w.sagemaker.describes.load(Ordering::SeqCst), 3);
 }
