@@ -220,12 +220,24 @@ def test_every_function_is_an_arm64_al2023_bootstrap(which, request):
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])
-def test_only_the_scheduler_is_a_single_writer_and_async_functions_dead_letter(which, request):
-    functions = by_type(request.getfixturevalue(which), "AWS::Lambda::Function")
+def test_only_the_scheduler_may_reserve_concurrency_and_async_functions_dead_letter(which, request):
+    template = request.getfixturevalue(which)
+    functions = by_type(template, "AWS::Lambda::Function")
     reserved = {n: f["Properties"].get("ReservedConcurrentExecutions") for n, f in functions.items()}
-    assert reserved == {"ApiFunction": None, "SchedulerFunction": 1, "TrainingEventsFunction": None, "RetryFunction": None}
+    # Opt-in (accounts with a low concurrency quota cannot reserve any): the parameter, or none.
+    opt_in = {"Fn::If": ["ReservesSchedulerConcurrency", {"Ref": "SchedulerReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
+    assert reserved == {"ApiFunction": None, "SchedulerFunction": opt_in, "TrainingEventsFunction": None, "RetryFunction": None}
+    assert template["Parameters"]["SchedulerReservedConcurrency"]["Default"] in (0, "0")
     with_dlq = {n for n, f in functions.items() if "DeadLetterConfig" in f["Properties"]}
     assert with_dlq == {"SchedulerFunction", "TrainingEventsFunction", "RetryFunction"}
+
+
+@pytest.mark.parametrize("which", ["sam", "cdk"])
+def test_no_function_name_can_pass_lambdas_64_characters(which, request):
+    # A fixed name built from the stack's (up to 128 characters) fails to deploy once it passes
+    # 64; CloudFormation's generated names never do.
+    for name, f in by_type(request.getfixturevalue(which), "AWS::Lambda::Function").items():
+        assert "FunctionName" not in f["Properties"], name
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])

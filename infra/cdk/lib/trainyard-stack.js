@@ -95,8 +95,18 @@ class TrainyardStack extends cdk.Stack {
       allowedValues: ['1', '3', '5', '7', '14', '30', '60', '90', '120', '150', '180', '365'],
       description: "Retention of the functions' log groups.",
     });
+    const schedulerReservedConcurrency = param('SchedulerReservedConcurrency', {
+      type: 'Number', default: 0, minValue: 0, maxValue: 1,
+      description: '1 reserves one concurrent execution for the scheduler, so that scheduling passes '
+        + 'rarely overlap (needs unreserved account concurrency to spare: accounts with a low Lambda '
+        + 'concurrency quota cannot deploy it). 0 reserves none. Overlapping passes are safe either '
+        + 'way: every dispatch is a version-checked transaction, and the lease makes overlap cheap.',
+    });
     const hasAlarmEmail = new cdk.CfnCondition(this, 'HasAlarmEmail', {
       expression: Fn.conditionNot(Fn.conditionEquals(alarmEmail.valueAsString, '')),
+    });
+    const reservesSchedulerConcurrency = new cdk.CfnCondition(this, 'ReservesSchedulerConcurrency', {
+      expression: Fn.conditionEquals(schedulerReservedConcurrency.valueAsNumber, 1),
     });
 
     // --- store ---------------------------------------------------------------------------------
@@ -196,7 +206,6 @@ class TrainyardStack extends cdk.Stack {
       });
       const code = new s3assets.Asset(this, `${prefix}Code`, { path: this.codeDir(lambdaDir, dir, props.allowMissingBuild) });
       const func = new lambda.CfnFunction(this, `${prefix}Function`, {
-        functionName: `${Aws.STACK_NAME}-${dir}`,
         runtime: 'provided.al2023',
         handler: 'bootstrap',
         architectures: ['arm64'],
@@ -223,7 +232,9 @@ class TrainyardStack extends cdk.Stack {
     const scheduler = fn('Scheduler', 'scheduler', {
       timeout: 60,
       memorySize: 512,
-      reserved: 1, // the single writer; the lease still fences a second cycle
+      // Opt-in: one pass at a time (the lease and the version checks make overlap safe anyway).
+      reserved: Fn.conditionIf(reservesSchedulerConcurrency.logicalId,
+        schedulerReservedConcurrency.valueAsNumber, Aws.NO_VALUE),
       dlq: schedulerDlq,
       statements: [
         { Sid: 'Store', Effect: 'Allow', Action: readWrite, Resource: tableResources },
