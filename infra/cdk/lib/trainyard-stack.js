@@ -98,8 +98,8 @@ class TrainyardStack extends cdk.Stack {
     const schedulerReservedConcurrency = param('SchedulerReservedConcurrency', {
       type: 'Number', default: 0, minValue: 0, maxValue: 1,
       description: '1 reserves one concurrent execution for the scheduler, so that scheduling passes '
-        + 'rarely overlap (needs unreserved account concurrency to spare: accounts with a low Lambda '
-        + 'concurrency quota cannot deploy it). 0 reserves none. Overlapping passes are safe either '
+        + 'rarely overlap (Lambda keeps 100 executions of the account\'s quota unreserved, so an '
+        + 'account whose quota is at or near 100 cannot deploy it). 0 reserves none. Overlapping passes are safe either '
         + 'way: every dispatch is a version-checked transaction, and the lease makes overlap cheap.',
     });
     const hasAlarmEmail = new cdk.CfnCondition(this, 'HasAlarmEmail', {
