@@ -116,6 +116,33 @@ async fn a_job_naming_a_role_outside_the_training_roles_is_refused_at_submit() {
     assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
 }
 
+/// A payload member the SageMaker adapter cannot carry to `CreateTrainingJob` is refused at
+/// submit, by its path, instead of failing the job at launch after it waited in its queue.
+#[tokio::test]
+async fn a_payload_member_the_launch_cannot_carry_is_refused_at_submit_by_name() {
+    let router = router().await;
+    let mut event: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
+    let mut request: Value = serde_json::from_str(event["body"].as_str().unwrap()).unwrap();
+    let mut payload: Value =
+        serde_json::from_str(request["serviceRequestPayload"].as_str().unwrap()).unwrap();
+    payload["ResourceConfig"]["InstancePreferences"] = json!([{"InstanceType": "ml.p5.48xlarge"}]);
+    request["serviceRequestPayload"] = json!(payload.to_string());
+    event["body"] = json!(request.to_string());
+    let (status, error_type, body) = invoke(&router, &event.to_string()).await;
+    assert_eq!(
+        (status, error_type.as_deref()),
+        (400, Some("ClientException")),
+        "{body}"
+    );
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("ResourceConfig.InstancePreferences"),
+        "{message}"
+    );
+    let (_, _, listed) = invoke(&router, &fixture_text("list.json")).await;
+    assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
+}
+
 /// The operation's name percent-encoded (`submitservice%6Aob`) reaches the same route, and the
 /// same check: the allow-list is the submit use-case's, not a comparison of the raw path.
 #[tokio::test]

@@ -19,7 +19,8 @@ pub use trainyard_local::backend::EmulatedSageMaker;
 pub const T0: i64 = 1_795_996_800_000;
 pub const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
 
-/// A service over `store` after the API's initial setup (queue and environment `default` with
+/// A service over `store`, checked at submit as the deployed functions are (training roles, and
+/// payloads the SageMaker adapter can carry), after the API's initial setup (queue and environment `default` with
 /// `max_instances`), and an emulated SageMaker on the same clock.
 pub async fn deployment<S: Store, E: EventSink>(
     store: S,
@@ -39,7 +40,8 @@ pub async fn deployment<S: Store, E: EventSink>(
                 account: "123456789012".into(),
             },
         )
-        .with_training_roles(vec![ROLE.to_owned()]),
+        .with_training_roles(vec![ROLE.to_owned()])
+        .with_payload_check(Arc::new(trainyard_functions::aws::launchable)),
     );
     let setup = InitialSetup {
         environment: "default".into(),
