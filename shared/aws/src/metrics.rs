@@ -110,6 +110,44 @@ impl EmfLine {
     }
 }
 
+/// Most shares of one queue reported under their own `Share` dimension per report: share
+/// identifiers are chosen by whoever submits, and each distinct one is a custom metric billed
+/// while it is published, so the busiest are named and the rest summed under [`OTHER_SHARES`].
+pub const MAX_SHARES_PER_QUEUE: usize = 10;
+/// The `Share` the shares beyond [`MAX_SHARES_PER_QUEUE`] are summed under (not a valid share
+/// identifier, so it names no real share).
+pub const OTHER_SHARES: &str = "(other)";
+
+/// `per_share` (by queue and share) with, per queue, the [`MAX_SHARES_PER_QUEUE`] of the
+/// greatest `weight` kept (ties by name) and the others merged into [`OTHER_SHARES`].
+fn bounded_shares<T: Default>(
+    per_share: BTreeMap<(String, String), T>,
+    weight: impl Fn(&T) -> u64,
+    merge: impl Fn(&mut T, T),
+) -> BTreeMap<(String, String), T> {
+    let mut by_queue: BTreeMap<String, Vec<(String, T)>> = BTreeMap::new();
+    for ((queue, share), value) in per_share {
+        by_queue.entry(queue).or_default().push((share, value));
+    }
+    let mut out = BTreeMap::new();
+    for (queue, mut shares) in by_queue {
+        shares.sort_by(|(a, x), (b, y)| weight(y).cmp(&weight(x)).then_with(|| a.cmp(b)));
+        let rest = shares.split_off(shares.len().min(MAX_SHARES_PER_QUEUE));
+        for (share, value) in shares {
+            out.insert((queue.clone(), share), value);
+        }
+        if !rest.is_empty() {
+            let other = out
+                .entry((queue.clone(), OTHER_SHARES.to_owned()))
+                .or_insert_with(T::default);
+            for (_, value) in rest {
+                merge(other, value);
+            }
+        }
+    }
+    out
+}
+
 /// What happened to the jobs of one queue and share since the last drain.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Tally {
@@ -135,6 +173,11 @@ impl Tally {
 
     fn is_empty(&self) -> bool {
         *self == Tally::default()
+    }
+
+    /// How busy the share was: what it is ranked by among its queue's shares.
+    fn weight(&self) -> u64 {
+        self.dispatches + self.retries + self.preemptions + self.capacity_errors
     }
 
     fn metrics(&self) -> Vec<(&'static str, Unit, Value)> {
@@ -221,15 +264,20 @@ impl Recorder {
     }
 
     /// The EMF lines for everything recorded since the last call, and resets: one line per
-    /// queue (`Stack`, `JobQueue`) and one per named share (`Stack`, `JobQueue`, `Share`).
-    /// Nothing recorded, no lines.
+    /// queue (`Stack`, `JobQueue`) and one per named share (`Stack`, `JobQueue`, `Share`), at
+    /// most [`MAX_SHARES_PER_QUEUE`] of them per queue (the busiest; the rest summed under
+    /// [`OTHER_SHARES`]). Nothing recorded, no lines.
     pub fn emf_lines(&self, stack: &str, now_ms: i64) -> Vec<String> {
-        let tallies = std::mem::take(&mut *self.lock());
+        let mut tallies = std::mem::take(&mut *self.lock());
         let mut per_queue: BTreeMap<String, Tally> = BTreeMap::new();
+        for ((queue, _), tally) in &tallies {
+            per_queue.entry(queue.clone()).or_default().add(tally);
+        }
+        tallies.retain(|(_, share), tally| !share.is_empty() && !tally.is_empty());
+        let tallies = bounded_shares(tallies, Tally::weight, |a, b| a.add(&b));
         let mut lines = Vec::new();
         for ((queue, share), tally) in &tallies {
-            per_queue.entry(queue.clone()).or_default().add(tally);
-            if !share.is_empty() && !tally.is_empty() {
+            {
                 lines.push(EmfLine {
                     dimensions: vec![
                         ("Stack", stack.to_owned()),
@@ -478,18 +526,38 @@ impl JobCounts {
             ],
             metrics: vec![("Jobs", Unit::Count, json!(n))],
         });
-        let share_lines = self
-            .per_share
-            .iter()
-            .map(|((queue, share, status), n)| EmfLine {
-                dimensions: vec![
-                    ("Stack", stack.to_owned()),
-                    ("JobQueue", queue.clone()),
-                    ("Share", share.clone()),
-                    ("Status", status.as_str().to_owned()),
-                ],
-                metrics: vec![("Jobs", Unit::Count, json!(n))],
-            });
+        // The shares with the most jobs are named, the rest summed (see MAX_SHARES_PER_QUEUE).
+        let mut by_share: BTreeMap<(String, String), BTreeMap<JobStatus, u64>> = BTreeMap::new();
+        for ((queue, share, status), n) in &self.per_share {
+            let counts = by_share.entry((queue.clone(), share.clone())).or_default();
+            *counts.entry(*status).or_insert(0) += *n;
+        }
+        let bounded = bounded_shares(
+            by_share,
+            |counts| counts.values().sum(),
+            |a, b| {
+                for (status, n) in b {
+                    *a.entry(status).or_insert(0) += n;
+                }
+            },
+        );
+        let per_share: Vec<((String, String, JobStatus), u64)> = bounded
+            .into_iter()
+            .flat_map(|((queue, share), counts)| {
+                counts
+                    .into_iter()
+                    .map(move |(status, n)| ((queue.clone(), share.clone(), status), n))
+            })
+            .collect();
+        let share_lines = per_share.iter().map(|((queue, share, status), n)| EmfLine {
+            dimensions: vec![
+                ("Stack", stack.to_owned()),
+                ("JobQueue", queue.clone()),
+                ("Share", share.clone()),
+                ("Status", status.as_str().to_owned()),
+            ],
+            metrics: vec![("Jobs", Unit::Count, json!(n))],
+        });
         queue_lines
             .chain(share_lines)
             .map(|l| l.render(now_ms))
@@ -756,6 +824,54 @@ mod tests {
         assert_eq!(
             lines[0]["DispatchLatencySeconds"].as_array().unwrap().len(),
             MAX_SAMPLES
+        );
+    }
+
+    /// Share identifiers are the submitters' choice: however many there are, a queue reports
+    /// at most MAX_SHARES_PER_QUEUE of them by name, the busiest, and the rest summed.
+    #[test]
+    fn share_dimensions_are_bounded_per_queue_and_nothing_is_lost() {
+        let recorder = Recorder::new();
+        let shares = MAX_SHARES_PER_QUEUE + 5;
+        let mut total = 0;
+        for s in 0..shares {
+            // Share s dispatches s + 1 jobs: the last ones are the busiest.
+            for n in 0..=s {
+                let mut j = job(&format!("j{s}-{n}"))
+                    .queue("q")
+                    .share(&format!("team-{s:02}"))
+                    .status(JobStatus::Scheduled)
+                    .created_at(NOW - 1_000)
+                    .runnable_at(NOW - 1_000)
+                    .build();
+                j.attempts = vec![attempt(NOW, None)];
+                recorder.record(&Event::status_changed(j));
+                total += 1;
+            }
+        }
+        let lines = parse(&recorder.emf_lines("s", NOW));
+        let named: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l["Share"].as_str())
+            .filter(|s| *s != OTHER_SHARES)
+            .collect();
+        assert_eq!(named.len(), MAX_SHARES_PER_QUEUE, "{named:?}");
+        assert!(
+            !named.contains(&"team-00") && named.contains(&"team-14"),
+            "{named:?}"
+        );
+        let other = lines.iter().find(|l| l["Share"] == OTHER_SHARES).unwrap();
+        // The five quietest: 1 + 2 + 3 + 4 + 5 dispatches.
+        assert_eq!(other["Dispatches"], 15);
+        let by_share: u64 = lines
+            .iter()
+            .filter(|l| l.get("Share").is_some())
+            .map(|l| l["Dispatches"].as_u64().unwrap())
+            .sum();
+        let queue = lines.iter().find(|l| l.get("Share").is_none()).unwrap();
+        assert_eq!(
+            (by_share, queue["Dispatches"].as_u64().unwrap()),
+            (total, total)
         );
     }
 
