@@ -806,18 +806,25 @@ mod tests {
         assert!(recorder.emf_lines("stack-1", NOW).is_empty(), "drained");
     }
 
+    /// `j` in queue `q`, dispatched now after a second RUNNABLE.
+    fn dispatched_now(j: trainyard_app::contract::JobBuilder) -> trainyard_domain::job::ServiceJob {
+        let mut j = j
+            .queue("q")
+            .status(JobStatus::Scheduled)
+            .created_at(NOW - 1_000)
+            .runnable_at(NOW - 1_000)
+            .build();
+        j.attempts = vec![attempt(NOW, None)];
+        j
+    }
+
     #[test]
     fn samples_are_bounded_per_line() {
         let recorder = Recorder::new();
         for n in 0..(MAX_SAMPLES + 20) {
-            let mut j = job(&format!("j{n}"))
-                .queue("q")
-                .status(JobStatus::Scheduled)
-                .created_at(NOW - 1_000)
-                .runnable_at(NOW - 1_000)
-                .build();
-            j.attempts = vec![attempt(NOW, None)];
-            recorder.record(&Event::status_changed(j));
+            recorder.record(&Event::status_changed(dispatched_now(job(&format!(
+                "j{n}"
+            )))));
         }
         let lines = parse(&recorder.emf_lines("s", NOW));
         assert_eq!(lines[0]["Dispatches"], MAX_SAMPLES as u64 + 20);
@@ -837,15 +844,8 @@ mod tests {
         for s in 0..shares {
             // Share s dispatches s + 1 jobs: the last ones are the busiest.
             for n in 0..=s {
-                let mut j = job(&format!("j{s}-{n}"))
-                    .queue("q")
-                    .share(&format!("team-{s:02}"))
-                    .status(JobStatus::Scheduled)
-                    .created_at(NOW - 1_000)
-                    .runnable_at(NOW - 1_000)
-                    .build();
-                j.attempts = vec![attempt(NOW, None)];
-                recorder.record(&Event::status_changed(j));
+                let j = job(&format!("j{s}-{n}")).share(&format!("team-{s:02}"));
+                recorder.record(&Event::status_changed(dispatched_now(j)));
                 total += 1;
             }
         }
