@@ -465,11 +465,13 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
     );
     assert_eq!(s.launched_by_bus(), 1);
     let mut seen = None;
-    s.deliver_until(&attempt("e2e-retry", &flaky, 1), &mut seen, terminal);
-    let between = s.describe(&flaky);
-    assert_eq!(between["status"], "RUNNABLE", "{between}");
-    // The backoff is scaled down for the test (TRAINYARD_BACKOFF_SCALE); keep ticking until
-    // the second attempt is launched.
+    let (_, responses) = s.deliver_until(&attempt("e2e-retry", &flaky, 1), &mut seen, terminal);
+    // Back to RUNNABLE for its retry (the pass its released capacity woke may already have
+    // dispatched it again: the backoff is scaled down for the test, TRAINYARD_BACKOFF_SCALE).
+    let ended = responses.last().unwrap();
+    assert_eq!(ended["outcome"], "applied", "{ended}");
+    assert_eq!(ended["status"], "RUNNABLE", "{ended}");
+    // Keep ticking until the second attempt is launched.
     let start = Instant::now();
     while s.describe(&flaky)["attempts"].as_array().unwrap().len() < 2 {
         assert!(start.elapsed() < STATE_TIMEOUT, "no second attempt");
