@@ -97,23 +97,40 @@ async fn api_requests_are_served_as_batch_answers_them() {
     );
 }
 
+/// The `submit.json` sample with its `serviceRequestPayload` changed by `edit`.
+fn submit_with_payload(edit: impl FnOnce(&mut Value)) -> Value {
+    let mut event: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
+    let mut request: Value = serde_json::from_str(event["body"].as_str().unwrap()).unwrap();
+    let mut payload: Value =
+        serde_json::from_str(request["serviceRequestPayload"].as_str().unwrap()).unwrap();
+    edit(&mut payload);
+    request["serviceRequestPayload"] = json!(payload.to_string());
+    event["body"] = json!(request.to_string());
+    event
+}
+
+/// `event` is refused as Batch refuses a bad request (400, `ClientException`) with a message
+/// naming `named`, and nothing was stored: the list stays empty.
+async fn assert_refused_at_submit(router: &axum::Router, event: &Value, named: &str) {
+    let (status, error_type, body) = invoke(router, &event.to_string()).await;
+    assert_eq!(
+        (status, error_type.as_deref()),
+        (400, Some("ClientException")),
+        "{body}"
+    );
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains(named), "{message}");
+    let (_, _, listed) = invoke(router, &fixture_text("list.json")).await;
+    assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
+}
+
+const OTHER_ROLE: &str = "arn:aws:iam::123456789012:role/Admin";
+
 #[tokio::test]
 async fn a_job_naming_a_role_outside_the_training_roles_is_refused_at_submit() {
     let router = router().await;
-    let mut event: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
-    let body = event["body"].as_str().unwrap().to_owned();
-    let other = "arn:aws:iam::123456789012:role/Admin";
-    event["body"] = json!(body.replace("role/SageMakerRole", "role/Admin"));
-    let (status, error_type, body) = invoke(&router, &event.to_string()).await;
-    assert_eq!(
-        (status, error_type.as_deref()),
-        (400, Some("ClientException"))
-    );
-    assert!(body["message"].as_str().unwrap().contains(other), "{body}");
-
-    // Nothing was stored: the list stays empty.
-    let (_, _, listed) = invoke(&router, &fixture_text("list.json")).await;
-    assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
+    let event = submit_with_payload(|payload| payload["RoleArn"] = json!(OTHER_ROLE));
+    assert_refused_at_submit(&router, &event, OTHER_ROLE).await;
 }
 
 /// A payload member the SageMaker adapter cannot carry to `CreateTrainingJob` is refused at
@@ -121,26 +138,11 @@ async fn a_job_naming_a_role_outside_the_training_roles_is_refused_at_submit() {
 #[tokio::test]
 async fn a_payload_member_the_launch_cannot_carry_is_refused_at_submit_by_name() {
     let router = router().await;
-    let mut event: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
-    let mut request: Value = serde_json::from_str(event["body"].as_str().unwrap()).unwrap();
-    let mut payload: Value =
-        serde_json::from_str(request["serviceRequestPayload"].as_str().unwrap()).unwrap();
-    payload["ResourceConfig"]["InstancePreferences"] = json!([{"InstanceType": "ml.p5.48xlarge"}]);
-    request["serviceRequestPayload"] = json!(payload.to_string());
-    event["body"] = json!(request.to_string());
-    let (status, error_type, body) = invoke(&router, &event.to_string()).await;
-    assert_eq!(
-        (status, error_type.as_deref()),
-        (400, Some("ClientException")),
-        "{body}"
-    );
-    let message = body["message"].as_str().unwrap();
-    assert!(
-        message.contains("ResourceConfig.InstancePreferences"),
-        "{message}"
-    );
-    let (_, _, listed) = invoke(&router, &fixture_text("list.json")).await;
-    assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
+    let event = submit_with_payload(|payload| {
+        payload["ResourceConfig"]["InstancePreferences"] =
+            json!([{"InstanceType": "ml.p5.48xlarge"}]);
+    });
+    assert_refused_at_submit(&router, &event, "ResourceConfig.InstancePreferences").await;
 }
 
 /// The operation's name percent-encoded (`submitservice%6Aob`) reaches the same route, and the
@@ -148,25 +150,12 @@ async fn a_payload_member_the_launch_cannot_carry_is_refused_at_submit_by_name()
 #[tokio::test]
 async fn an_encoded_operation_name_does_not_skip_the_role_check() {
     let router = router().await;
-    let mut event: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
-    let body = event["body"].as_str().unwrap().to_owned();
-    event["body"] = json!(body.replace("role/SageMakerRole", "role/Admin"));
+    let mut event = submit_with_payload(|payload| payload["RoleArn"] = json!(OTHER_ROLE));
     for key in ["rawPath", "routeKey"] {
         if let Some(path) = event[key].as_str() {
             event[key] = json!(path.replace("submitservicejob", "submitservice%6Aob"));
         }
     }
     event["requestContext"]["http"]["path"] = json!("/v1/submitservice%6Aob");
-    let (status, error_type, body) = invoke(&router, &event.to_string()).await;
-    assert_eq!(
-        (status, error_type.as_deref()),
-        (400, Some("ClientException")),
-        "{body}"
-    );
-    assert!(
-        body["message"].as_str().unwrap().contains("role/Admin"),
-        "{body}"
-    );
-    let (_, _, listed) = invoke(&router, &fixture_text("list.json")).await;
-    assert_eq!(listed["jobSummaryList"], json!([]), "{listed}");
+    assert_refused_at_submit(&router, &event, OTHER_ROLE).await;
 }
