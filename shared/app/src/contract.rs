@@ -1053,6 +1053,11 @@ fn usage(environment: &str, instances: u64) -> EnvironmentUsage {
     EnvironmentUsage {
         environment: environment.into(),
         instances: [("ml.g5.xlarge".to_owned(), instances)].into(),
+        quota_shares: [(
+            quota_share_key("research", "vision"),
+            [("ml.g5.xlarge".to_owned(), instances)].into(),
+        )]
+        .into(),
     }
 }
 

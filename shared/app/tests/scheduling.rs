@@ -13,6 +13,7 @@ use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     BackendError, Clock, EnvironmentUsage, NoEvents, TrainingBackend, TrainingJobState, Write,
+    quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -23,7 +24,12 @@ use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEn
 use trainyard_domain::job::{
     EvaluateOnExit, JobStatus, Requeue, RetryAction, RetryStrategy, StopRequest, TimeoutConfig,
 };
+use trainyard_domain::policy::{QuotaSharePolicy, SchedulingPolicy};
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
+use trainyard_domain::quota_share::{
+    QuotaShare, QuotaShareCapacityLimit, QuotaSharePreemptionConfiguration,
+    ResourceSharingConfiguration, SharingStrategy,
+};
 use trainyard_domain::{ResourceStatus, State};
 use trainyard_emulator::model::Config as EmulatorConfig;
 use trainyard_local::backend::EmulatedSageMaker;
@@ -92,6 +98,70 @@ impl World {
             created_at: T0,
         };
         self.service.store().create_resource(&env).await.unwrap();
+    }
+
+    /// A quota-managed queue `queue` on its own environment of `instances` `ml.g5.xlarge`, with
+    /// quota shares of 2 instances each (unlimited borrowing for LEND_AND_BORROW).
+    async fn quota_queue(&self, queue: &str, instances: u32, shares: &[(&str, SharingStrategy)]) {
+        let store = self.service.store();
+        let env = ServiceEnvironment {
+            service_environment_name: format!("{queue}-env"),
+            service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+            state: State::Enabled,
+            status: ResourceStatus::Valid,
+            capacity_limits: vec![CapacityLimit {
+                max_capacity: instances,
+                capacity_unit: "ml.g5.xlarge".into(),
+            }],
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        store.create_resource(&env).await.unwrap();
+        let policy = SchedulingPolicy {
+            name: format!("{queue}-quota"),
+            fairshare_policy: None,
+            quota_share_policy: Some(QuotaSharePolicy::default()),
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        store.create_resource(&policy).await.unwrap();
+        let queue_def = JobQueue {
+            job_queue_name: queue.into(),
+            state: State::Enabled,
+            status: ResourceStatus::Valid,
+            status_reason: None,
+            priority: 1,
+            scheduling_policy: Some(policy.name.clone()),
+            service_environment_order: vec![ServiceEnvironmentOrder {
+                order: 1,
+                service_environment: env.service_environment_name.clone(),
+            }],
+            job_state_time_limit_actions: vec![],
+            job_queue_type: JobQueueType::SagemakerTraining,
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        store.create_resource(&queue_def).await.unwrap();
+        for (name, strategy) in shares {
+            let share = QuotaShare {
+                quota_share_name: (*name).into(),
+                job_queue: queue.into(),
+                capacity_limits: vec![QuotaShareCapacityLimit {
+                    max_capacity: 2,
+                    capacity_unit: "ml.g5.xlarge".into(),
+                }],
+                resource_sharing_configuration: ResourceSharingConfiguration {
+                    strategy: *strategy,
+                    borrow_limit: None,
+                },
+                preemption_configuration: QuotaSharePreemptionConfiguration::default(),
+                state: State::Enabled,
+                status: ResourceStatus::Valid,
+                tags: BTreeMap::new(),
+                created_at: T0,
+            };
+            store.create_resource(&share).await.unwrap();
+        }
     }
 
     async fn queue(&self, name: &str, priority: u32, env: &str) {
@@ -566,77 +636,17 @@ async fn missed_events_are_found_by_reconciliation() {
 
 #[tokio::test]
 async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finish_later() {
-    use trainyard_domain::policy::{QuotaSharePolicy, SchedulingPolicy};
-    use trainyard_domain::quota_share::{
-        QuotaShare, QuotaShareCapacityLimit, QuotaSharePreemptionConfiguration,
-        ResourceSharingConfiguration, SharingStrategy,
-    };
-
     let mut w = World::new(EmulatorConfig::default());
     w.config.planner.min_runtime_before_preemption_s = 2;
-    let store = w.service.store();
-    let env = ServiceEnvironment {
-        service_environment_name: "qm".into(),
-        service_environment_type: ServiceEnvironmentType::SagemakerTraining,
-        state: State::Enabled,
-        status: ResourceStatus::Valid,
-        capacity_limits: vec![CapacityLimit {
-            max_capacity: 4,
-            capacity_unit: "ml.g5.xlarge".into(),
-        }],
-        tags: BTreeMap::new(),
-        created_at: T0,
-    };
-    store.create_resource(&env).await.unwrap();
-    let policy = SchedulingPolicy {
-        name: "quota".into(),
-        fairshare_policy: None,
-        quota_share_policy: Some(QuotaSharePolicy::default()),
-        tags: BTreeMap::new(),
-        created_at: T0,
-    };
-    store.create_resource(&policy).await.unwrap();
-    let mut queue_def = JobQueue {
-        job_queue_name: "teams".into(),
-        state: State::Enabled,
-        status: ResourceStatus::Valid,
-        status_reason: None,
-        priority: 1,
-        scheduling_policy: Some("quota".into()),
-        service_environment_order: vec![ServiceEnvironmentOrder {
-            order: 1,
-            service_environment: "qm".into(),
-        }],
-        job_state_time_limit_actions: vec![],
-        job_queue_type: JobQueueType::SagemakerTraining,
-        tags: BTreeMap::new(),
-        created_at: T0,
-    };
-    store.create_resource(&queue_def).await.unwrap();
-    queue_def.job_queue_name.clear();
-    for (name, strategy) in [
-        ("owner", SharingStrategy::Lend),
-        ("borrower", SharingStrategy::LendAndBorrow),
-    ] {
-        let share = QuotaShare {
-            quota_share_name: name.into(),
-            job_queue: "teams".into(),
-            capacity_limits: vec![QuotaShareCapacityLimit {
-                max_capacity: 2,
-                capacity_unit: "ml.g5.xlarge".into(),
-            }],
-            resource_sharing_configuration: ResourceSharingConfiguration {
-                strategy,
-                borrow_limit: None,
-            },
-            preemption_configuration: QuotaSharePreemptionConfiguration::default(),
-            state: State::Enabled,
-            status: ResourceStatus::Valid,
-            tags: BTreeMap::new(),
-            created_at: T0,
-        };
-        store.create_resource(&share).await.unwrap();
-    }
+    w.quota_queue(
+        "teams",
+        4,
+        &[
+            ("owner", SharingStrategy::Lend),
+            ("borrower", SharingStrategy::LendAndBorrow),
+        ],
+    )
+    .await;
     let quota =
         |share: &'static str| move |c: &mut SubmitJob| c.quota_share_name = Some(share.into());
 
@@ -695,6 +705,19 @@ async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finis
             .iter()
             .all(|s| borrowers_done.iter().filter(|d| *d > s).count() >= 2),
         "the owner started before the borrower's preempted jobs finished"
+    );
+    let usage = w
+        .service
+        .store()
+        .get_document::<EnvironmentUsage>("teams-env")
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    assert_eq!(
+        (usage.total(), usage.quota_shares.len()),
+        (0, 0),
+        "every dispatch's instances, the shares' included, were given back: {usage:?}"
     );
 }
 
@@ -957,6 +980,7 @@ async fn a_plan_from_a_lagging_index_cannot_over_commit_the_environment() {
     let full = EnvironmentUsage {
         environment: "local".into(),
         instances: [("ml.g5.xlarge".to_owned(), 2)].into(),
+        ..EnvironmentUsage::default()
     };
     w.service
         .store()
@@ -1006,6 +1030,56 @@ async fn a_plan_from_a_lagging_index_cannot_over_commit_the_environment() {
         .pass(&w.sagemaker, &w.config, accept_and_cycle())
         .await;
     assert_eq!(pass.cycle_totals().dispatched, 2);
+}
+
+/// A quota share's usage document says it holds its whole limit, but the index shows none of
+/// its jobs holding capacity (an eventually consistent index right after the dispatches): the
+/// plan admits more of the share's jobs, and the dispatch commit, checking the share's stored
+/// usage, refuses them while the environment itself still has room.
+#[tokio::test]
+async fn a_plan_from_a_lagging_index_cannot_over_commit_a_quota_share() {
+    let w = World::new(EmulatorConfig::default());
+    w.quota_queue("teams", 8, &[("owner", SharingStrategy::Reserve)])
+        .await;
+    let mut full = EnvironmentUsage {
+        environment: "teams-env".into(),
+        instances: [("ml.g5.xlarge".to_owned(), 2)].into(),
+        ..EnvironmentUsage::default()
+    };
+    full.quota_shares.insert(
+        quota_share_key("teams", "owner"),
+        [("ml.g5.xlarge".to_owned(), 2)].into(),
+    );
+    w.service
+        .store()
+        .commit(&[Write::document(&full, 0).unwrap()])
+        .await
+        .unwrap();
+    for i in 0..2 {
+        w.submit_with(&format!("late-{i}"), "teams", 1, quick(60), |c| {
+            c.quota_share_name = Some("owner".into())
+        })
+        .await;
+    }
+    let pass = w
+        .service
+        .pass(&w.sagemaker, &w.config, accept_and_cycle())
+        .await;
+    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+    let cycle = pass.cycle_totals();
+    assert_eq!(
+        (cycle.dispatched, cycle.over_limit),
+        (0, 2),
+        "the plan admitted both; the commit refused both"
+    );
+    let usage = w
+        .service
+        .store()
+        .get_document::<EnvironmentUsage>("teams-env")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(usage.value, full, "nothing was added to a full share");
 }
 
 fn accept_and_cycle() -> PassInput<'static> {

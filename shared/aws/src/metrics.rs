@@ -959,6 +959,7 @@ mod tests {
         let usage = EnvironmentUsage {
             environment: "quota".into(),
             instances: BTreeMap::from([("ml.g5.xlarge".to_owned(), 3)]),
+            ..EnvironmentUsage::default()
         };
         store
             .commit(&[Write::document(&usage, 0).unwrap()])

@@ -144,6 +144,19 @@ impl QuotaShareState {
         let percent = u64::try_from(self.borrow_limit_percent).ok()?;
         Some(self.limit(instance_type).saturating_mul(percent) / 100)
     }
+
+    /// Whether `in_use` (the share's instances per instance type) stays within what the share
+    /// may ever hold: its own limit plus its borrow cap, for every type. The dispatch commit
+    /// checks this on the share's usage as stored, so that a plan whose view of the share's
+    /// running jobs lagged cannot over-commit it.
+    pub fn admits(&self, in_use: &BTreeMap<String, u64>) -> bool {
+        in_use.iter().all(|(ty, n)| {
+            *n == 0
+                || self
+                    .borrow_cap(ty)
+                    .is_none_or(|cap| *n <= self.limit(ty).saturating_add(cap))
+        })
+    }
 }
 
 /// A job queue.
@@ -261,7 +274,38 @@ impl Default for Config {
 
 #[cfg(test)]
 mod tests {
-    use super::SharedStr;
+    use super::{QuotaShareState, SharedStr};
+    use trainyard_domain::quota_share::SharingStrategy;
+
+    #[test]
+    fn a_share_admits_its_limit_plus_its_borrow_cap_and_no_more() {
+        let share = |strategy, borrow_limit_percent| QuotaShareState {
+            name: "s".into(),
+            limits: [("ml.a".to_owned(), 4)].into(),
+            strategy,
+            borrow_limit_percent,
+            in_share_preemption: false,
+            enabled: true,
+        };
+        let used = |pairs: &[(&str, u64)]| {
+            pairs
+                .iter()
+                .map(|(t, n)| ((*t).to_owned(), *n))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        for strategy in [SharingStrategy::Reserve, SharingStrategy::Lend] {
+            let s = share(strategy, -1);
+            assert!(s.admits(&used(&[("ml.a", 4)])), "{strategy:?}");
+            assert!(!s.admits(&used(&[("ml.a", 5)])), "{strategy:?}");
+            assert!(!s.admits(&used(&[("ml.b", 1)])), "{strategy:?}: an unlisted type");
+        }
+        let half = share(SharingStrategy::LendAndBorrow, 50);
+        assert!(half.admits(&used(&[("ml.a", 6)])));
+        assert!(!half.admits(&used(&[("ml.a", 7)])));
+        let unlimited = share(SharingStrategy::LendAndBorrow, -1);
+        assert!(unlimited.admits(&used(&[("ml.a", 1_000), ("ml.b", 3)])));
+        assert!(half.admits(&used(&[])), "nothing in use");
+    }
 
     /// The planner orders running jobs by id and compares queue names, so a shared name must
     /// compare, order and print exactly as its text does.

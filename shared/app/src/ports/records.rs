@@ -1,6 +1,8 @@
 //! The records the store ports exchange: client tokens, job queries and pages, the scheduler's
 //! documents (capacity in use, fair-share usage) and the summaries a cycle reads of jobs.
 
+use std::collections::BTreeMap;
+
 use trainyard_domain::job::{JobStatus, ServiceJob};
 use trainyard_domain::order::share_key;
 
@@ -90,18 +92,25 @@ pub struct Page<T> {
     pub next: Option<JobCursor>,
 }
 
-/// Instances a service environment has handed out, per instance type.
+/// Instances a service environment has handed out, per instance type, and per quota share.
 ///
 /// Every dispatch and every release changes it in the same atomic commit as the job, with a
 /// version check, so two cycles planning at once can never both hand out the last instance: the
-/// second commit fails and its job waits for the next cycle.
+/// second commit fails and its job waits for the next cycle. The dispatch commit checks the
+/// totals it writes against the environment's limits and the job's quota share's, so a plan made
+/// from a lagging index cannot over-commit either.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvironmentUsage {
     /// The service environment.
     pub environment: String,
     /// Instances in use per instance type (types at zero are removed).
-    pub instances: std::collections::BTreeMap<String, u64>,
+    pub instances: BTreeMap<String, u64>,
+    /// Instances in use per quota share ([`quota_share_key`]) and instance type, counted from the
+    /// same dispatches and releases as `instances` (shares at zero are removed). A job's queue
+    /// and quota share never change, so its dispatch and its release name the same entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub quota_shares: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl EnvironmentUsage {
@@ -110,21 +119,48 @@ impl EnvironmentUsage {
         self.instances.values().sum()
     }
 
-    /// Takes `instances` (a job being dispatched).
-    pub fn add(&mut self, instances: &std::collections::BTreeMap<String, u32>) {
-        for (ty, n) in instances {
-            *self.instances.entry(ty.clone()).or_insert(0) += u64::from(*n);
+    /// Takes a dispatched job's instances, charged to its quota share too when it has one.
+    pub fn add(&mut self, job: &ServiceJob) {
+        add_counts(&mut self.instances, &job.training.instances);
+        if let Some(key) = quota_share_of(job) {
+            add_counts(
+                self.quota_shares.entry(key).or_default(),
+                &job.training.instances,
+            );
         }
     }
 
-    /// Gives back `instances` (an attempt that ended), never below zero.
-    pub fn remove(&mut self, instances: &std::collections::BTreeMap<String, u32>) {
-        for (ty, n) in instances {
-            if let Some(used) = self.instances.get_mut(ty) {
-                *used = used.saturating_sub(u64::from(*n));
-                if *used == 0 {
-                    self.instances.remove(ty);
+    /// Gives back the instances of a job's ended attempt, never below zero.
+    pub fn remove(&mut self, job: &ServiceJob) {
+        remove_counts(&mut self.instances, &job.training.instances);
+        if let Some(key) = quota_share_of(job) {
+            if let Some(counts) = self.quota_shares.get_mut(&key) {
+                remove_counts(counts, &job.training.instances);
+                if counts.is_empty() {
+                    self.quota_shares.remove(&key);
                 }
+            }
+        }
+    }
+}
+
+fn quota_share_of(job: &ServiceJob) -> Option<String> {
+    let share = job.quota_share_name.as_deref()?;
+    Some(quota_share_key(&job.job_queue, share))
+}
+
+fn add_counts(counts: &mut BTreeMap<String, u64>, instances: &BTreeMap<String, u32>) {
+    for (ty, n) in instances {
+        *counts.entry(ty.clone()).or_insert(0) += u64::from(*n);
+    }
+}
+
+fn remove_counts(counts: &mut BTreeMap<String, u64>, instances: &BTreeMap<String, u32>) {
+    for (ty, n) in instances {
+        if let Some(used) = counts.get_mut(ty) {
+            *used = used.saturating_sub(u64::from(*n));
+            if *used == 0 {
+                counts.remove(ty);
             }
         }
     }

@@ -79,7 +79,7 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                     .get_document::<EnvironmentUsage>(environment)
                     .await?;
                 if let Some(mut usage) = usage {
-                    usage.value.remove(&job.training.instances);
+                    usage.value.remove(&job);
                     writes.push(Write::document(&usage.value, usage.version)?);
                 }
             }

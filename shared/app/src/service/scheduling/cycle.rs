@@ -4,20 +4,53 @@
 
 use std::cmp::Ordering;
 
-use trainyard_domain::job::{Attempt, JobStatus};
+use trainyard_domain::job::{Attempt, JobStatus, ServiceJob};
 use trainyard_domain::training::attempt_name;
 use trainyard_scheduler::fair_share::ShareUsage;
 use trainyard_scheduler::retry;
-use trainyard_scheduler::{Dispatch, Skip, SkipReason, plan_cycle, within_limits};
+use trainyard_scheduler::{
+    Dispatch, QueuePolicy, Skip, SkipReason, Snapshot, plan_cycle, within_limits,
+};
 
 use super::snapshot::Loaded;
 use super::{CycleConfig, CycleReport};
 use crate::error::AppError;
 use crate::ports::{
     ConfigStore, EnvironmentUsage, EventSink, RunnableHead, SchedulingStore, ShareUsageRecord,
-    StoreError, TrainingBackend, Versioned, Write,
+    StoreError, TrainingBackend, Versioned, Write, quota_share_key,
 };
 use crate::service::Service;
+
+/// What the usage `after` a dispatch would exceed, if anything: `"environment"` for the
+/// environment's capacity limits, `"quota share"` for the limits of the job's quota share (its
+/// own plus what it may borrow). A share the queue no longer has limits nothing.
+fn over_limit(
+    snapshot: &Snapshot,
+    job: &ServiceJob,
+    dispatch: &Dispatch,
+    after: &EnvironmentUsage,
+) -> Option<&'static str> {
+    let limits = snapshot
+        .environments
+        .iter()
+        .find(|e| e.name == dispatch.environment.as_str())
+        .map(|e| e.limits.as_slice())
+        .unwrap_or_default();
+    if !within_limits(limits, &after.instances) {
+        return Some("environment");
+    }
+    let share_name = job.quota_share_name.as_deref()?;
+    let share = snapshot
+        .queues
+        .iter()
+        .find(|q| q.name == job.job_queue)
+        .and_then(|q| match &q.policy {
+            QueuePolicy::QuotaShare(shares) => shares.iter().find(|s| s.name == share_name),
+            _ => None,
+        })?;
+    let in_use = after.quota_shares.get(&quota_share_key(&job.job_queue, share_name))?;
+    (!share.admits(in_use)).then_some("quota share")
+}
 
 /// Whether a status reason has the code `code` (a [`SkipReason::code`], which never contains
 /// ` - `): the text before ` - `, or all of it when there is none. Compared as a prefix, without
@@ -135,22 +168,17 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             service_environment: Some(dispatch.environment.to_string()),
         });
         let mut new_usage = usage.value.clone();
-        new_usage.add(&job.training.instances);
-        // The plan counted capacity in use from the index of jobs holding it, which can lag
-        // (DynamoDB's are eventually consistent); the usage document, read consistently and
-        // version-checked by this very commit, is the truth. No room there: no dispatch.
-        let limits = loaded
-            .snapshot
-            .environments
-            .iter()
-            .find(|e| e.name == dispatch.environment.as_str())
-            .map(|e| e.limits.as_slice())
-            .unwrap_or_default();
-        if !within_limits(limits, &new_usage.instances) {
+        new_usage.add(&job);
+        // The plan counted capacity in use from indexes that can lag (DynamoDB's are eventually
+        // consistent): the environment's from its usage document as last read, the quota
+        // share's from the jobs the index shows holding capacity. The usage document, read
+        // consistently and version-checked by this very commit, is the truth. No room there, for
+        // the environment or for the job's quota share: no dispatch.
+        if let Some(over) = over_limit(&loaded.snapshot, &job, dispatch, &new_usage) {
             report.over_limit += 1;
-            tracing::warn!(job_id = %job.job_id, environment = %dispatch.environment,
-                "not dispatched: the environment's stored usage has no room (capacity in use \
-                 was read from a lagging index)");
+            tracing::warn!(job_id = %job.job_id, environment = %dispatch.environment, over,
+                "not dispatched: the stored usage has no room (capacity in use was read from a \
+                 lagging index)");
             return Ok(());
         }
         let writes = [
