@@ -25,10 +25,12 @@
 //! # Errors
 //!
 //! Classified once, in `classify` and `classify_transaction`: a failed condition is
-//! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create), and so is a
-//! collision with another transaction (`TransactionConflict`), which the use-cases re-read and
-//! retry like any lost race; throttling, 5xx, timeouts and everything else are
-//! [`StoreError::Unavailable`] with the SDK error kept.
+//! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create), which the use-cases
+//! re-read and retry as a lost race. A transaction that collided with another
+//! (`TransactionConflict`) applied nothing and lost no race: it is sent again unchanged after a
+//! jittered, doubling pause (`ConflictPause`), and only a collision on every resend is a
+//! [`StoreError::Conflict`]. Throttling, 5xx, timeouts and everything else (after the SDK's own
+//! retries) are [`StoreError::Unavailable`] with the SDK error kept.
 
 mod interceptor;
 mod schema;
@@ -168,13 +170,23 @@ impl DynamoStore {
                 source: None,
             }));
         }
-        self.client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-            .map_err(classify_transaction)?;
-        Ok(())
+        let mut pause = ConflictPause::new();
+        loop {
+            let sent = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .send()
+                .await;
+            match sent {
+                Ok(_) => return Ok(()),
+                Err(error) if collided(&error) => match pause.next() {
+                    Some(delay) => tokio::time::sleep(delay).await,
+                    None => return Err(Cancelled::Failed(StoreError::Conflict)),
+                },
+                Err(error) => return Err(classify_transaction(error)),
+            }
+        }
     }
 
     /// Runs a query to the end of its pages or until `enough` items are kept, keeping those
@@ -742,10 +754,49 @@ enum Cancelled {
     Failed(StoreError),
 }
 
-/// Classifies a `TransactWriteItems` failure: cancelled for a condition; a
-/// [`StoreError::Conflict`] when it collided with another transaction on one of its items
-/// (`TransactionConflict`: a lost race, which the use-cases re-read and retry, not an outage);
-/// otherwise as [`classify`] does.
+/// The pauses before sending a transaction again after it collided with another: exponential
+/// from [`CONFLICT_PAUSE_BASE`], each drawn at random from its upper half (so that writers that
+/// collided once do not collide again in step), [`CONFLICT_RESENDS`] in all. A collision is not
+/// a lost race (no condition failed), so the writes go again unchanged, without a re-read;
+/// only when every resend collided too does the caller see a [`StoreError::Conflict`], which it
+/// handles as a lost race. Each resend is a new request with a new client token: a cancelled
+/// transaction applied nothing.
+struct ConflictPause {
+    resends: u32,
+    random: trainyard_domain::random::SplitMix64,
+}
+
+/// Resends of a transaction that collided with another.
+const CONFLICT_RESENDS: u32 = 4;
+/// The first pause before a resend; each next one doubles (25, 50, 100, 200 ms at most).
+const CONFLICT_PAUSE_BASE: std::time::Duration = std::time::Duration::from_millis(25);
+
+impl ConflictPause {
+    fn new() -> Self {
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self {
+            resends: 0,
+            random: trainyard_domain::random::SplitMix64::new(u64::from(nanos) ^ (call << 32)),
+        }
+    }
+
+    /// The pause before the next resend, or `None` once all are spent.
+    fn next(&mut self) -> Option<std::time::Duration> {
+        if self.resends >= CONFLICT_RESENDS {
+            return None;
+        }
+        let full = CONFLICT_PAUSE_BASE * 2u32.pow(self.resends);
+        self.resends += 1;
+        Some(full / 2 + full.mul_f64(self.random.unit() / 2.0))
+    }
+}
+
+/// Classifies a `TransactWriteItems` failure that is not a collision ([`collided`]): cancelled
+/// for a condition, otherwise as [`classify`] does.
 fn classify_transaction<R>(error: SdkError<TransactWriteItemsError, R>) -> Cancelled
 where
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -764,15 +815,22 @@ where
         if reasons.iter().any(|r| r.failed) {
             return Cancelled::Conditions(reasons);
         }
-        if cancelled
-            .cancellation_reasons()
-            .iter()
-            .any(|r| r.code() == Some(TRANSACTION_CONFLICT))
-        {
-            return Cancelled::Failed(StoreError::Conflict);
-        }
     }
     Cancelled::Failed(classify(error))
+}
+
+/// Whether a transaction was cancelled only because another transaction held one of its items
+/// (a `TransactionConflict` reason and no failed condition): nothing was applied, and the same
+/// writes may succeed once that transaction is done.
+fn collided<R>(error: &SdkError<TransactWriteItemsError, R>) -> bool {
+    let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
+        error.as_service_error()
+    else {
+        return false;
+    };
+    let codes = || cancelled.cancellation_reasons().iter().map(|r| r.code());
+    codes().any(|c| c == Some(TRANSACTION_CONFLICT))
+        && codes().all(|c| c != Some("ConditionalCheckFailed"))
 }
 
 /// The stored item a `PutItem` was refused over (its condition failed; the request asked for it).
@@ -1285,6 +1343,7 @@ mod tests {
     use trainyard_app::ports::{EnvironmentUsage, JobStore, SchedulingStore, StoreError, Write};
 
     use super::stand_in::stand_in;
+    use super::{CONFLICT_PAUSE_BASE, CONFLICT_RESENDS};
 
     /// `TransactWriteItems` cancelled because another transaction held one of its items.
     fn transaction_conflict() -> (StatusCode, Value) {
@@ -1301,19 +1360,49 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn a_transaction_that_collides_with_another_is_a_conflict_not_an_outage() {
-        let (store, _script) = stand_in(vec![transaction_conflict(); 4]).await;
+    fn usage_commit() -> [Write; 2] {
         let usage = EnvironmentUsage {
             environment: "env".into(),
             ..EnvironmentUsage::default()
         };
-        let writes = [
+        [
             Write::job(job("j").build(), 3),
             Write::document(&usage, 1).unwrap(),
-        ];
-        let result = store.commit(&writes).await;
+        ]
+    }
+
+    /// A transaction that collided with another applied nothing: it is sent again unchanged,
+    /// after a pause, and succeeds once the other is done.
+    #[tokio::test]
+    async fn a_transaction_that_collides_with_another_is_sent_again() {
+        let ok = (StatusCode::OK, json!({}));
+        let answers = vec![transaction_conflict(), transaction_conflict(), ok];
+        let (store, script) = stand_in(answers).await;
+        let started = std::time::Instant::now();
+        let result = store.commit(&usage_commit()).await;
+        assert!(result.is_ok(), "{result:?}");
+        let script = script.lock().unwrap();
+        assert_eq!(script.requests.len(), 3, "sent, then sent again twice");
+        assert!(
+            script.requests.iter().all(|r| r["TransactItems"] == script.requests[0]["TransactItems"]),
+            "each resend carries the same writes"
+        );
+        assert!(
+            started.elapsed() >= (CONFLICT_PAUSE_BASE + CONFLICT_PAUSE_BASE * 2) / 2,
+            "the resends waited: {:?}",
+            started.elapsed()
+        );
+    }
+
+    /// Colliding on every resend is a conflict, which the use-cases handle as a lost race (re-read
+    /// and retry), not an outage.
+    #[tokio::test]
+    async fn a_transaction_that_keeps_colliding_is_a_conflict_not_an_outage() {
+        let sends = 1 + CONFLICT_RESENDS as usize;
+        let (store, script) = stand_in(vec![transaction_conflict(); sends]).await;
+        let result = store.commit(&usage_commit()).await;
         assert!(matches!(result, Err(StoreError::Conflict)), "{result:?}");
+        assert_eq!(script.lock().unwrap().requests.len(), sends);
     }
 
     #[tokio::test]
