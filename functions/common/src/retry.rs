@@ -41,6 +41,9 @@ pub struct RetryFunction<S: SchedulingStore, E: EventSink, B: TrainingBackend> {
     backend: B,
     cycle: CycleConfig,
     quiet_ms: i64,
+    /// When this instance's last complete pass began: the next pass describes only the quiet
+    /// attempts whose silence crossed a checkpoint since (a new instance describes all).
+    last_complete_pass: std::sync::Mutex<Option<i64>>,
 }
 
 impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B> {
@@ -51,6 +54,7 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
             backend,
             cycle,
             quiet_ms,
+            last_complete_pass: std::sync::Mutex::new(None),
         }
     }
 
@@ -59,12 +63,14 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
         &self.service
     }
 
-    /// The retry function's part of the due work, none of it started after `deadline_ms`.
-    pub fn work(&self, deadline_ms: Option<i64>) -> DueWork {
+    /// The retry function's part of the due work, none of it started after `deadline_ms`,
+    /// describing the quiet attempts due since the pass that began at `since_ms`.
+    pub fn work(&self, deadline_ms: Option<i64>, since_ms: Option<i64>) -> DueWork {
         DueWork {
             relaunch: false,
             stops: true,
             reconcile_quiet_ms: Some(self.quiet_ms),
+            reconcile_since_ms: since_ms,
             launch_grace_ms: LAUNCH_GRACE_MS,
             deadline_ms,
         }
@@ -78,11 +84,22 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
         event: &Value,
         deadline: Option<Instant>,
     ) -> Result<DueWorkReport, FunctionError> {
-        let deadline_ms = deadline.map(|d| step_deadline_ms(self.service.now_ms(), d));
+        let started_ms = self.service.now_ms();
+        let deadline_ms = deadline.map(|d| step_deadline_ms(started_ms, d));
+        let since_ms = *self
+            .last_complete_pass
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let due = self
             .service
-            .run_due_work(&self.backend, &self.cycle, self.work(deadline_ms))
+            .run_due_work(&self.backend, &self.cycle, self.work(deadline_ms, since_ms))
             .await?;
+        if due.complete() {
+            *self
+                .last_complete_pass
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started_ms);
+        }
         if due.out_of_time {
             tracing::warn!(
                 "the invocation's deadline cut the due work short; the next tick goes on"

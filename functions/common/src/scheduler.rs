@@ -305,6 +305,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
                 relaunch: true,
                 stops: false,
                 reconcile_quiet_ms: None,
+                reconcile_since_ms: None,
                 launch_grace_ms: LAUNCH_GRACE_MS,
                 deadline_ms: None,
             }),

@@ -231,3 +231,59 @@ async fn the_retry_function_stops_before_its_deadline_and_the_next_tick_does_the
     // The two described first were reconciled (no longer quiet); the third is described now.
     assert_eq!(w.sagemaker.describes.load(Ordering::SeqCst), 3);
 }
+
+/// Reconciliation describes a quiet attempt as its silence doubles, not on every tick: three
+/// jobs of 600 s, their events lost, ticked every minute for 20 minutes. The completions are
+/// still found (each within twice its runtime), for far fewer describes than ticks × jobs; a new
+/// instance of the function, which knows no previous pass, describes every quiet attempt once.
+#[tokio::test]
+async fn reconciliation_describes_quiet_attempts_as_their_silence_doubles() {
+    let w = World::new().await;
+    let mut ids = Vec::new();
+    for name in ["a", "b", "c"] {
+        ids.push(submit(&w.service, name).await);
+    }
+    let pass = w.scheduler.handle(&tick(), "req-0", None).await.unwrap();
+    assert_eq!(pass.launched, 3, "{pass:?}");
+    let ticks = 20;
+    let mut done_at = None;
+    for minute in 1..=ticks {
+        w.clock.advance(60_000);
+        let report = w.retry.handle(&tick(), None).await.unwrap();
+        assert!(!report.out_of_time, "{report:?}");
+        let mut done = 0;
+        for id in &ids {
+            done += usize::from(w.job(id).await.status == JobStatus::Succeeded);
+        }
+        if done == ids.len() && done_at.is_none() {
+            done_at = Some(minute);
+        }
+    }
+    let describes = w.sagemaker.describes.load(Ordering::SeqCst);
+    let done_at = done_at.expect("every lost completion was found");
+    assert!(done_at <= 20, "found by minute {done_at} (the jobs ran 10)");
+    assert!(
+        describes * 2 < ticks * ids.len(),
+        "{describes} describes for {ticks} ticks of {} jobs",
+        ids.len()
+    );
+    println!("{describes} describes; every completion found by minute {done_at}");
+
+    // A new instance of the function knows no previous pass: it describes every quiet attempt.
+    let more = ["d", "e"];
+    for name in more {
+        submit(&w.service, name).await;
+    }
+    let pass = w.scheduler.handle(&tick(), "req-1", None).await.unwrap();
+    assert_eq!(pass.launched, 2, "{pass:?}");
+    w.clock.advance(150_000);
+    let fresh = RetryFunction::new(
+        w.service.clone(),
+        w.sagemaker.clone(),
+        CycleConfig::default(),
+        60_000,
+    );
+    let before = w.sagemaker.describes.load(Ordering::SeqCst);
+    fresh.handle(&tick(), None).await.unwrap();
+    assert_eq!(w.sagemaker.describes.load(Ordering::SeqCst) - before, more.len());
+}

@@ -2,7 +2,7 @@
 //! and timed-out attempts, and a describe of attempts not heard from for a while (their events
 //! may have been lost). [`DueWork`] says which of these a host does.
 
-use trainyard_domain::job::StopRequest;
+use trainyard_domain::job::{Attempt, ServiceJob, StopRequest};
 use trainyard_domain::training::batch_status;
 use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
 
@@ -26,8 +26,12 @@ pub struct DueWork {
     /// that was never launched).
     pub stops: bool,
     /// Describe the attempts not heard from for this many milliseconds (their events may have
-    /// been lost).
+    /// been lost), on the schedule [`describe_due`] sets.
     pub reconcile_quiet_ms: Option<i64>,
+    /// When this host's previous due-work pass began, if it knows: a quiet attempt is then
+    /// described only when its silence crossed a checkpoint since (see [`describe_due`]).
+    /// `None` describes every quiet attempt.
+    pub reconcile_since_ms: Option<i64>,
     /// An attempt without a training-job ARN dispatched less than this long ago is left alone:
     /// its launch may still be in flight in another process.
     pub launch_grace_ms: i64,
@@ -43,6 +47,7 @@ impl DueWork {
             relaunch: true,
             stops: true,
             reconcile_quiet_ms: Some(reconcile_quiet_ms),
+            reconcile_since_ms: None,
             launch_grace_ms: 0,
             deadline_ms: None,
         }
@@ -126,10 +131,13 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
             // Not heard from for a while: describe, in case an event was lost. A state that
             // shows the status the job already has changes nothing, and is not applied (which
             // would read the job again).
-            if work
-                .reconcile_quiet_ms
-                .is_some_and(|quiet_ms| now - job.updated_at >= quiet_ms)
-            {
+            let overdue = job.is_terminated
+                || attempt.stop_requested.is_some()
+                || past_its_end(&job, &attempt, now, config);
+            let window_ms = work.reconcile_since_ms.map(|since| now - since);
+            if work.reconcile_quiet_ms.is_some_and(|quiet_ms| {
+                describe_due(now - job.updated_at, quiet_ms, window_ms, overdue)
+            }) {
                 match backend.describe_training_job(&name).await {
                     Ok(state) if batch_status(&state).is_none_or(|s| s == job.status) => {}
                     Ok(state) => {
@@ -139,10 +147,115 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                             report.reconciled += 1;
                         }
                     }
-                    Err(e) => tracing::warn!(job_id = %job.job_id, error = %e, "describe failed"),
+                    Err(e) => {
+                        report.describe_failures += 1;
+                        tracing::warn!(job_id = %job.job_id, error = %e, "describe failed");
+                    }
                 }
             }
         }
         Ok(report)
+    }
+}
+
+/// The longest an attempt goes between describes while it stays quiet (see [`describe_due`]).
+pub const RECONCILE_MAX_INTERVAL_MS: i64 = 3_600_000;
+
+/// Whether a pass describes an attempt whose job has been silent (no change recorded) for
+/// `silence_ms`, when the host's previous pass began `window_ms` ago (`None`: unknown).
+///
+/// Nothing is described before `quiet_ms` of silence. An attempt with an event *overdue* (asked
+/// to stop, or past the end its maximum runtime allows) is then described on every pass. Any
+/// other is described when its silence crosses a checkpoint: `quiet_ms`, then each time the
+/// silence doubles, then every [`RECONCILE_MAX_INTERVAL_MS`] (5 min, 10, 20, 40, 80, 140, ...
+/// with the defaults): a long training job that is simply running costs about 30 describes a
+/// day rather than one a pass, and a lost end event is still found within an hour. A pass
+/// describes the attempts whose latest checkpoint fell since the previous pass began, so every
+/// checkpoint is seen by some pass however passes are spaced (or split across processes, each
+/// with its own previous pass), and a host that does not know its previous pass describes every
+/// quiet attempt.
+pub fn describe_due(silence_ms: i64, quiet_ms: i64, window_ms: Option<i64>, overdue: bool) -> bool {
+    if silence_ms < quiet_ms {
+        return false;
+    }
+    let Some(window_ms) = window_ms.filter(|_| !overdue) else {
+        return true;
+    };
+    silence_ms - latest_checkpoint(silence_ms, quiet_ms.max(1)) < window_ms
+}
+
+/// The latest reconciliation checkpoint at or before `silence_ms` (at least `quiet_ms`).
+fn latest_checkpoint(silence_ms: i64, quiet_ms: i64) -> i64 {
+    let mut checkpoint = quiet_ms;
+    while checkpoint < RECONCILE_MAX_INTERVAL_MS {
+        let next = checkpoint * 2;
+        if next > silence_ms {
+            return checkpoint;
+        }
+        checkpoint = next;
+    }
+    checkpoint + (silence_ms - checkpoint) / RECONCILE_MAX_INTERVAL_MS * RECONCILE_MAX_INTERVAL_MS
+}
+
+/// Whether the attempt has run past the longest its payload allows (`MaxRuntimeInSeconds`, or
+/// the planner's default runtime): its end event is overdue.
+fn past_its_end(job: &ServiceJob, attempt: &Attempt, now: i64, config: &CycleConfig) -> bool {
+    let runtime_s = job
+        .training
+        .max_runtime_s
+        .unwrap_or(config.planner.default_runtime_s);
+    let runtime_ms = i64::try_from(runtime_s.saturating_mul(1000)).unwrap_or(i64::MAX);
+    attempt
+        .started_at
+        .is_some_and(|started| now >= started.saturating_add(runtime_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RECONCILE_MAX_INTERVAL_MS as HOUR, describe_due};
+
+    const MIN: i64 = 60_000;
+
+    /// The passes, one a minute for a day, that describe an attempt silent since time 0.
+    fn described(quiet: i64, overdue: bool) -> Vec<i64> {
+        (1..=24 * 60)
+            .map(|m| m * MIN)
+            .filter(|now| describe_due(*now, quiet, Some(MIN), overdue))
+            .collect()
+    }
+
+    #[test]
+    fn a_quiet_attempt_is_described_as_its_silence_doubles_then_hourly() {
+        let passes = described(5 * MIN, false);
+        assert_eq!(
+            passes[..6],
+            [5, 10, 20, 40, 80, 140].map(|m| m * MIN),
+            "{passes:?}"
+        );
+        assert!(
+            passes.windows(2).all(|w| w[1] - w[0] <= HOUR),
+            "never more than an hour apart"
+        );
+        assert_eq!(passes.len(), 27, "a day's describes: {passes:?}");
+    }
+
+    #[test]
+    fn an_overdue_attempt_is_described_every_pass_once_quiet() {
+        assert_eq!(described(5 * MIN, true).len(), 24 * 60 - 4);
+        assert!(!describe_due(MIN, 5 * MIN, Some(MIN), true), "not before quiet");
+    }
+
+    #[test]
+    fn sparse_or_unknown_passes_still_see_every_checkpoint() {
+        // Passes every 7 minutes: each checkpoint is described by the first pass after it.
+        let passes: Vec<i64> = (1..=300)
+            .map(|k| k * 7 * MIN)
+            .filter(|now| describe_due(*now, 5 * MIN, Some(7 * MIN), false))
+            .collect();
+        assert_eq!(passes[..5], [7, 14, 21, 42, 84].map(|m| m * MIN));
+        assert!(passes.windows(2).all(|w| w[1] - w[0] <= HOUR + 7 * MIN));
+        // A host that does not know its previous pass describes every quiet attempt.
+        assert!(describe_due(6 * MIN, 5 * MIN, None, false));
+        assert!(!describe_due(4 * MIN, 5 * MIN, None, false));
     }
 }

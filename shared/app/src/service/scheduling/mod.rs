@@ -52,7 +52,7 @@ mod launch;
 mod pass;
 mod snapshot;
 
-pub use due::DueWork;
+pub use due::{DueWork, RECONCILE_MAX_INTERVAL_MS, describe_due};
 pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};
 
 use trainyard_domain::job::JobStatus;
@@ -139,8 +139,19 @@ pub struct DueReport {
     pub stops_requested: usize,
     /// State changes found by describing attempts (events that went missing).
     pub reconciled: usize,
+    /// Describes that failed (their attempts wait for the next pass).
+    pub describe_failures: usize,
     /// Whether the deadline stopped it before every job holding capacity was looked at.
     pub out_of_time: bool,
+}
+
+impl DueReport {
+    /// Whether every job holding capacity was looked at and every describe answered: a host
+    /// that tracks its previous pass for [`DueWork::reconcile_since_ms`] counts only complete
+    /// passes, so that a checkpoint a partial pass missed falls in the next pass's window.
+    pub fn complete(&self) -> bool {
+        !self.out_of_time && self.describe_failures == 0
+    }
 }
 
 /// Most times a use-case re-reads and retries after losing a race on the same job.
