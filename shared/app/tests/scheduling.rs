@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, Clock, EnvironmentUsage, NoEvents, TrainingBackend, TrainingJobState, Write,
-    quota_share_key,
+    BackendError, Clock, EnvironmentUsage, NoEvents, ShareUsageRecord, TrainingBackend,
+    TrainingJobState, Write, quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -24,7 +24,7 @@ use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEn
 use trainyard_domain::job::{
     EvaluateOnExit, JobStatus, Requeue, RetryAction, RetryStrategy, StopRequest, TimeoutConfig,
 };
-use trainyard_domain::policy::{QuotaSharePolicy, SchedulingPolicy};
+use trainyard_domain::policy::{FairsharePolicy, QuotaSharePolicy, SchedulingPolicy};
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
 use trainyard_domain::quota_share::{
     QuotaShare, QuotaShareCapacityLimit, QuotaSharePreemptionConfiguration,
@@ -165,13 +165,17 @@ impl World {
     }
 
     async fn queue(&self, name: &str, priority: u32, env: &str) {
+        self.queue_with_policy(name, priority, env, None).await;
+    }
+
+    async fn queue_with_policy(&self, name: &str, priority: u32, env: &str, policy: Option<&str>) {
         let queue = JobQueue {
             job_queue_name: name.into(),
             state: State::Enabled,
             status: ResourceStatus::Valid,
             status_reason: None,
             priority,
-            scheduling_policy: None,
+            scheduling_policy: policy.map(str::to_owned),
             service_environment_order: vec![ServiceEnvironmentOrder {
                 order: 1,
                 service_environment: env.into(),
@@ -1080,6 +1084,67 @@ async fn a_plan_from_a_lagging_index_cannot_over_commit_a_quota_share() {
         .unwrap()
         .unwrap();
     assert_eq!(usage.value, full, "nothing was added to a full share");
+}
+
+/// A fair share's usage record is written when what the share holds changes, not every cycle:
+/// a share that runs two jobs at once and then goes idle costs two writes over 40 cycles. The
+/// usage it then records is the exact integral of what it held, as rewriting it every cycle
+/// would have given.
+#[tokio::test]
+async fn a_fair_share_record_is_written_only_when_what_its_share_holds_changes() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    let policy = SchedulingPolicy {
+        name: "fair".into(),
+        fairshare_policy: Some(FairsharePolicy {
+            share_decay_seconds: Some(600),
+            compute_reservation: None,
+            share_distribution: vec![],
+        }),
+        quota_share_policy: None,
+        tags: BTreeMap::new(),
+        created_at: T0,
+    };
+    w.service.store().create_resource(&policy).await.unwrap();
+    w.queue_with_policy("fs", 1, "local", Some("fair")).await;
+    for i in 0..2 {
+        w.submit_with(&format!("a-{i}"), "fs", 1, quick(60), |c| {
+            c.share_identifier = Some("a".into())
+        })
+        .await;
+    }
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let mut records = Vec::new();
+    for _ in 0..40 {
+        w.tick().await;
+        w.clock.advance(5_000);
+        let stored = w
+            .service
+            .store()
+            .list_documents::<ShareUsageRecord>()
+            .await
+            .unwrap();
+        if let [record] = stored.as_slice() {
+            if seen.last() != Some(&(record.version, record.value.held)) {
+                seen.push((record.version, record.value.held));
+                records.push(record.value.clone());
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        [(1, 2), (2, 0)],
+        "written when the share took 2 instances and when it gave them back"
+    );
+    let (start, end) = (records[0].usage.at_ms, records[1].usage.at_ms);
+    let lambda = std::f64::consts::LN_2 / 600.0;
+    let held_s = (end - start) as f64 / 1000.0;
+    let expected = 2.0 * (1.0 - (-lambda * held_s).exp()) / lambda;
+    let recorded = records[1].usage.instance_seconds;
+    assert!(
+        (recorded - expected).abs() < 1e-9 * expected,
+        "{recorded} instance-seconds recorded, {expected} held"
+    );
 }
 
 fn accept_and_cycle() -> PassInput<'static> {

@@ -173,7 +173,13 @@ impl Document for EnvironmentUsage {
     }
 }
 
-/// The decayed usage of one fair share (see `trainyard_scheduler::fair_share`).
+/// The decayed usage of one fair share (see `trainyard_scheduler::fair_share`), and the
+/// instances it has held since.
+///
+/// Usage at any later instant follows from these alone ([`ShareUsageRecord::at`]), as long as
+/// the share keeps holding `held`: so a cycle rewrites the record only when the instances a share
+/// holds change, never for a share that is idle (or busy) as before. Because the decay is exact
+/// for any cut of an interval, the numbers are the same as if it had been rewritten every cycle.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShareUsageRecord {
@@ -183,6 +189,17 @@ pub struct ShareUsageRecord {
     pub share: String,
     /// Decayed instance-seconds and when they were last brought up to date.
     pub usage: trainyard_scheduler::fair_share::ShareUsage,
+    /// Instances the share has held since `usage.at_ms`, as the cycle that wrote the record
+    /// counted them (its own dispatches included).
+    #[serde(default)]
+    pub held: u64,
+}
+
+impl ShareUsageRecord {
+    /// The share's usage at `now_ms`, with `held` instances held since the record was written.
+    pub fn at(&self, now_ms: i64, half_life_s: u32) -> trainyard_scheduler::fair_share::ShareUsage {
+        self.usage.advance(now_ms, self.held, half_life_s)
+    }
 }
 
 impl Document for ShareUsageRecord {

@@ -9,7 +9,7 @@ use trainyard_domain::training::attempt_name;
 use trainyard_scheduler::fair_share::ShareUsage;
 use trainyard_scheduler::retry;
 use trainyard_scheduler::{
-    Dispatch, QueuePolicy, Skip, SkipReason, Snapshot, plan_cycle, within_limits,
+    Dispatch, QueuePolicy, ShareKey, Skip, SkipReason, Snapshot, plan_cycle, within_limits,
 };
 
 use super::snapshot::Loaded;
@@ -200,6 +200,13 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 version: usage.version + 1,
             },
         );
+        if let Some(share) = job.share_identifier.as_deref() {
+            let key = ShareKey {
+                queue: job.job_queue.as_str().into(),
+                share: share.into(),
+            };
+            *loaded.held.entry(key).or_insert(0) += job.training.total_instances();
+        }
         report.dispatched += 1;
         tracing::info!(job_id = %job.job_id, queue = %job.job_queue, attempt = n,
             environment = %dispatch.environment, "dispatched");
@@ -306,8 +313,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     /// Step 6: each fair share's decayed usage advances to `now` with the instances it held.
     async fn account_usage(&self, loaded: &Loaded, now: i64) -> Result<(), AppError> {
         // The records were read with the snapshot; a concurrent cycle that wrote one since makes
-        // that write conflict, which is harmless (it accounted the same interval).
-        // Every share that holds instances or has a record: the two maps merged in key order.
+        // that write conflict, which is harmless (it accounted the same interval). Every share
+        // that holds instances or has a record: the two maps merged in key order. A record is
+        // written only when what its share holds changed: until then it says all there is.
         let mut holding = loaded.held.iter().peekable();
         let mut stored = loaded.share_usage.iter().peekable();
         loop {
@@ -330,7 +338,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 continue;
             };
             let (usage, version) = match existing {
-                Some(r) => (r.value.usage, r.version),
+                Some(r) if r.value.held == held => continue,
+                Some(r) => (r.value.at(now, *half_life), r.version),
+                None if held == 0 => continue,
                 None => (
                     ShareUsage {
                         instance_seconds: 0.0,
@@ -342,7 +352,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             let record = ShareUsageRecord {
                 queue: key.queue.to_string(),
                 share: key.share.to_string(),
-                usage: usage.advance(now, held, *half_life),
+                usage,
+                held,
             };
             match self
                 .store

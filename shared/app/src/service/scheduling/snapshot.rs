@@ -75,7 +75,8 @@ pub(super) struct Loaded {
     pub(super) waiting: WaitingJobs,
     pub(super) queues: BTreeMap<String, JobQueue>,
     pub(super) usage: BTreeMap<String, Versioned<EnvironmentUsage>>,
-    /// Instances held per fair share before this cycle's dispatches.
+    /// Instances held per share: before this cycle's dispatches, and then with each one the
+    /// cycle commits (step 6 records them).
     pub(super) held: BTreeMap<ShareKey, u64>,
     /// Fair-share queues and their decay windows (seconds).
     pub(super) fair_queues: BTreeMap<String, u32>,
@@ -307,10 +308,15 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             .into_iter()
             .map(|job| running(job, &config.planner))
             .collect();
+        // Each share's usage now: its record brought forward with what it held since.
         let share_usage = self.share_usage().await?;
+        let now = self.clock.now_ms();
         snapshot.usage = share_usage
             .iter()
-            .map(|(k, r)| (k.clone(), r.value.usage))
+            .filter_map(|(k, r)| {
+                let half_life = fair_queues.get(k.queue.as_str())?;
+                Some((k.clone(), r.value.at(now, *half_life)))
+            })
             .collect();
         Ok(Loaded {
             snapshot,
