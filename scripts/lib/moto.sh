@@ -83,11 +83,10 @@ _moto_previous_exit_trap() {
 }
 
 # The DynamoDB faults the store contract runs under: throttles and 500s that the SDK retries,
-# and writes applied with their answer lost (the retry then meets its own write). Seeded; only
-# on a request's first attempt, so a retry gets through. Transaction conflicts are not injected
-# here: the store answers them as conflicts, which its callers retry (the end-to-end suite
-# injects them).
-CONTRACT_FAULTS='{"seed": 12, "throttle": 0.05, "internal": 0.05, "lost": 0.05}'
+# writes that meet a transaction in progress (the store sends them again after a pause), and
+# writes applied with their answer lost (the retry then meets its own write). Seeded; only on a
+# request's first attempt, so a retry gets through.
+CONTRACT_FAULTS='{"seed": 12, "throttle": 0.05, "internal": 0.05, "conflict": 0.05, "lost": 0.05}'
 
 # run_dynamodb_contract — the phase: the AWS stand up (moto in-process, behind its fault layer;
 # tests/stand/aws_stand.py), the DynamoDB contract under CONTRACT_FAULTS, then the unit counts

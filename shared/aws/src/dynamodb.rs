@@ -26,10 +26,10 @@
 //!
 //! Classified once, in `classify` and `classify_transaction`: a failed condition is
 //! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create), which the use-cases
-//! re-read and retry as a lost race. A transaction that collided with another
-//! (`TransactionConflict`) applied nothing and lost no race: it is sent again unchanged after a
-//! jittered, doubling pause (`ConflictPause`), and only a collision on every resend is a
-//! [`StoreError::Conflict`]. Throttling, 5xx, timeouts and everything else (after the SDK's own
+//! re-read and retry as a lost race. A write that met a transaction in progress on its items
+//! (`TransactionConflict`, `TransactionConflictException`) applied nothing and lost no race: it
+//! is sent again unchanged after a jittered, doubling pause (`resending`, `ConflictPause`), and
+//! only a collision on every resend is a [`StoreError::Conflict`]. Throttling, 5xx, timeouts and everything else (after the SDK's own
 //! retries) are [`StoreError::Unavailable`] with the SDK error kept.
 
 mod interceptor;
@@ -170,22 +170,14 @@ impl DynamoStore {
                 source: None,
             }));
         }
-        let mut pause = ConflictPause::new();
-        loop {
-            let sent = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .send()
-                .await;
-            match sent {
-                Ok(_) => return Ok(()),
-                Err(error) if collided(&error) => match pause.next() {
-                    Some(delay) => tokio::time::sleep(delay).await,
-                    None => return Err(Cancelled::Failed(StoreError::Conflict)),
-                },
-                Err(error) => return Err(classify_transaction(error)),
-            }
+        let request = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items));
+        match resending(|| request.clone().send(), collided).await {
+            Ok(_) => Ok(()),
+            Err(error) if collided(&error) => Err(Cancelled::Failed(StoreError::Conflict)),
+            Err(error) => Err(classify_transaction(error)),
         }
     }
 
@@ -347,7 +339,7 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .condition_expression("version = :expected")
             .expression_attribute_values(":expected", n(expected_version));
-        match request.send().await {
+        match resending(|| request.clone().send(), item_collided).await {
             Ok(_) => Ok(()),
             Err(error) if refused_item(&error).is_some_and(|old| *old == item) => {
                 // Our own write: it was applied, its answer lost, and the SDK's retry found it.
@@ -819,6 +811,37 @@ where
     Cancelled::Failed(classify(error))
 }
 
+/// Sends a request, and again after each of [`ConflictPause`]'s pauses while `collided` says
+/// it failed only because a transaction held its item (nothing applied, no race lost); the last
+/// answer is returned as it came.
+async fn resending<T, E, R, Fut>(
+    send: impl Fn() -> Fut,
+    collided: impl Fn(&SdkError<E, R>) -> bool,
+) -> Result<T, SdkError<E, R>>
+where
+    Fut: std::future::Future<Output = Result<T, SdkError<E, R>>>,
+{
+    let mut pause = ConflictPause::new();
+    loop {
+        match send().await {
+            Err(error) if collided(&error) => match pause.next() {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => return Err(error),
+            },
+            answer => return answer,
+        }
+    }
+}
+
+/// Whether a single-item write met a transaction in progress on its item
+/// (`TransactionConflictException`).
+fn item_collided<E: ProvideErrorMetadata, R>(error: &SdkError<E, R>) -> bool {
+    error
+        .as_service_error()
+        .and_then(ProvideErrorMetadata::code)
+        == Some("TransactionConflictException")
+}
+
 /// Whether a transaction was cancelled only because another transaction held one of its items
 /// (a `TransactionConflict` reason and no failed condition): nothing was applied, and the same
 /// writes may succeed once that transaction is done.
@@ -962,7 +985,7 @@ impl JobStore for DynamoStore {
             .cloned()
             .unwrap_or_else(|| s(""));
         // The common case: one plain put of the job's own item.
-        let result = self
+        let request = self
             .client
             .put_item()
             .table_name(&self.table)
@@ -970,9 +993,8 @@ impl JobStore for DynamoStore {
             .condition_expression("version = :expected AND rh = :rh")
             .expression_attribute_values(":expected", n(expected))
             .expression_attribute_values(":rh", fingerprint)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let result = resending(|| request.clone().send(), item_collided).await;
         match result {
             Ok(_) => Ok(next),
             Err(error) => {
@@ -1311,7 +1333,7 @@ impl SchedulingStore for DynamoStore {
         };
         let request = request
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        match request.send().await {
+        match resending(|| request.clone().send(), item_collided).await {
             Ok(_) => Ok(next),
             Err(error) => match error.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(refused)) => {
@@ -1406,7 +1428,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_write_that_meets_a_transaction_in_progress_is_a_conflict() {
+    async fn a_write_that_meets_a_transaction_in_progress_is_sent_again() {
+        let collision = (
+            StatusCode::BAD_REQUEST,
+            json!({
+                "__type": "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+                "message": "Transaction is ongoing for the item"
+            }),
+        );
+        let (store, script) = stand_in(vec![collision, (StatusCode::OK, json!({}))]).await;
+        let result = store.update_job(&job("j").build(), 3).await;
+        assert_eq!(result.ok(), Some(4));
+        assert_eq!(script.lock().unwrap().requests.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_write_that_keeps_meeting_a_transaction_in_progress_is_a_conflict() {
         let answer = (
             StatusCode::BAD_REQUEST,
             json!({
@@ -1414,8 +1451,10 @@ mod tests {
                 "message": "Transaction is ongoing for the item"
             }),
         );
-        let (store, _script) = stand_in(vec![answer; 4]).await;
+        let sends = 1 + CONFLICT_RESENDS as usize;
+        let (store, script) = stand_in(vec![answer; sends]).await;
         let result = store.update_job(&job("j").build(), 3).await;
         assert!(matches!(result, Err(StoreError::Conflict)), "{result:?}");
+        assert_eq!(script.lock().unwrap().requests.len(), sends, "sent again each time");
     }
 }

@@ -321,4 +321,13 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
         "{four:?} vs {four_first:?}"
     );
     assert!(four_dispatching.estimated.write > four.estimated.write);
+    // A cycle in which nothing changes writes nothing, however many jobs hold capacity: a
+    // fair share's usage record is rewritten only when what the share holds changes.
+    for (holding, cycle) in [(4, &held_4), (64, &held_64)] {
+        assert_eq!(
+            cycle.estimated.write, 0.0,
+            "holding {holding}: {:?}",
+            cycle.writes_by_target
+        );
+    }
 }
