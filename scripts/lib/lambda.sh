@@ -86,7 +86,7 @@ start_emulator() {
 # behind the table, and on first attempts throttles, 500s and lost answers, which the SDK
 # retries with its default backoff, and writes that meet a transaction in progress, which the
 # store sends again after a pause.
-E2E_FAULTS='{"seed": 7, "index_lag_ms": 300, "throttle": 0.03, "internal": 0.03, "conflict": 0.03, "lost": 0.03}'
+E2E_FAULTS='{"seed": 7, "index_lag_ms": 300, "throttle": 0.03, "internal": 0.03, "conflict": 0.15, "lost": 0.3}'
 
 # start_stand VENV LOG [DEADLINE_S] — tests/stand/aws_stand.py (moto in-process behind an IAM
 # gate and STAND_FAULTS, default E2E_FAULTS; SageMaker forwarded to EMULATOR_URL) on
