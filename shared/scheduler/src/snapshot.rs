@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::policy::FairsharePolicy;
-use trainyard_domain::quota_share::SharingStrategy;
+use trainyard_domain::State;
+use trainyard_domain::quota_share::{InSharePreemption, QuotaShare, SharingStrategy};
 
 use crate::fair_share::ShareUsage;
 
@@ -122,6 +123,26 @@ pub struct QuotaShareState {
     /// ENABLED. A disabled share accepts no submissions (the API enforces that); the jobs it
     /// already has are still planned, as Batch lets a disabled queue drain.
     pub enabled: bool,
+}
+
+impl From<&QuotaShare> for QuotaShareState {
+    /// The planner's view of a stored quota share.
+    fn from(share: &QuotaShare) -> Self {
+        let sharing = &share.resource_sharing_configuration;
+        Self {
+            name: share.quota_share_name.clone(),
+            limits: share
+                .capacity_limits
+                .iter()
+                .map(|l| (l.capacity_unit.clone(), l.max_capacity))
+                .collect(),
+            strategy: sharing.strategy,
+            borrow_limit_percent: sharing.borrow_limit.unwrap_or(-1),
+            in_share_preemption: share.preemption_configuration.in_share_preemption
+                == InSharePreemption::Enabled,
+            enabled: share.state == State::Enabled,
+        }
+    }
 }
 
 impl QuotaShareState {

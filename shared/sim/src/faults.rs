@@ -23,6 +23,7 @@
 //! | two cycles at once | two scheduler invocations overlapping |
 //! | index read answered as the previous read was | a DynamoDB global secondary index that has not caught up (runnable jobs, their shares, the jobs holding capacity; those fetched by id are current) |
 //! | capacity error (emulator) | SageMaker's `CapacityError` failure after provisioning |
+//! | configuration changed | an operator halves the environment's capacity (and restores it), re-points a queue to a second environment (and back), disables a queue (and enables it), or deletes a queue (its jobs terminated) and creates it again, while jobs run |
 //!
 //! A use-case that returns an error after a fault was injected is a crashed invocation: the
 //! run goes on, and the periodic due work must repair whatever it left half done. An error with
@@ -31,8 +32,11 @@
 //! # Invariants, after every step
 //!
 //! 1. **No job lost**: every submitted job is stored.
-//! 2. **Capacity**: the environment's usage document equals the instances of the dispatched
-//!    jobs and stays within the pool; the instances of live training jobs stay within it too.
+//! 2. **Capacity**: each environment's usage document equals the instances of the dispatched
+//!    jobs whose attempt it holds, in all and per quota share; no step raises an environment's
+//!    usage above its limits as they are then (a shrunk environment may stay above its new
+//!    limits while its jobs drain, never climb), nor a quota share's above its own limit plus
+//!    what it may borrow; the instances of live training jobs stay within both environments.
 //! 3. **No double launch**: at most one live training job per job; every live training job is
 //!    the latest attempt of a dispatched job; a recorded ARN is the training job's own.
 //! 4. **Attempts within `retryStrategy.attempts`**: attempts that consume one (all but capacity
@@ -45,7 +49,7 @@
 //! lost) and every job must reach a terminal state within [`Workload::liveness_bound_ms`],
 //! whose derivation is written beside it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::pin;
@@ -63,14 +67,21 @@ use trainyard_app::ports::{
     described,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
+use trainyard_app::service::environments::ServiceEnvironmentUpdate;
 use trainyard_app::service::jobs::SubmitJob;
+use trainyard_app::service::queues::JobQueueUpdate;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput, PassReport};
 use trainyard_app::testing::Interleaving;
+use trainyard_domain::State;
 use trainyard_domain::arn::ArnContext;
+use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment};
+use trainyard_domain::queue::ServiceEnvironmentOrder;
+use trainyard_domain::quota_share::QuotaShare;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_domain::training::parse_attempt_name;
 use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, StateChange};
 use trainyard_scheduler::retry::{RetryConfig, consumes_attempt};
+use trainyard_scheduler::{QuotaShareState, within_limits};
 
 use crate::driver::{classify, requested_runtime_s, team_loads};
 use crate::policies::{ALL as ALL_POLICIES, Policy, Setup};
@@ -136,6 +147,10 @@ pub struct FaultRates {
     /// A read of an index (runnable jobs, runnable shares, jobs holding capacity) answers as
     /// the previous read of it did: an eventually consistent index that has not caught up.
     pub index_lag: f64,
+    /// At a step, an operator changes the configuration under the running jobs (see
+    /// [`ConfigChange`]). Drawn from its own stream, so that the other rates of a seed are as
+    /// they were before this fault existed.
+    pub config_change: f64,
 }
 
 impl FaultRates {
@@ -156,6 +171,7 @@ impl FaultRates {
             capacity_error: rate(rng, 0.2),
             algorithm_error: rate(rng, 0.2),
             index_lag: rate(rng, 0.5),
+            config_change: 0.0,
         }
     }
 
@@ -185,6 +201,7 @@ impl FaultRates {
             ("capacity_error".into(), r(self.capacity_error)),
             ("algorithm_error".into(), r(self.algorithm_error)),
             ("index_lag".into(), r(self.index_lag)),
+            ("config_change".into(), r(self.config_change)),
         ]
     }
 }
@@ -222,7 +239,8 @@ impl Workload {
     pub fn generate(seed: u64) -> Self {
         let mut rng = Rng::new(seed ^ 0xFA17_5EED);
         let policy = ALL_POLICIES[rng.range(0, ALL_POLICIES.len() as u64 - 1) as usize];
-        let rates = FaultRates::draw(&mut rng);
+        let mut rates = FaultRates::draw(&mut rng);
+        rates.config_change = rate(&mut Rng::new(seed ^ 0xC0F1_6C4A), 0.2);
         let mut scenario = small_scenario();
         scenario.capacity_instances = rng.range(2, 6) as u32;
         scenario.attempts = rng.range(1, 3) as u32;
@@ -248,6 +266,16 @@ impl Workload {
                 scheduling_priority: None,
             })
             .collect();
+        // Under the partitioned policies the jobs belong to both of the scenario's teams, so
+        // that a share can be over its own limit while the environment is not. Drawn from a
+        // stream of its own, so that the other policies' workloads are as they were.
+        if matches!(policy, Policy::StaticPartition | Policy::QuotaShares) {
+            let mut teams = Rng::new(seed ^ 0x7EA5_5EED);
+            let names: Vec<String> = scenario.teams.iter().map(|t| t.name.clone()).collect();
+            for job in &mut jobs {
+                job.share = names.get(teams.below(names.len() as u64) as usize).cloned();
+            }
+        }
         jobs.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s).then(a.id.cmp(&b.id)));
         Self {
             seed,
@@ -919,6 +947,26 @@ struct Harness {
     ids: Vec<String>,
     /// Jobs seen terminal: status and attempt count when first seen.
     terminal: BTreeMap<String, (JobStatus, usize)>,
+    /// The configuration changes made so far, to undo when faults stop.
+    operator: Operator,
+    /// Each environment's usage at the previous check: a step may leave an environment (or a
+    /// quota share) above limits that were lowered under it, never raise it further.
+    last_usage: BTreeMap<String, EnvironmentUsage>,
+}
+
+/// The configuration an operator has changed under the running jobs (the `config_change`
+/// fault), so that the liveness phase can put it back.
+struct Operator {
+    /// The environment the queues feed as set up.
+    main: ServiceEnvironment,
+    /// A second environment, as large, that queues are re-pointed to.
+    spare: String,
+    /// Whether the main environment's capacity is halved.
+    shrunk: bool,
+    /// Queues disabled.
+    disabled: BTreeSet<String>,
+    /// Queues pointed at the spare environment.
+    on_spare: BTreeSet<String>,
 }
 
 impl Harness {
@@ -965,6 +1013,163 @@ impl Harness {
         Ok(())
     }
 
+    /// Runs an operator's call with faults paused (an operator retries until it is through);
+    /// a refusal is a violation: every change made here is one the API should accept.
+    fn operate<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, trainyard_app::AppError>>,
+    ) -> Result<T, Violation> {
+        let was_on = std::mem::replace(&mut self.chaos.lock().on, false);
+        let result = block(call);
+        self.chaos.lock().on = was_on;
+        self.chaos.note(format!("config: {what}"));
+        result
+            .map_err(|e| violation("progress", format!("{what}: {e}")))?
+            .map_err(|e| violation("no unexpected errors", format!("{what}: {e}")))
+    }
+
+    /// One configuration change, chosen by the fault stream: halve (or restore) the main
+    /// environment's capacity, re-point a queue to the other environment, disable (or enable)
+    /// a queue, or delete a queue and create it again.
+    fn change_config(&mut self, setup: &Setup) -> Result<(), Violation> {
+        let (action, pick) = {
+            let mut c = self.chaos.lock();
+            (c.rng.below(4), c.rng.below(setup.queues.len() as u64) as usize)
+        };
+        let Some(queue) = setup.queues.get(pick) else {
+            return Ok(());
+        };
+        let name = queue.job_queue_name.clone();
+        let main = self.operator.main.service_environment_name.clone();
+        match action {
+            0 => {
+                let shrink = !self.operator.shrunk;
+                let limits = self
+                    .operator
+                    .main
+                    .capacity_limits
+                    .iter()
+                    .map(|l| CapacityLimit {
+                        max_capacity: if shrink {
+                            (l.max_capacity / 2).max(1)
+                        } else {
+                            l.max_capacity
+                        },
+                        capacity_unit: l.capacity_unit.clone(),
+                    })
+                    .collect();
+                let update = ServiceEnvironmentUpdate {
+                    state: None,
+                    capacity_limits: Some(limits),
+                };
+                let what = if shrink { "halve" } else { "restore" };
+                self.operate(
+                    &format!("{what} the capacity of {main}"),
+                    self.service.update_service_environment(&main, update),
+                )?;
+                self.operator.shrunk = shrink;
+            }
+            1 => {
+                let to_spare = !self.operator.on_spare.contains(&name);
+                let env = if to_spare {
+                    self.operator.spare.clone()
+                } else {
+                    main
+                };
+                self.point(&name, &env)?;
+                if to_spare {
+                    self.operator.on_spare.insert(name);
+                } else {
+                    self.operator.on_spare.remove(&name);
+                }
+            }
+            2 => {
+                let disable = !self.operator.disabled.contains(&name);
+                self.set_state(&name, if disable { State::Disabled } else { State::Enabled })?;
+                if disable {
+                    self.operator.disabled.insert(name);
+                } else {
+                    self.operator.disabled.remove(&name);
+                }
+            }
+            _ => {
+                if !self.operator.disabled.contains(&name) {
+                    self.set_state(&name, State::Disabled)?;
+                }
+                self.operate(
+                    &format!("delete {name} (its jobs terminated)"),
+                    self.service.delete_job_queue(&name),
+                )?;
+                let store = self.service.store();
+                self.operate(
+                    &format!("create {name} again"),
+                    async { Ok(store.create_resource(queue).await?) },
+                )?;
+                for share in setup.quota_shares.iter().filter(|s| s.job_queue == name) {
+                    self.operate(
+                        &format!("create quota share {} again", share.key()),
+                        async { Ok(store.create_resource(share).await?) },
+                    )?;
+                }
+                self.operator.disabled.remove(&name);
+                self.operator.on_spare.remove(&name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts back what [`Harness::change_config`] changed (when faults stop).
+    fn restore_config(&mut self) -> Result<(), Violation> {
+        if self.operator.shrunk {
+            let main = self.operator.main.service_environment_name.clone();
+            let update = ServiceEnvironmentUpdate {
+                state: None,
+                capacity_limits: Some(self.operator.main.capacity_limits.clone()),
+            };
+            self.operate(
+                &format!("restore the capacity of {main}"),
+                self.service.update_service_environment(&main, update),
+            )?;
+            self.operator.shrunk = false;
+        }
+        for name in std::mem::take(&mut self.operator.disabled) {
+            self.set_state(&name, State::Enabled)?;
+        }
+        let main = self.operator.main.service_environment_name.clone();
+        for name in std::mem::take(&mut self.operator.on_spare) {
+            self.point(&name, &main)?;
+        }
+        Ok(())
+    }
+
+    fn point(&self, queue: &str, environment: &str) -> Result<(), Violation> {
+        let update = JobQueueUpdate {
+            service_environment_order: Some(vec![ServiceEnvironmentOrder {
+                order: 1,
+                service_environment: environment.to_owned(),
+            }]),
+            ..JobQueueUpdate::default()
+        };
+        self.operate(
+            &format!("point {queue} at {environment}"),
+            self.service.update_job_queue(queue, update),
+        )
+        .map(|_| ())
+    }
+
+    fn set_state(&self, queue: &str, state: State) -> Result<(), Violation> {
+        let update = JobQueueUpdate {
+            state: Some(state),
+            ..JobQueueUpdate::default()
+        };
+        self.operate(
+            &format!("set {queue} {state:?}"),
+            self.service.update_job_queue(queue, update),
+        )
+        .map(|_| ())
+    }
+
     fn check(&mut self) -> Result<(), Violation> {
         let memory = self.memory();
         // 1. No job lost.
@@ -978,37 +1183,103 @@ impl Harness {
             };
             jobs.insert(id.clone(), stored.value);
         }
-        // 2. Capacity.
+        // 2. Capacity, per environment and quota share.
         let capacity = u64::from(self.workload.scenario.capacity_instances);
-        let dispatched: u64 = jobs
-            .values()
-            .filter(|j| j.status.is_dispatched())
-            .map(|j| j.training.total_instances())
-            .sum();
-        let usage: u64 = block(memory.list_documents::<EnvironmentUsage>())
+        let mut expected: BTreeMap<String, EnvironmentUsage> = BTreeMap::new();
+        for job in jobs.values().filter(|j| j.status.is_dispatched()) {
+            let Some(env) = job
+                .latest_attempt()
+                .and_then(|a| a.service_environment.clone())
+            else {
+                continue;
+            };
+            expected
+                .entry(env.clone())
+                .or_insert_with(|| EnvironmentUsage {
+                    environment: env,
+                    ..EnvironmentUsage::default()
+                })
+                .add(job);
+        }
+        let stored: BTreeMap<String, EnvironmentUsage> =
+            block(memory.list_documents::<EnvironmentUsage>())
+                .map_err(|e| violation("progress", e))?
+                .map_err(|e| violation("capacity", e.to_string()))?
+                .into_iter()
+                .map(|u| (u.value.environment.clone(), u.value))
+                .filter(|(_, u)| u.total() > 0 || !u.quota_shares.is_empty())
+                .collect();
+        if stored != expected {
+            return Err(violation(
+                "capacity",
+                format!("usage documents say {stored:?}, dispatched jobs hold {expected:?}"),
+            ));
+        }
+        let environments = block(memory.list_resources::<ServiceEnvironment>())
             .map_err(|e| violation("progress", e))?
-            .map_err(|e| violation("capacity", e.to_string()))?
-            .iter()
-            .map(|u| u.value.total())
-            .sum();
-        if usage != dispatched {
-            return Err(violation(
-                "capacity",
-                format!("usage documents say {usage} instances, dispatched jobs hold {dispatched}"),
-            ));
+            .map_err(|e| violation("capacity", e.to_string()))?;
+        let shares = block(memory.list_resources::<QuotaShare>())
+            .map_err(|e| violation("progress", e))?
+            .map_err(|e| violation("capacity", e.to_string()))?;
+        for (name, usage) in &stored {
+            let before = self.last_usage.get(name);
+            let limits = environments
+                .iter()
+                .find(|e| e.value.service_environment_name == *name)
+                .map(|e| e.value.capacity_limits.clone())
+                .unwrap_or_default();
+            if !within_limits(&limits, &usage.instances)
+                && grew(&usage.instances, before.map(|b| &b.instances))
+            {
+                return Err(violation(
+                    "capacity",
+                    format!(
+                        "{name} went from {:?} to {:?} instances in use, limits {limits:?}",
+                        before.map(|b| &b.instances),
+                        usage.instances
+                    ),
+                ));
+            }
         }
-        if usage > capacity {
-            return Err(violation(
-                "capacity",
-                format!("{usage} instances in use, capacity {capacity}"),
-            ));
+        // A quota share's limits hold over every environment its jobs run in.
+        let per_share = |usage: &BTreeMap<String, EnvironmentUsage>| {
+            let mut sums: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+            for u in usage.values() {
+                for (key, counts) in &u.quota_shares {
+                    let sum = sums.entry(key.clone()).or_default();
+                    for (ty, n) in counts {
+                        *sum.entry(ty.clone()).or_insert(0) += n;
+                    }
+                }
+            }
+            sums
+        };
+        let (now, then) = (per_share(&stored), per_share(&self.last_usage));
+        for (key, in_use) in &now {
+            let Some(share) = shares.iter().find(|s| s.value.key() == *key) else {
+                continue;
+            };
+            let before = then.get(key);
+            if !QuotaShareState::from(&share.value).admits(in_use) && grew(in_use, before) {
+                return Err(violation(
+                    "quota share capacity",
+                    format!(
+                        "{key} went from {before:?} to {in_use:?} instances in use, limits {:?}",
+                        share.value.capacity_limits
+                    ),
+                ));
+            }
         }
+        self.last_usage = stored;
         let live = self.backend.live();
         let live_instances: u64 = live.values().sum();
-        if live_instances > capacity {
+        if live_instances > 2 * capacity {
             return Err(violation(
                 "capacity",
-                format!("{live_instances} instances of live training jobs, capacity {capacity}"),
+                format!(
+                    "{live_instances} instances of live training jobs, capacity {capacity} in \
+                     each of two environments"
+                ),
             ));
         }
         // 3. No double launch.
@@ -1086,6 +1357,13 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+
+/// Whether any instance type's count in `now` is above its count in `then`.
+fn grew(now: &BTreeMap<String, u64>, then: Option<&BTreeMap<String, u64>>) -> bool {
+    now.iter()
+        .any(|(ty, n)| *n > then.and_then(|t| t.get(ty)).copied().unwrap_or(0))
 }
 
 /// Runs one seed under its own workload and fault mix.
@@ -1172,6 +1450,13 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
         planner: setup.planner.clone(),
         ..CycleConfig::default()
     };
+    let operator = Operator {
+        spare: format!("{}-spare", setup.environment.service_environment_name),
+        main: setup.environment.clone(),
+        shrunk: false,
+        disabled: BTreeSet::new(),
+        on_spare: BTreeSet::new(),
+    };
     let mut h = Harness {
         workload,
         service,
@@ -1180,6 +1465,8 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
         config,
         ids: Vec::new(),
         terminal: BTreeMap::new(),
+        operator,
+        last_usage: BTreeMap::new(),
     };
     let verdict = match simulate(&mut h, &setup, sabotage) {
         Ok(()) => Verdict::Passed,
@@ -1232,9 +1519,13 @@ fn training_payload(job: &TraceJob, instance_type: &str) -> String {
 fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Violation> {
     let store = h.service.store();
     let setup_err = |e: String| violation("progress", format!("setting up: {e}"));
-    block(store.create_resource(&setup.environment))
-        .map_err(setup_err)?
-        .map_err(|e| setup_err(e.to_string()))?;
+    let mut spare = setup.environment.clone();
+    spare.service_environment_name = h.operator.spare.clone();
+    for env in [&setup.environment, &spare] {
+        block(store.create_resource(env))
+            .map_err(setup_err)?
+            .map_err(|e| setup_err(e.to_string()))?;
+    }
     for p in &setup.policies {
         block(store.create_resource(p))
             .map_err(setup_err)?
@@ -1292,6 +1583,7 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
         // Faults off: the liveness phase starts, with its deadline.
         if liveness_deadline.is_none() && now >= faults_end {
             h.chaos.lock().on = false;
+            h.restore_config()?;
             liveness_deadline = Some(now + bound_ms);
             h.chaos.note(format!(
                 "phase: faults off; liveness bound {} s",
@@ -1311,6 +1603,11 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
                 &scenario.share_of(job),
                 job.scheduling_priority,
             );
+            // A disabled queue refuses submissions: the client waits until it is enabled again
+            // (at the latest when faults stop).
+            if h.operator.disabled.contains(&route.queue) {
+                break;
+            }
             let cmd = SubmitJob {
                 job_name: job.id.clone(),
                 job_queue: route.queue,
@@ -1350,6 +1647,15 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
             let result = block(h.service.pass(&h.backend, &h.config, input));
             h.chaos.lock().on = was_on;
             h.pass("accepting", result, u64::MAX)?;
+        }
+
+        // An operator changes the configuration under the running jobs.
+        if h.chaos.roll(
+            h.workload.rates.config_change,
+            "config_changed",
+            "the operator",
+        ) {
+            h.change_config(setup)?;
         }
 
         // The events due now, the due work when its interval is up, and a cycle, or two at once.

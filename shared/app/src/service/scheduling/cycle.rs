@@ -3,6 +3,7 @@
 //! account fair-share usage (6).
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 
 use trainyard_domain::job::{Attempt, JobStatus, ServiceJob};
 use trainyard_domain::training::attempt_name;
@@ -24,11 +25,17 @@ use crate::service::Service;
 /// What the usage `after` a dispatch would exceed, if anything: `"environment"` for the
 /// environment's capacity limits, `"quota share"` for the limits of the job's quota share (its
 /// own plus what it may borrow). A share the queue no longer has limits nothing.
+///
+/// A quota share's jobs may hold instances in other environments too (its queue was
+/// re-pointed while they ran), so its usage is summed over every environment's document: the
+/// others as the snapshot read them, which can only be more than they hold now (the share's new
+/// dispatches all go to its queue's one environment, this one; elsewhere it only releases).
 fn over_limit(
     snapshot: &Snapshot,
     job: &ServiceJob,
     dispatch: &Dispatch,
     after: &EnvironmentUsage,
+    usage: &BTreeMap<String, Versioned<EnvironmentUsage>>,
 ) -> Option<&'static str> {
     let limits = snapshot
         .environments
@@ -48,8 +55,18 @@ fn over_limit(
             QueuePolicy::QuotaShare(shares) => shares.iter().find(|s| s.name == share_name),
             _ => None,
         })?;
-    let in_use = after.quota_shares.get(&quota_share_key(&job.job_queue, share_name))?;
-    (!share.admits(in_use)).then_some("quota share")
+    let key = quota_share_key(&job.job_queue, share_name);
+    let mut in_use = after.quota_shares.get(&key)?.clone();
+    let elsewhere = usage
+        .iter()
+        .filter(|(env, _)| env.as_str() != dispatch.environment.as_str())
+        .filter_map(|(_, u)| u.value.quota_shares.get(&key));
+    for counts in elsewhere {
+        for (ty, n) in counts {
+            *in_use.entry(ty.clone()).or_insert(0) += n;
+        }
+    }
+    (!share.admits(&in_use)).then_some("quota share")
 }
 
 /// Whether a status reason has the code `code` (a [`SkipReason::code`], which never contains
@@ -174,7 +191,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         // share's from the jobs the index shows holding capacity. The usage document, read
         // consistently and version-checked by this very commit, is the truth. No room there, for
         // the environment or for the job's quota share: no dispatch.
-        if let Some(over) = over_limit(&loaded.snapshot, &job, dispatch, &new_usage) {
+        if let Some(over) = over_limit(&loaded.snapshot, &job, dispatch, &new_usage, &loaded.usage)
+        {
             report.over_limit += 1;
             tracing::warn!(job_id = %job.job_id, environment = %dispatch.environment, over,
                 "not dispatched: the stored usage has no room (capacity in use was read from a \

@@ -86,9 +86,11 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                     continue;
                 }
                 if !job.is_terminated {
-                    if work.relaunch {
+                    if work.relaunch
+                        && let Some(current) = self.still_unlaunched(&job.job_id, n).await?
+                    {
                         let mut launch = CycleReport::default();
-                        self.launch(backend, &job, config, &mut launch).await?;
+                        self.launch(backend, &current, config, &mut launch).await?;
                         report.relaunched += 1;
                     }
                     continue;
@@ -155,6 +157,30 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
             }
         }
         Ok(report)
+    }
+}
+
+impl<S: SchedulingStore, E: EventSink> Service<S, E> {
+    /// The job, read now, if attempt `n` is still its live attempt with no launch recorded: the
+    /// list of jobs holding capacity comes from an index (and its batch read of the jobs) that
+    /// may lag, and launching an attempt that has since ended would create a training job
+    /// nothing tracks, to be stopped again at once.
+    async fn still_unlaunched(
+        &self,
+        job_id: &str,
+        n: usize,
+    ) -> Result<Option<ServiceJob>, AppError> {
+        let Some(stored) = self.store.get_job(job_id).await? else {
+            return Ok(None);
+        };
+        let job = stored.value;
+        let awaiting = job.status.is_dispatched()
+            && !job.is_terminated
+            && job.attempts.len() == n
+            && job
+                .latest_attempt()
+                .is_some_and(|a| a.training_job_arn.is_none() && a.stopped_at.is_none());
+        Ok(awaiting.then_some(job))
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::JobQueue;
-use trainyard_domain::quota_share::{InSharePreemption, QuotaShare};
+use trainyard_domain::quota_share::QuotaShare;
 use trainyard_domain::{ResourceStatus, State};
 use trainyard_scheduler::{
     Config as PlannerConfig, EnvironmentState, PendingJob, QueuePolicy, QueueState,
@@ -132,23 +132,6 @@ fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
     }
 }
 
-/// The planner's view of a quota share.
-fn quota_share_state(share: QuotaShare) -> QuotaShareState {
-    let sharing = &share.resource_sharing_configuration;
-    QuotaShareState {
-        limits: share
-            .capacity_limits
-            .iter()
-            .map(|l| (l.capacity_unit.clone(), l.max_capacity))
-            .collect(),
-        strategy: sharing.strategy,
-        borrow_limit_percent: sharing.borrow_limit.unwrap_or(-1),
-        in_share_preemption: share.preemption_configuration.in_share_preemption
-            == InSharePreemption::Enabled,
-        enabled: share.state == State::Enabled,
-        name: share.quota_share_name,
-    }
-}
 
 /// The planner's view of every environment, and the instances each has free.
 fn environment_states(
@@ -343,7 +326,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         let mut quota_shares: BTreeMap<String, Vec<QuotaShareState>> = BTreeMap::new();
         for share in self.store.list_resources::<QuotaShare>().await? {
             let queue = share.value.job_queue.clone();
-            let state = quota_share_state(share.value);
+            let state = QuotaShareState::from(&share.value);
             quota_shares.entry(queue).or_default().push(state);
         }
         for shares in quota_shares.values_mut() {
