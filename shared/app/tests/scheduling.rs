@@ -638,6 +638,37 @@ async fn missed_events_are_found_by_reconciliation() {
     }
 }
 
+/// A running attempt whose training job SageMaker no longer has (an emulator restarted without
+/// its state) does not stay RUNNING for ever: reconciliation ends it, frees its capacity and
+/// requeues the job without using one of its attempts (`retryStrategy` is 1 attempt here), and
+/// the job runs again to success.
+#[tokio::test]
+async fn an_attempt_whose_training_job_vanished_is_requeued_without_using_an_attempt() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 1).await;
+    w.queue("q", 1, "local").await;
+    let id = w.submit("gone", "q", 1, quick(30)).await;
+    for _ in 0..8 {
+        w.tick().await;
+        w.clock.advance(1_000);
+    }
+    let running = w.job(&id).await;
+    assert_eq!(running.status, JobStatus::Running, "{running:?}");
+    let name = running.latest_attempt().unwrap().training_job_name.clone();
+    assert!(
+        w.sagemaker
+            .shared()
+            .with(|emulator, _| emulator.forget_training_job(&name))
+    );
+    w.run_until_done(1_000, 120_000).await;
+    let job = w.job(&id).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    assert_eq!(job.attempts.len(), 2, "the lost attempt, then one that ran");
+    assert_eq!(job.requeued_by, Some(Requeue::Lost));
+    let lost = job.attempts[0].status_reason.as_deref().unwrap_or_default();
+    assert!(lost.starts_with("LOST - "), "{lost}");
+}
+
 #[tokio::test]
 async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finish_later() {
     let mut w = World::new(EmulatorConfig::default());

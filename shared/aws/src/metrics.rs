@@ -249,7 +249,7 @@ impl Recorder {
             JobStatus::Runnable => match job.requeued_by {
                 Some(Requeue::CapacityError) => tally.capacity_errors = 1,
                 Some(Requeue::Preemption) => tally.preemptions = 1,
-                Some(Requeue::Retry) => tally.retries = 1,
+                Some(Requeue::Retry | Requeue::Lost) => tally.retries = 1,
                 None => return,
             },
             _ => return,

@@ -232,6 +232,9 @@ pub enum Requeue {
     Preemption,
     /// Any other ended attempt with retries left.
     Retry,
+    /// The attempt's training job vanished from SageMaker (see `trainyard_scheduler::retry::
+    /// LOST_REASON`). The attempt is not counted against `retryStrategy.attempts`.
+    Lost,
 }
 
 /// `preemptionSummary` of a job that has been preempted.

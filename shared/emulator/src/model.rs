@@ -528,6 +528,16 @@ impl Emulator {
             .unwrap_or_else(|| json!([])))
     }
 
+    /// Forgets a training job as if it had never existed, as a SageMaker side that lost its
+    /// state would: describing it finds nothing, and its undelivered events are dropped.
+    /// Returns whether there was one.
+    pub fn forget_training_job(&mut self, name: &str) -> bool {
+        let key = name.to_lowercase();
+        self.events
+            .retain(|e| e.training_job_name().to_lowercase() != key);
+        self.jobs.remove(&key).is_some()
+    }
+
     /// Moves every job through the phases that end by `now_ms`, emitting events.
     pub fn advance(&mut self, now_ms: i64) {
         let keys: Vec<String> = self.jobs.keys().cloned().collect();

@@ -142,7 +142,7 @@ impl Metrics {
             JobStatus::Runnable => match job.requeued_by {
                 Some(Requeue::CapacityError) => counts.capacity_errors += 1,
                 Some(Requeue::Preemption) => counts.preemptions += 1,
-                Some(Requeue::Retry) => counts.retries += 1,
+                Some(Requeue::Retry | Requeue::Lost) => counts.retries += 1,
                 None => {}
             },
             _ => {}

@@ -139,6 +139,13 @@ pub const TIMEOUT_REASON: &str = "Job attempt duration exceeded timeout";
 pub const PREEMPTED_REASON: &str =
     "PREEMPTED - The attempt was stopped to free capacity for another job";
 
+/// The reason of an attempt whose training job SageMaker no longer has (Trainyard's words):
+/// its launch was recorded, yet describing it finds nothing. It happens when the SageMaker side
+/// lost its state (an emulator restarted without it); the job goes back to RUNNABLE without
+/// using one of its attempts.
+pub const LOST_REASON: &str = "LOST - SageMaker no longer has the attempt's training job; \
+     requeued without using an attempt";
+
 /// The reason of an attempt stopped by someone other than Trainyard (`StopTrainingJob` called
 /// directly on the training job).
 pub const EXTERNAL_STOP_REASON: &str = "Received status from SageMaker: Stopped";
@@ -235,6 +242,8 @@ pub enum AttemptFailure {
     },
     /// SageMaker reported `Stopped`.
     Stopped(StopCause),
+    /// SageMaker has no training job under the attempt's name, though its launch was recorded.
+    Lost,
     /// `CreateTrainingJob` was refused (`ResourceInUse` is not a failure: the attempt already
     /// exists and is adopted).
     Rejected {
@@ -256,6 +265,8 @@ pub enum FailureKind {
     TimedOut,
     /// Stopped to free capacity.
     Preempted,
+    /// Its training job vanished: back to RUNNABLE at once, without using an attempt.
+    Lost,
     /// Everything else: decided by the retry strategy.
     Evaluated,
 }
@@ -284,6 +295,7 @@ pub fn classify(failure: &AttemptFailure) -> FailureKind {
             StopCause::CapacityWait => FailureKind::Capacity,
             StopCause::External => FailureKind::Evaluated,
         },
+        AttemptFailure::Lost => FailureKind::Lost,
     }
 }
 
@@ -303,6 +315,7 @@ pub fn attempt_status_reason(failure: &AttemptFailure) -> String {
             StopCause::CapacityWait => CAPACITY_REASON.to_owned(),
             StopCause::External => EXTERNAL_STOP_REASON.to_owned(),
         },
+        AttemptFailure::Lost => LOST_REASON.to_owned(),
     }
 }
 
@@ -323,16 +336,21 @@ pub fn requeue_of(failure: &AttemptFailure) -> Requeue {
     match classify(failure) {
         FailureKind::Capacity => Requeue::CapacityError,
         FailureKind::Preempted => Requeue::Preemption,
+        FailureKind::Lost => Requeue::Lost,
         FailureKind::Terminated | FailureKind::TimedOut | FailureKind::Evaluated => Requeue::Retry,
     }
 }
 
 /// Whether an ended attempt used up one of `retryStrategy.attempts`: every attempt does except
-/// capacity failures and preemptions, recognised by their stored reason. An attempt without a
-/// reason counts (when unsure, do not grant extra retries).
+/// capacity failures, preemptions and lost training jobs, recognised by their stored reason. An
+/// attempt without a reason counts (when unsure, do not grant extra retries).
 pub fn consumes_attempt(attempt: &Attempt) -> bool {
     match attempt.status_reason.as_deref() {
-        Some(reason) => !is_capacity_reason(reason) && !reason.starts_with(PREEMPTED_REASON),
+        Some(reason) => {
+            !is_capacity_reason(reason)
+                && !reason.starts_with(PREEMPTED_REASON)
+                && !reason.starts_with(LOST_REASON)
+        }
         None => true,
     }
 }
@@ -517,6 +535,11 @@ pub fn decide_after_failure(
                 config,
             )),
             status_reason: CAPACITY_REASON.to_owned(),
+            counts_attempt: false,
+        },
+        FailureKind::Lost => AfterFailure::Requeue {
+            not_before_ms: now_ms,
+            status_reason: reason,
             counts_attempt: false,
         },
         FailureKind::Preempted => {

@@ -23,6 +23,7 @@
 //! | two cycles at once | two scheduler invocations overlapping |
 //! | index read answered as the previous read was | a DynamoDB global secondary index that has not caught up (runnable jobs, their shares, the jobs holding capacity; those fetched by id are current) |
 //! | capacity error (emulator) | SageMaker's `CapacityError` failure after provisioning |
+//! | training job lost | a training job in progress vanishes from SageMaker (describe finds nothing, no more events): the due work ends its attempt without using one and requeues the job |
 //! | configuration changed | an operator halves the environment's capacity (and restores it), re-points a queue to a second environment (and back), disables a queue (and enables it), or deletes a queue (its jobs terminated) and creates it again, while jobs run |
 //!
 //! A use-case that returns an error after a fault was injected is a crashed invocation: the
@@ -147,8 +148,11 @@ pub struct FaultRates {
     /// A read of an index (runnable jobs, runnable shares, jobs holding capacity) answers as
     /// the previous read of it did: an eventually consistent index that has not caught up.
     pub index_lag: f64,
+    /// At a step, a training job in progress vanishes from SageMaker (its state lost, as an
+    /// emulator restarted without it would lose it).
+    pub training_job_lost: f64,
     /// At a step, an operator changes the configuration under the running jobs (see
-    /// [`ConfigChange`]). Drawn from its own stream, so that the other rates of a seed are as
+    /// [`Harness::change_config`]). Drawn from its own stream, so that the other rates of a seed are as
     /// they were before this fault existed.
     pub config_change: f64,
 }
@@ -171,6 +175,7 @@ impl FaultRates {
             capacity_error: rate(rng, 0.2),
             algorithm_error: rate(rng, 0.2),
             index_lag: rate(rng, 0.5),
+            training_job_lost: 0.0,
             config_change: 0.0,
         }
     }
@@ -201,6 +206,7 @@ impl FaultRates {
             ("capacity_error".into(), r(self.capacity_error)),
             ("algorithm_error".into(), r(self.algorithm_error)),
             ("index_lag".into(), r(self.index_lag)),
+            ("training_job_lost".into(), r(self.training_job_lost)),
             ("config_change".into(), r(self.config_change)),
         ]
     }
@@ -240,7 +246,9 @@ impl Workload {
         let mut rng = Rng::new(seed ^ 0xFA17_5EED);
         let policy = ALL_POLICIES[rng.range(0, ALL_POLICIES.len() as u64 - 1) as usize];
         let mut rates = FaultRates::draw(&mut rng);
-        rates.config_change = rate(&mut Rng::new(seed ^ 0xC0F1_6C4A), 0.2);
+        let mut later = Rng::new(seed ^ 0xC0F1_6C4A);
+        rates.config_change = rate(&mut later, 0.2);
+        rates.training_job_lost = rate(&mut later, 0.05);
         let mut scenario = small_scenario();
         scenario.capacity_instances = rng.range(2, 6) as u32;
         scenario.attempts = rng.range(1, 3) as u32;
@@ -641,6 +649,8 @@ struct BackendState {
     instances: BTreeMap<String, u64>,
     /// Events taken from the emulator, waiting for their (possibly delayed) delivery.
     in_flight: BTreeMap<(i64, u64), StateChange>,
+    /// Training jobs made to vanish (the `training_job_lost` fault), by lower-cased name.
+    lost: BTreeSet<String>,
     seq: u64,
 }
 
@@ -733,6 +743,27 @@ impl FaultyBackend {
             }
         }
         out
+    }
+
+    /// Forgets the first training job in progress, if any (journalled by the caller's roll).
+    fn lose_one(&self) {
+        let mut s = self.lock();
+        let first = s
+            .emulator
+            .list_training_jobs(None, Some("InProgress"), 1)
+            .first()
+            .and_then(|j| j["TrainingJobName"].as_str().map(str::to_owned));
+        if let Some(name) = first {
+            s.emulator.forget_training_job(&name);
+            s.lost.insert(name.to_lowercase());
+            drop(s);
+            self.chaos.note(format!("lost: {name}"));
+        }
+    }
+
+    /// Whether the `training_job_lost` fault made this training job vanish.
+    fn was_lost(&self, name: &str) -> bool {
+        self.lock().lost.contains(&name.to_lowercase())
     }
 
     /// The ARN of a training job, if it exists.
@@ -1310,7 +1341,8 @@ impl Harness {
             for a in &job.attempts {
                 if let Some(arn) = &a.training_job_arn {
                     let actual = self.backend.arn_of(&a.training_job_name);
-                    if actual.as_deref() != Some(arn.as_str()) {
+                    let lost = actual.is_none() && self.backend.was_lost(&a.training_job_name);
+                    if !lost && actual.as_deref() != Some(arn.as_str()) {
                         return Err(violation(
                             "no double launch",
                             format!(
@@ -1438,6 +1470,7 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
             refused: BTreeMap::new(),
             instances: BTreeMap::new(),
             in_flight: BTreeMap::new(),
+            lost: BTreeSet::new(),
             seq: 0,
         }),
         chaos: chaos.clone(),
@@ -1647,6 +1680,15 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
             let result = block(h.service.pass(&h.backend, &h.config, input));
             h.chaos.lock().on = was_on;
             h.pass("accepting", result, u64::MAX)?;
+        }
+
+        // A training job in progress vanishes from SageMaker.
+        if h.chaos.roll(
+            h.workload.rates.training_job_lost,
+            "training_job_lost",
+            "a training job in progress",
+        ) {
+            h.backend.lose_one();
         }
 
         // An operator changes the configuration under the running jobs.

@@ -78,6 +78,7 @@ fn the_first_quarter_of_the_ci_seeds_holds_every_invariant_and_every_fault_kind_
         "concurrent_cycles",
         "index_lag",
         "config_changed",
+        "training_job_lost",
     ] {
         assert!(
             totals.get(kind).copied().unwrap_or(0) > 0,
@@ -176,9 +177,11 @@ fn a_relaunch_refused_for_quota_does_not_orphan_the_training_job_that_landed() {
         quota_before_name: true,
         ..Sabotage::default()
     };
-    // The seed's workload as it was found, before configuration changes were a fault.
+    // The seed's workload as it was found, before configuration changes and lost training jobs
+    // were faults.
     let mut workload = Workload::generate(15);
     workload.rates.config_change = 0.0;
+    workload.rates.training_job_lost = 0.0;
     let run = run_workload(workload, sabotage);
     assert!(run.passed(), "{}", run.output);
 }
@@ -191,7 +194,10 @@ fn a_relaunch_refused_for_quota_does_not_orphan_the_training_job_that_landed() {
 /// live for its stop grace. The due work now re-reads a job before launching it again.
 #[test]
 fn a_relaunch_read_from_a_lagging_index_does_not_launch_an_ended_attempt() {
-    let run = run_seed(800);
+    // The seed's workload as it was found, before lost training jobs were a fault.
+    let mut workload = Workload::generate(800);
+    workload.rates.training_job_lost = 0.0;
+    let run = run_workload(workload, Sabotage::default());
     assert!(run.output.contains("config: point shared at small-spare"), "{}", run.output);
     assert!(run.passed(), "{}", run.output);
 }

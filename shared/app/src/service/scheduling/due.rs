@@ -149,6 +149,20 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                             report.reconciled += 1;
                         }
                     }
+                    // Launched (its ARN recorded), yet SageMaker has no such training job:
+                    // it is gone, and waiting would hold its capacity for ever. The attempt
+                    // ends, without using one of the job's attempts, and the job is requeued.
+                    Err(BackendError::NotFound(_)) if attempt.training_job_arn.is_some() => {
+                        tracing::warn!(job_id = %job.job_id, training_job = %name,
+                            "the attempt's training job no longer exists; requeueing the job");
+                        let ending = Ending::Failed(AttemptFailure::Lost);
+                        if let StateOutcome::Applied(_) =
+                            self.finish_attempt(&job.job_id, n, ending, config).await?
+                        {
+                            report.reconciled += 1;
+                            report.lost += 1;
+                        }
+                    }
                     Err(e) => {
                         report.describe_failures += 1;
                         tracing::warn!(job_id = %job.job_id, error = %e, "describe failed");

@@ -139,6 +139,9 @@ pub struct DueReport {
     pub stops_requested: usize,
     /// State changes found by describing attempts (events that went missing).
     pub reconciled: usize,
+    /// Attempts whose training job SageMaker no longer had, ended and requeued (counted in
+    /// `reconciled` too).
+    pub lost: usize,
     /// Describes that failed (their attempts wait for the next pass).
     pub describe_failures: usize,
     /// Whether the deadline stopped it before every job holding capacity was looked at.
