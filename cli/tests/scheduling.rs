@@ -459,3 +459,32 @@ fn events_follow_prints_each_change_as_it_happens() {
     );
     assert!(seen.iter().all(|l| l.contains("research")), "{seen:#?}");
 }
+
+/// A job RUNNING when the server is killed (`kill -9`) does not stay RUNNING after a restart.
+/// Its training job lived in the old process's emulator, which keeps no state, so
+/// reconciliation finds none: it ends the attempt as LOST (without using one of the job's
+/// attempts: the job has one), frees its capacity, and the job runs again, to success.
+#[test]
+fn a_job_running_when_the_server_is_killed_runs_again_after_a_restart() {
+    let (_tmp, dir) = data_dir();
+    let mut server = Server::start(&dir, &[]);
+    let id = submit(
+        &server,
+        &job(
+            "research",
+            "survivor",
+            1,
+            json!({"emulator_duration_s": "5"}),
+            json!({}),
+        ),
+    );
+    wait_for(&server, &id, "RUNNING", status_is("RUNNING"));
+    server.kill();
+
+    let server = Server::start(&dir, &["--quiet-ms", "500"]);
+    let job = wait_for(&server, &id, "SUCCEEDED", status_is("SUCCEEDED"));
+    let attempts = job["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{job:#}");
+    let lost = attempts[0]["statusReason"].as_str().unwrap_or_default();
+    assert!(lost.starts_with("LOST - "), "{job:#}");
+}

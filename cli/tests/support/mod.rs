@@ -99,6 +99,13 @@ impl Server {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// Kills the process outright (SIGKILL, as `kill -9` or a crash would) and waits for it.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("server still running");
+        child.kill().expect("kill the server");
+        child.wait().expect("wait for the killed server");
+    }
+
     /// Sends SIGTERM and waits for the process to exit; returns its status and collects the
     /// rest of its stdout.
     pub fn terminate(&mut self) -> ExitStatus {
