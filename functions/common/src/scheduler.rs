@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
-use trainyard_app::ports::{ConfigStore, EventSink, SchedulingStore, TrainingBackend};
+use trainyard_app::ports::{ConfigStore, EventSink, Fence, SchedulingStore, TrainingBackend};
 use trainyard_app::service::lease::Lease;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput};
 use trainyard_app::{AppError, Service};
@@ -155,6 +155,8 @@ pub struct PassReport {
     /// Dispatches refused because the environment's stored usage had no room (the plan's view
     /// of capacity in use lagged).
     pub over_limit: usize,
+    /// Whether a cycle stood aside for a pass holding a newer lease (this one had lapsed).
+    pub fenced: bool,
     /// Attempts launched again because their first launch did not get through.
     pub relaunched: usize,
     /// Why the event was ignored.
@@ -233,7 +235,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         };
         report.lease_token = Some(lease.token);
         let named: Vec<String> = submitted_job(event).into_iter().collect();
-        let worked = self.pass(trigger, &named, &mut report, deadline).await;
+        let worked = self
+            .pass(trigger, &named, &lease, &mut report, deadline)
+            .await;
         // Give the lease back whether or not the pass failed; a failed release only delays
         // the next pass until the lease expires.
         if let Err(error) = self.service.release_lease(&lease).await {
@@ -290,6 +294,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         &self,
         trigger: Trigger,
         named: &[String],
+        lease: &Lease,
         report: &mut PassReport,
         deadline: Option<Instant>,
     ) -> Result<(), AppError> {
@@ -311,6 +316,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             }),
             max_cycles: MAX_CYCLES,
             deadline_ms,
+            fence: Some(Fence {
+                token: lease.token,
+                until_ms: lease.expires_at_ms,
+            }),
             ..PassInput::default()
         };
         let pass = self.service.pass(&self.backend, &self.cycle, input).await;
@@ -322,6 +331,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
         report.conflicts += cycles.conflicts;
         report.capacity_errors += cycles.capacity_errors;
         report.over_limit += cycles.over_limit;
+        report.fenced = report.fenced || cycles.fenced;
         report.relaunched += pass.due.map_or(0, |due| due.relaunched);
         if pass.out_of_time {
             tracing::warn!(

@@ -34,7 +34,8 @@ use trainyard_domain::quota_share::{
 use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
-    CapacityHolder, ClientTokenRecord, Document, EnvironmentUsage, InsertJob, JobCursor, JobQuery,
+    CapacityHolder, ClientTokenRecord, Document, EnvironmentUsage, Fence, InsertJob, JobCursor,
+    JobQuery,
     NameFilter, Resource, RunnableHead, ShareUsageRecord, Store, StoreError, Versioned, Write,
     quota_share_key,
 };
@@ -1058,6 +1059,10 @@ fn usage(environment: &str, instances: u64) -> EnvironmentUsage {
             [("ml.g5.xlarge".to_owned(), instances)].into(),
         )]
         .into(),
+        fence: Some(Fence {
+            token: 7,
+            until_ms: 1_800_000_070_000,
+        }),
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, Clock, EnvironmentUsage, NoEvents, ShareUsageRecord, TrainingBackend,
+    BackendError, Clock, EnvironmentUsage, Fence, NoEvents, ShareUsageRecord, TrainingBackend,
     TrainingJobState, Write, quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
@@ -1176,6 +1176,43 @@ async fn a_fair_share_record_is_written_only_when_what_its_share_holds_changes()
         (recorded - expected).abs() < 1e-9 * expected,
         "{recorded} instance-seconds recorded, {expected} held"
     );
+}
+
+/// Two passes that each believe they hold the scheduler lease (the first paused past its lease
+/// while the second took it): once the newer holder has dispatched, the stale one dispatches
+/// nothing; once the newer lease has lapsed, any pass dispatches again.
+#[tokio::test]
+async fn a_pass_holding_a_stale_lease_stands_aside_for_the_newer_holder() {
+    let w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("q", 1, "local").await;
+    let now = w.clock.now_ms();
+    let newer = Fence {
+        token: 2,
+        until_ms: now + 70_000,
+    };
+    let stale = Fence {
+        token: 1,
+        until_ms: now + 1_000,
+    };
+    let pass_with = |fence| PassInput {
+        fence: Some(fence),
+        ..accept_and_cycle()
+    };
+    w.submit("first", "q", 1, quick(600)).await;
+    let first = w.service.pass(&w.sagemaker, &w.config, pass_with(newer)).await;
+    assert_eq!(first.cycle_totals().dispatched, 1);
+
+    w.submit("second", "q", 1, quick(600)).await;
+    let fenced = w.service.pass(&w.sagemaker, &w.config, pass_with(stale)).await;
+    assert!(fenced.errors.is_empty(), "{:?}", fenced.errors);
+    let totals = fenced.cycle_totals();
+    assert_eq!((totals.dispatched, totals.fenced), (0, true), "{totals:?}");
+
+    w.clock.advance(70_000);
+    let after = w.service.pass(&w.sagemaker, &w.config, pass_with(stale)).await;
+    let totals = after.cycle_totals();
+    assert_eq!((totals.dispatched, totals.fenced), (1, false), "{totals:?}");
 }
 
 fn accept_and_cycle() -> PassInput<'static> {

@@ -765,6 +765,7 @@ pub fn run(
             max_cycles: 1,
             cycle_gate: Some(&gate),
             deadline_ms: None,
+            fence: None,
         };
         let pass = ready(service.pass(&backend, &config, input))?;
         if let Some(failed) = pass.errors.into_iter().next() {

@@ -18,7 +18,7 @@ pub mod time;
 pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatus, described};
 pub use events::{Event, EventSink, NoEvents};
 pub use records::{
-    CapacityHolder, ClientTokenRecord, EnvironmentUsage, InsertJob, JobCursor, JobQuery,
+    CapacityHolder, ClientTokenRecord, EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery,
     NameFilter, Page, RunnableHead, ShareUsageRecord, quota_share_key,
 };
 pub use store::{

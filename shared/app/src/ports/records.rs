@@ -111,6 +111,35 @@ pub struct EnvironmentUsage {
     /// and quota share never change, so its dispatch and its release name the same entry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub quota_shares: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The lease of the last scheduler pass that dispatched here, if it held one: a pass
+    /// holding an older lease while this one is live dispatches nothing (see [`Fence`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<Fence>,
+}
+
+/// A scheduler lease as a dispatch records it: its fencing token and when it lapses.
+///
+/// A pass that holds the `scheduler` lease dispatches with its fence. A dispatch commit reads
+/// the environment's usage document, and refuses when the document's fence has a higher token
+/// that has not lapsed: another pass has taken the lease since this one's and is dispatching,
+/// so this pass is the stale one (paused past its lease, say). The version check on the document
+/// makes that read and the write one step. Releases keep the fence as it is. Once the fence's
+/// lease has lapsed any pass may dispatch again, so a lease document that was lost (its tokens
+/// starting over) blocks dispatching for one lease period at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fence {
+    /// The lease's fencing token.
+    pub token: u64,
+    /// When the lease lapses (epoch ms).
+    pub until_ms: i64,
+}
+
+impl Fence {
+    /// Whether a pass holding `self` must stand aside for `recorded` at `now_ms`.
+    pub fn is_fenced_by(self, recorded: Option<Fence>, now_ms: i64) -> bool {
+        recorded.is_some_and(|r| r.token > self.token && now_ms < r.until_ms)
+    }
 }
 
 impl EnvironmentUsage {

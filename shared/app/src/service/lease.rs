@@ -17,9 +17,12 @@
 //! [`scheduling`](crate::service::scheduling)): each dispatch moves the job and the environment's
 //! usage document in one atomic commit checked against the versions the cycle read, so a cycle
 //! planning from a stale snapshot fails to commit instead of launching a job twice or handing out
-//! an instance twice. The lease only saves the work (and the conflicts) of duelling cycles. The
-//! fencing [`Lease::token`], which grows each time the lease changes hands, goes into the
-//! holder's logs so that overlapping cycles can be told apart after the fact.
+//! an instance twice. The lease saves the work (and the conflicts) of duelling cycles, and its
+//! fencing [`Lease::token`], which grows each time the lease changes hands, stops a stale holder:
+//! each dispatch records the token in the environment's usage document
+//! ([`Fence`](crate::ports::Fence)), and a cycle whose lease is older than one recorded there and
+//! still live dispatches and preempts nothing more. The token also goes into the holder's logs,
+//! so that overlapping cycles can be told apart after the fact.
 
 use serde::{Deserialize, Serialize};
 

@@ -18,9 +18,21 @@ use super::{CycleConfig, CycleReport};
 use crate::error::AppError;
 use crate::ports::{
     ConfigStore, EnvironmentUsage, EventSink, RunnableHead, SchedulingStore, ShareUsageRecord,
-    StoreError, TrainingBackend, Versioned, Write, quota_share_key,
+    Fence, StoreError, TrainingBackend, Versioned, Write, quota_share_key,
 };
 use crate::service::Service;
+
+/// Whether the cycle must stand aside: it dispatches with a lease, and some environment's
+/// usage, as last read, records a newer one that has not lapsed. A cycle without a lease never
+/// stands aside.
+fn fenced_out(loaded: &Loaded, now: i64) -> bool {
+    loaded.fence.is_some_and(|mine| {
+        loaded
+            .usage
+            .values()
+            .any(|u| mine.is_fenced_by(u.value.fence, now))
+    })
+}
 
 /// What the usage `after` a dispatch would exceed, if anything: `"environment"` for the
 /// environment's capacity limits, `"quota share"` for the limits of the job's quota share (its
@@ -85,36 +97,54 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         backend: &B,
         config: &CycleConfig,
     ) -> Result<CycleReport, AppError> {
-        self.run_cycle_with(backend, config, &[]).await
+        self.run_cycle_with(backend, config, &[], None).await
     }
 
     /// [`Service::run_cycle`], planning `fresh` too: RUNNABLE jobs this process has just
-    /// written, which an eventually consistent index may not show yet.
+    /// written, which an eventually consistent index may not show yet; and, when the pass holds
+    /// the scheduler lease, dispatching with its `fence`.
     pub async fn run_cycle_with<B: TrainingBackend>(
         &self,
         backend: &B,
         config: &CycleConfig,
         fresh: &[RunnableHead],
+        fence: Option<Fence>,
     ) -> Result<CycleReport, AppError> {
         let now = self.clock.now_ms();
         let mut report = CycleReport::default();
 
         // 1. Snapshot.
         let mut loaded = self.load_snapshot(config, fresh).await?;
+        loaded.fence = fence;
 
         // 2. Plan.
         let plan = plan_cycle(&loaded.snapshot, now, &config.planner);
 
-        // 3 and 4. Commit each dispatch, then launch it.
+        // 3 and 4. Commit each dispatch, then launch it; nothing more once a newer lease
+        // holder shows (in the snapshot, or in a usage document re-read after a conflict).
         for dispatch in &plan.dispatches {
+            report.fenced = report.fenced || fenced_out(&loaded, now);
+            if report.fenced {
+                break;
+            }
             self.dispatch(backend, &mut loaded, dispatch, now, config, &mut report)
                 .await?;
+        }
+        report.fenced = report.fenced || fenced_out(&loaded, now);
+        if report.fenced {
+            tracing::warn!(token = fence.map(|f| f.token),
+                "a pass holding a newer scheduler lease is dispatching; this one stands aside");
         }
 
         // 4b. Preempt: mark each victim's attempt, then stop it. Its Stopped state change
         // requeues it (or fails it once preemptionRetriesBeforeTermination is spent) and releases
         // the capacity the preemptor waits for.
-        for preemption in &plan.preemptions {
+        let preemptions = if report.fenced {
+            &[][..]
+        } else {
+            &plan.preemptions[..]
+        };
+        for preemption in preemptions {
             if self
                 .preempt(backend, &preemption.victim_job_id, config)
                 .await?
@@ -136,7 +166,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     }
 
     /// Steps 3 and 4 for one dispatch: the job RUNNABLE → SCHEDULED with a new attempt and the
-    /// environment's usage, in one version-checked commit; then the launch.
+    /// environment's usage (with the cycle's fence, if any), in one version-checked commit;
+    /// then the launch.
     async fn dispatch<B: TrainingBackend>(
         &self,
         backend: &B,
@@ -186,6 +217,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         });
         let mut new_usage = usage.value.clone();
         new_usage.add(&job);
+        if loaded.fence.is_some() {
+            new_usage.fence = loaded.fence;
+        }
         // The plan counted capacity in use from indexes that can lag (DynamoDB's are eventually
         // consistent): the environment's from its usage document as last read, the quota
         // share's from the jobs the index shows holding capacity. The usage document, read

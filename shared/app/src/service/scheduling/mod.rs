@@ -107,6 +107,9 @@ pub struct CycleReport {
     /// Running attempts asked to stop to give their capacity back (quota shares), each counted
     /// in the cycle that first asked (later cycles during its stop grace ask again).
     pub preemptions: usize,
+    /// Whether the cycle stood aside (dispatching nothing more, preempting nothing) for a pass
+    /// holding a newer scheduler lease.
+    pub fenced: bool,
 }
 
 /// What [`Service::on_training_state`](crate::Service::on_training_state) did with a state

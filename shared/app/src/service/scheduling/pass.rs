@@ -16,7 +16,9 @@ use std::future::Future;
 
 use super::{CycleConfig, CycleReport, DueReport, DueWork, StateOutcome};
 use crate::error::AppError;
-use crate::ports::{ConfigStore, EventSink, SchedulingStore, TrainingBackend, TrainingJobState};
+use crate::ports::{
+    ConfigStore, EventSink, Fence, SchedulingStore, TrainingBackend, TrainingJobState,
+};
 use crate::service::Service;
 
 /// How a pass accepts SUBMITTED jobs: at most `batch` × `max_batches` of them, only jobs at
@@ -65,6 +67,9 @@ pub struct PassInput<'a> {
     pub cycle_gate: Option<CycleGate<'a>>,
     /// No step starts at or after this instant (the service's clock, epoch milliseconds).
     pub deadline_ms: Option<i64>,
+    /// The scheduler lease this pass holds, if any: its cycles dispatch with it, and stand
+    /// aside for a newer one (see [`Fence`](crate::ports::Fence)).
+    pub fence: Option<Fence>,
 }
 
 /// A pass's step, for its errors.
@@ -131,6 +136,7 @@ impl PassReport {
             total.rejected += c.rejected;
             total.reasons_updated += c.reasons_updated;
             total.preemptions += c.preemptions;
+            total.fenced |= c.fenced;
         }
         total
     }
@@ -237,13 +243,13 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 break;
             }
             match self
-                .run_cycle_with(backend, config, &std::mem::take(&mut fresh))
+                .run_cycle_with(backend, config, &std::mem::take(&mut fresh), input.fence)
                 .await
             {
                 Ok(cycle) => {
-                    let dispatched = cycle.dispatched;
+                    let (dispatched, fenced) = (cycle.dispatched, cycle.fenced);
                     report.cycles.push(cycle);
-                    if dispatched == 0 {
+                    if dispatched == 0 || fenced {
                         break;
                     }
                 }

@@ -18,7 +18,7 @@ use super::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
     CapacityHolder, ConfigStore, EnvironmentUsage, EventSink, RunnableHead, SchedulingStore,
-    ShareUsageRecord, Versioned,
+    ShareUsageRecord, Versioned, Fence,
 };
 use crate::service::Service;
 
@@ -82,6 +82,8 @@ pub(super) struct Loaded {
     pub(super) fair_queues: BTreeMap<String, u32>,
     /// Each share's stored usage record, with its version for step 6's write.
     pub(super) share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>>,
+    /// The scheduler lease the cycle dispatches with, if its pass holds one.
+    pub(super) fence: Option<Fence>,
 }
 
 /// The configuration a cycle plans under, as stored.
@@ -309,6 +311,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             held,
             fair_queues,
             share_usage,
+            fence: None,
         })
     }
 
