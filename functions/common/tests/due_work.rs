@@ -285,5 +285,8 @@ async fn reconciliation_describes_quiet_attempts_as_their_silence_doubles() {
     );
     let before = w.sagemaker.describes.load(Ordering::SeqCst);
     fresh.handle(&tick(), None).await.unwrap();
-    assert_eq!(w.sagemaker.describes.load(Ordering::SeqCst) - before, more.len());
+    assert_eq!(
+        w.sagemaker.describes.load(Ordering::SeqCst) - before,
+        more.len()
+    );
 }

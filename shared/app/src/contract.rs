@@ -35,9 +35,8 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
     CapacityHolder, ClientTokenRecord, Document, EnvironmentUsage, Fence, InsertJob, JobCursor,
-    JobQuery,
-    NameFilter, Resource, RunnableHead, ShareUsageRecord, Store, StoreError, Versioned, Write,
-    quota_share_key,
+    JobQuery, NameFilter, Resource, RunnableHead, ShareUsageRecord, Store, StoreError, Versioned,
+    Write, quota_share_key,
 };
 
 /// Defines, from one list of cases, both the exported `store_contract_tests!` and [`run_all`],

@@ -1155,11 +1155,11 @@ async fn a_fair_share_record_is_written_only_when_what_its_share_holds_changes()
             .list_documents::<ShareUsageRecord>()
             .await
             .unwrap();
-        if let [record] = stored.as_slice() {
-            if seen.last() != Some(&(record.version, record.value.held)) {
-                seen.push((record.version, record.value.held));
-                records.push(record.value.clone());
-            }
+        if let [record] = stored.as_slice()
+            && seen.last() != Some(&(record.version, record.value.held))
+        {
+            seen.push((record.version, record.value.held));
+            records.push(record.value.clone());
         }
     }
     assert_eq!(
@@ -1200,17 +1200,26 @@ async fn a_pass_holding_a_stale_lease_stands_aside_for_the_newer_holder() {
         ..accept_and_cycle()
     };
     w.submit("first", "q", 1, quick(600)).await;
-    let first = w.service.pass(&w.sagemaker, &w.config, pass_with(newer)).await;
+    let first = w
+        .service
+        .pass(&w.sagemaker, &w.config, pass_with(newer))
+        .await;
     assert_eq!(first.cycle_totals().dispatched, 1);
 
     w.submit("second", "q", 1, quick(600)).await;
-    let fenced = w.service.pass(&w.sagemaker, &w.config, pass_with(stale)).await;
+    let fenced = w
+        .service
+        .pass(&w.sagemaker, &w.config, pass_with(stale))
+        .await;
     assert!(fenced.errors.is_empty(), "{:?}", fenced.errors);
     let totals = fenced.cycle_totals();
     assert_eq!((totals.dispatched, totals.fenced), (0, true), "{totals:?}");
 
     w.clock.advance(70_000);
-    let after = w.service.pass(&w.sagemaker, &w.config, pass_with(stale)).await;
+    let after = w
+        .service
+        .pass(&w.sagemaker, &w.config, pass_with(stale))
+        .await;
     let totals = after.cycle_totals();
     assert_eq!((totals.dispatched, totals.fenced), (1, false), "{totals:?}");
 }

@@ -1406,7 +1406,10 @@ mod tests {
         let script = script.lock().unwrap();
         assert_eq!(script.requests.len(), 3, "sent, then sent again twice");
         assert!(
-            script.requests.iter().all(|r| r["TransactItems"] == script.requests[0]["TransactItems"]),
+            script
+                .requests
+                .iter()
+                .all(|r| r["TransactItems"] == script.requests[0]["TransactItems"]),
             "each resend carries the same writes"
         );
         assert!(
@@ -1455,6 +1458,10 @@ mod tests {
         let (store, script) = stand_in(vec![answer; sends]).await;
         let result = store.update_job(&job("j").build(), 3).await;
         assert!(matches!(result, Err(StoreError::Conflict)), "{result:?}");
-        assert_eq!(script.lock().unwrap().requests.len(), sends, "sent again each time");
+        assert_eq!(
+            script.lock().unwrap().requests.len(),
+            sends,
+            "sent again each time"
+        );
     }
 }

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use trainyard_domain::State;
 use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::policy::FairsharePolicy;
-use trainyard_domain::State;
 use trainyard_domain::quota_share::{InSharePreemption, QuotaShare, SharingStrategy};
 
 use crate::fair_share::ShareUsage;
@@ -318,7 +318,10 @@ mod tests {
             let s = share(strategy, -1);
             assert!(s.admits(&used(&[("ml.a", 4)])), "{strategy:?}");
             assert!(!s.admits(&used(&[("ml.a", 5)])), "{strategy:?}");
-            assert!(!s.admits(&used(&[("ml.b", 1)])), "{strategy:?}: an unlisted type");
+            assert!(
+                !s.admits(&used(&[("ml.b", 1)])),
+                "{strategy:?}: an unlisted type"
+            );
         }
         let half = share(SharingStrategy::LendAndBorrow, 50);
         assert!(half.admits(&used(&[("ml.a", 6)])));

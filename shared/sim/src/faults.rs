@@ -76,9 +76,9 @@ use trainyard_app::testing::Interleaving;
 use trainyard_domain::State;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment};
+use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_domain::queue::ServiceEnvironmentOrder;
 use trainyard_domain::quota_share::QuotaShare;
-use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_domain::training::parse_attempt_name;
 use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, StateChange};
 use trainyard_scheduler::retry::{RetryConfig, consumes_attempt};
@@ -1066,7 +1066,10 @@ impl Harness {
     fn change_config(&mut self, setup: &Setup) -> Result<(), Violation> {
         let (action, pick) = {
             let mut c = self.chaos.lock();
-            (c.rng.below(4), c.rng.below(setup.queues.len() as u64) as usize)
+            (
+                c.rng.below(4),
+                c.rng.below(setup.queues.len() as u64) as usize,
+            )
         };
         let Some(queue) = setup.queues.get(pick) else {
             return Ok(());
@@ -1117,7 +1120,14 @@ impl Harness {
             }
             2 => {
                 let disable = !self.operator.disabled.contains(&name);
-                self.set_state(&name, if disable { State::Disabled } else { State::Enabled })?;
+                self.set_state(
+                    &name,
+                    if disable {
+                        State::Disabled
+                    } else {
+                        State::Enabled
+                    },
+                )?;
                 if disable {
                     self.operator.disabled.insert(name);
                 } else {
@@ -1133,10 +1143,9 @@ impl Harness {
                     self.service.delete_job_queue(&name),
                 )?;
                 let store = self.service.store();
-                self.operate(
-                    &format!("create {name} again"),
-                    async { Ok(store.create_resource(queue).await?) },
-                )?;
+                self.operate(&format!("create {name} again"), async {
+                    Ok(store.create_resource(queue).await?)
+                })?;
                 for share in setup.quota_shares.iter().filter(|s| s.job_queue == name) {
                     self.operate(
                         &format!("create quota share {} again", share.key()),
@@ -1390,7 +1399,6 @@ impl Harness {
         Ok(())
     }
 }
-
 
 /// Whether any instance type's count in `now` is above its count in `then`.
 fn grew(now: &BTreeMap<String, u64>, then: Option<&BTreeMap<String, u64>>) -> bool {

@@ -198,6 +198,10 @@ fn a_relaunch_read_from_a_lagging_index_does_not_launch_an_ended_attempt() {
     let mut workload = Workload::generate(800);
     workload.rates.training_job_lost = 0.0;
     let run = run_workload(workload, Sabotage::default());
-    assert!(run.output.contains("config: point shared at small-spare"), "{}", run.output);
+    assert!(
+        run.output.contains("config: point shared at small-spare"),
+        "{}",
+        run.output
+    );
     assert!(run.passed(), "{}", run.output);
 }

@@ -535,9 +535,14 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
 
     // And the faults were met: each kind the stand was set to inject was injected (the rates in
     // scripts/lib/lambda.sh expect 7 to 12 of each in a run of ~250 DynamoDB requests).
-    let settings = audit["faults"]["settings"].as_object().cloned().unwrap_or_default();
+    let settings = audit["faults"]["settings"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
     for (kind, rate) in &settings {
-        if ["seed", "index_lag_ms", "attempts"].contains(&kind.as_str()) || rate.as_f64() == Some(0.0) {
+        if ["seed", "index_lag_ms", "attempts"].contains(&kind.as_str())
+            || rate.as_f64() == Some(0.0)
+        {
             continue;
         }
         let injected = audit["faults"]["injected"][kind].as_u64().unwrap_or(0);

@@ -162,12 +162,12 @@ impl EnvironmentUsage {
     /// Gives back the instances of a job's ended attempt, never below zero.
     pub fn remove(&mut self, job: &ServiceJob) {
         remove_counts(&mut self.instances, &job.training.instances);
-        if let Some(key) = quota_share_of(job) {
-            if let Some(counts) = self.quota_shares.get_mut(&key) {
-                remove_counts(counts, &job.training.instances);
-                if counts.is_empty() {
-                    self.quota_shares.remove(&key);
-                }
+        if let Some(key) = quota_share_of(job)
+            && let Some(counts) = self.quota_shares.get_mut(&key)
+        {
+            remove_counts(counts, &job.training.instances);
+            if counts.is_empty() {
+                self.quota_shares.remove(&key);
             }
         }
     }

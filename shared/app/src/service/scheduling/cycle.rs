@@ -17,8 +17,8 @@ use super::snapshot::Loaded;
 use super::{CycleConfig, CycleReport};
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, EnvironmentUsage, EventSink, RunnableHead, SchedulingStore, ShareUsageRecord,
-    Fence, StoreError, TrainingBackend, Versioned, Write, quota_share_key,
+    ConfigStore, EnvironmentUsage, EventSink, Fence, RunnableHead, SchedulingStore,
+    ShareUsageRecord, StoreError, TrainingBackend, Versioned, Write, quota_share_key,
 };
 use crate::service::Service;
 
@@ -132,8 +132,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         }
         report.fenced = report.fenced || fenced_out(&loaded, now);
         if report.fenced {
-            tracing::warn!(token = fence.map(|f| f.token),
-                "a pass holding a newer scheduler lease is dispatching; this one stands aside");
+            tracing::warn!(
+                token = fence.map(|f| f.token),
+                "a pass holding a newer scheduler lease is dispatching; this one stands aside"
+            );
         }
 
         // 4b. Preempt: mark each victim's attempt, then stop it. Its Stopped state change

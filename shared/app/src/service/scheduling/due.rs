@@ -282,7 +282,10 @@ mod tests {
     #[test]
     fn an_overdue_attempt_is_described_every_pass_once_quiet() {
         assert_eq!(described(5 * MIN, true).len(), 24 * 60 - 4);
-        assert!(!describe_due(MIN, 5 * MIN, Some(MIN), true), "not before quiet");
+        assert!(
+            !describe_due(MIN, 5 * MIN, Some(MIN), true),
+            "not before quiet"
+        );
     }
 
     #[test]

@@ -17,8 +17,8 @@ use trainyard_scheduler::{
 use super::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
-    CapacityHolder, ConfigStore, EnvironmentUsage, EventSink, RunnableHead, SchedulingStore,
-    ShareUsageRecord, Versioned, Fence,
+    CapacityHolder, ConfigStore, EnvironmentUsage, EventSink, Fence, RunnableHead, SchedulingStore,
+    ShareUsageRecord, Versioned,
 };
 use crate::service::Service;
 
@@ -133,7 +133,6 @@ fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
         ),
     }
 }
-
 
 /// The planner's view of every environment, and the instances each has free.
 fn environment_states(
