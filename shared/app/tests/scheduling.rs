@@ -13,12 +13,14 @@ use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     BackendError, Clock, EnvironmentUsage, Fence, NoEvents, ShareUsageRecord, TrainingBackend,
-    TrainingJobState, Write, quota_share_key,
+    TrainingJobState, Versioned, Write, quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::queues::JobQueueUpdate;
-use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput, StateOutcome};
+use trainyard_app::service::scheduling::{
+    Accept, CycleConfig, CycleReport, DueWork, PassInput, StateOutcome,
+};
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::{
@@ -162,6 +164,28 @@ impl World {
             };
             store.create_resource(&share).await.unwrap();
         }
+    }
+
+    /// The environment's usage document as stored.
+    async fn usage(&self, environment: &str) -> Versioned<EnvironmentUsage> {
+        let stored = self.service.store().get_document(environment).await;
+        stored.unwrap().expect("a usage document")
+    }
+
+    /// Stores a usage document over the one at `version` (0: none yet).
+    async fn put_usage(&self, usage: &EnvironmentUsage, version: u64) {
+        let write = Write::document(usage, version).unwrap();
+        self.service.store().commit(&[write]).await.unwrap();
+    }
+
+    /// One pass that accepts and cycles once, which must not fail; what its cycle did.
+    async fn accept_and_cycle(&self) -> CycleReport {
+        let pass = self
+            .service
+            .pass(&self.sagemaker, &self.config, accept_and_cycle())
+            .await;
+        assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+        pass.cycle_totals()
     }
 
     async fn queue(&self, name: &str, priority: u32, env: &str) {
@@ -741,14 +765,7 @@ async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finis
             .all(|s| borrowers_done.iter().filter(|d| *d > s).count() >= 2),
         "the owner started before the borrower's preempted jobs finished"
     );
-    let usage = w
-        .service
-        .store()
-        .get_document::<EnvironmentUsage>("teams-env")
-        .await
-        .unwrap()
-        .unwrap()
-        .value;
+    let usage = w.usage("teams-env").await.value;
     assert_eq!(
         (usage.total(), usage.quota_shares.len()),
         (0, 0),
@@ -1017,32 +1034,17 @@ async fn a_plan_from_a_lagging_index_cannot_over_commit_the_environment() {
         instances: [("ml.g5.xlarge".to_owned(), 2)].into(),
         ..EnvironmentUsage::default()
     };
-    w.service
-        .store()
-        .commit(&[Write::document(&full, 0).unwrap()])
-        .await
-        .unwrap();
+    w.put_usage(&full, 0).await;
     for i in 0..2 {
         w.submit(&format!("late-{i}"), "q", 1, quick(60)).await;
     }
-    let pass = w
-        .service
-        .pass(&w.sagemaker, &w.config, accept_and_cycle())
-        .await;
-    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
-    let cycle = pass.cycle_totals();
+    let cycle = w.accept_and_cycle().await;
     assert_eq!(
         (cycle.dispatched, cycle.over_limit),
         (0, 0),
         "the plan saw the environment full"
     );
-    let usage = w
-        .service
-        .store()
-        .get_document::<EnvironmentUsage>("local")
-        .await
-        .unwrap()
-        .unwrap();
+    let usage = w.usage("local").await;
     assert_eq!(
         usage.value.total(),
         2,
@@ -1054,17 +1056,9 @@ async fn a_plan_from_a_lagging_index_cannot_over_commit_the_environment() {
         environment: "local".into(),
         ..EnvironmentUsage::default()
     };
-    w.service
-        .store()
-        .commit(&[Write::document(&empty, usage.version).unwrap()])
-        .await
-        .unwrap();
+    w.put_usage(&empty, usage.version).await;
     w.clock.advance(1_000);
-    let pass = w
-        .service
-        .pass(&w.sagemaker, &w.config, accept_and_cycle())
-        .await;
-    assert_eq!(pass.cycle_totals().dispatched, 2);
+    assert_eq!(w.accept_and_cycle().await.dispatched, 2);
 }
 
 /// A quota share's usage document says it holds its whole limit, but the index shows none of
@@ -1085,35 +1079,20 @@ async fn a_plan_from_a_lagging_index_cannot_over_commit_a_quota_share() {
         quota_share_key("teams", "owner"),
         [("ml.g5.xlarge".to_owned(), 2)].into(),
     );
-    w.service
-        .store()
-        .commit(&[Write::document(&full, 0).unwrap()])
-        .await
-        .unwrap();
+    w.put_usage(&full, 0).await;
     for i in 0..2 {
         w.submit_with(&format!("late-{i}"), "teams", 1, quick(60), |c| {
             c.quota_share_name = Some("owner".into())
         })
         .await;
     }
-    let pass = w
-        .service
-        .pass(&w.sagemaker, &w.config, accept_and_cycle())
-        .await;
-    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
-    let cycle = pass.cycle_totals();
+    let cycle = w.accept_and_cycle().await;
     assert_eq!(
         (cycle.dispatched, cycle.over_limit),
         (0, 2),
         "the plan admitted both; the commit refused both"
     );
-    let usage = w
-        .service
-        .store()
-        .get_document::<EnvironmentUsage>("teams-env")
-        .await
-        .unwrap()
-        .unwrap();
+    let usage = w.usage("teams-env").await;
     assert_eq!(usage.value, full, "nothing was added to a full share");
 }
 

@@ -152,8 +152,8 @@ pub struct FaultRates {
     /// emulator restarted without it would lose it).
     pub training_job_lost: f64,
     /// At a step, an operator changes the configuration under the running jobs (see
-    /// [`Harness::change_config`]). Drawn from its own stream, so that the other rates of a seed are as
-    /// they were before this fault existed.
+    /// `Harness::change_config`). Drawn from its own stream, like `training_job_lost`, so that
+    /// the other rates of a seed are as they were before these faults existed.
     pub config_change: f64,
 }
 
