@@ -141,12 +141,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         // 4b. Preempt: mark each victim's attempt, then stop it. Its Stopped state change
         // requeues it (or fails it once preemptionRetriesBeforeTermination is spent) and releases
         // the capacity the preemptor waits for.
-        let preemptions = if report.fenced {
-            &[][..]
-        } else {
-            &plan.preemptions[..]
-        };
-        for preemption in preemptions {
+        for preemption in plan.preemptions.iter().filter(|_| !report.fenced) {
             if self
                 .preempt(backend, &preemption.victim_job_id, config)
                 .await?
@@ -222,11 +217,11 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         if loaded.fence.is_some() {
             new_usage.fence = loaded.fence;
         }
-        // The plan counted capacity in use from indexes that can lag (DynamoDB's are eventually
-        // consistent): the environment's from its usage document as last read, the quota
-        // share's from the jobs the index shows holding capacity. The usage document, read
-        // consistently and version-checked by this very commit, is the truth. No room there, for
-        // the environment or for the job's quota share: no dispatch.
+        // The plan counted capacity in use as the snapshot saw it: the environment's from its
+        // usage document, the quota share's from the jobs an index (eventually consistent on
+        // DynamoDB) shows holding capacity. The usage document this very commit version-checks
+        // is the truth. No room there, for the environment or for the job's quota share: no
+        // dispatch.
         if let Some(over) = over_limit(&loaded.snapshot, &job, dispatch, &new_usage, &loaded.usage)
         {
             report.over_limit += 1;

@@ -172,9 +172,7 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
         }
         Ok(report)
     }
-}
 
-impl<S: SchedulingStore, E: EventSink> Service<S, E> {
     /// The job, read now, if attempt `n` is still its live attempt with no launch recorded: the
     /// list of jobs holding capacity comes from an index (and its batch read of the jobs) that
     /// may lag, and launching an attempt that has since ended would create a training job
