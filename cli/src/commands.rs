@@ -35,9 +35,9 @@ pub struct SubmitArgs {
     #[arg(long, required_unless_present = "instance_type", conflicts_with_all = ["instance_type", "instance_count", "role_arn", "image", "duration_s"])]
     pub payload: Option<PathBuf>,
     /// Instance type when building the request from flags, such as `ml.g5.xlarge`.
-    #[arg(long, requires = "instance_count")]
+    #[arg(long)]
     pub instance_type: Option<String>,
-    /// Number of instances when building the request from flags.
+    /// Number of instances when building the request from flags (default 1).
     #[arg(long, requires = "instance_type", value_parser = clap::value_parser!(u32).range(1..))]
     pub instance_count: Option<u32>,
     /// IAM role SageMaker would assume (built requests only).
@@ -137,10 +137,10 @@ pub fn submit(args: &SubmitArgs) -> anyhow::Result<()> {
 fn submit_request(args: &SubmitArgs, now_ms: i64) -> anyhow::Result<Value> {
     let payload = match (&args.payload, &args.instance_type, args.instance_count) {
         (Some(path), _, _) => read_payload(path)?,
-        (None, Some(instance_type), Some(instance_count)) => payload::build(&TrainingSpec {
+        (None, Some(instance_type), instance_count) => payload::build(&TrainingSpec {
             name: args.name.clone().unwrap_or_else(|| format!("job-{now_ms}")),
             instance_type: instance_type.clone(),
-            instance_count,
+            instance_count: instance_count.unwrap_or(1),
             role_arn: args
                 .role_arn
                 .clone()
@@ -151,7 +151,7 @@ fn submit_request(args: &SubmitArgs, now_ms: i64) -> anyhow::Result<Value> {
                 .unwrap_or_else(|| payload::DEFAULT_IMAGE.into()),
             duration_s: args.duration_s,
         }),
-        _ => bail!("give --payload FILE, or --instance-type and --instance-count"),
+        _ => bail!("give --payload FILE, or --instance-type (and --instance-count, default 1)"),
     };
     let name = args
         .name
@@ -612,6 +612,29 @@ mod tests {
             ]
         );
         assert_eq!(request["jobName"], json!("job-1722507600000"));
+    }
+
+    /// The README's Quick start submits with an instance type and no count: one instance.
+    #[test]
+    fn a_flag_built_submit_without_an_instance_count_asks_for_one_instance() {
+        let args = submit_args(&[
+            "--name",
+            "quick",
+            "--instance-type",
+            "ml.m5.large",
+            "--duration-s",
+            "1",
+        ]);
+        let request = submit_request(&args, 0).expect("request");
+        let payload: Value = serde_json::from_str(
+            request["serviceRequestPayload"]
+                .as_str()
+                .expect("payload is a string"),
+        )
+        .expect("payload is JSON");
+        assert_eq!(payload["ResourceConfig"]["InstanceCount"], json!(1));
+        let counted = Submit::try_parse_from(["submit", "--queue", "q", "--instance-count", "2"]);
+        assert!(counted.is_err(), "a count without a type is refused");
     }
 
     #[test]

@@ -73,10 +73,10 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
     let reader = BufReader::new(response.into_body().into_reader());
     let mut stdout = std::io::stdout().lock();
     let mut printed = 0u64;
+    if args.limit == Some(0) {
+        return Ok(());
+    }
     for line in reader.lines() {
-        if args.limit.is_some_and(|limit| printed >= limit) {
-            break;
-        }
         let line = line.context("reading the event stream")?;
         if line.trim().is_empty() {
             continue;
@@ -93,6 +93,10 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
             // Each change should show up as it happens, even when piped.
             stdout.flush().context("writing to stdout")?;
             printed += 1;
+            // Done at the last change asked for: the next may be long in coming, or never.
+            if args.limit.is_some_and(|limit| printed >= limit) {
+                break;
+            }
         }
     }
     Ok(())

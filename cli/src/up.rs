@@ -335,7 +335,7 @@ fn print_banner(address: SocketAddr, db_path: &Path, arns: &ArnContext, created_
         "\n\
          Point clients at it (local mode does not check request signatures, but clients sign,\n\
          so they need some credentials):\n\
-         \x20 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION={region}\n\
+         \x20 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION={region}\n\
          \x20 aws batch describe-job-queues --endpoint-url {url}\n\
          \x20 export AWS_ENDPOINT_URL_BATCH={url}   # boto3 and the SageMaker Python SDK\n\
          \x20 export TRAINYARD_ENDPOINT={url}       # trainyard submit / jobs / queues\n\

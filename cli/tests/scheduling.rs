@@ -488,3 +488,61 @@ fn a_job_running_when_the_server_is_killed_runs_again_after_a_restart() {
     let lost = attempts[0]["statusReason"].as_str().unwrap_or_default();
     assert!(lost.starts_with("LOST - "), "{job:#}");
 }
+
+/// `events --limit N` exits as soon as it has printed the Nth change, without waiting for
+/// another: here the job's six changes, the last of the stream.
+#[test]
+fn events_with_a_limit_exit_after_the_last_change_they_print() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+    let mut follower = Command::new(BIN)
+        .args([
+            "events",
+            "--follow",
+            "--limit",
+            "6",
+            "--endpoint",
+            &server.url,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn trainyard events");
+    let mut stderr = BufReader::new(follower.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    stderr.read_line(&mut first).expect("a line on stderr");
+    assert!(first.contains("Following"), "{first}");
+    let id = submit(
+        &server,
+        &job(
+            "research",
+            "limited",
+            1,
+            json!({"emulator_duration_s": "0.2"}),
+            json!({}),
+        ),
+    );
+    wait_for(&server, &id, "SUCCEEDED", status_is("SUCCEEDED"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = follower.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = follower.kill();
+            let _ = follower.wait();
+            panic!("events --limit 6 still running 10 s after the job's sixth change");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut follower.stdout.take().expect("stdout"), &mut out)
+        .expect("stdout");
+    assert_eq!(out.lines().count(), 6, "{out}");
+    assert!(
+        out.lines().last().is_some_and(|l| l.ends_with("SUCCEEDED")),
+        "{out}"
+    );
+}
