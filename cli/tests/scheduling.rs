@@ -389,22 +389,33 @@ fn metrics_parse_as_prometheus_text_and_count_jobs_dispatches_and_waits() {
     );
 }
 
-#[test]
-fn events_follow_prints_each_change_as_it_happens() {
-    let (_tmp, dir) = data_dir();
-    let server = Server::start(&dir, &[]);
+/// `trainyard events --follow` (plus `extra`) against the server, once it is connected: a
+/// change submitted after this returns is not missed. The rest of its stderr comes with it
+/// (kept open, so that the follower can still write there).
+fn follow(
+    server: &Server,
+    extra: &[&str],
+) -> (std::process::Child, BufReader<std::process::ChildStderr>) {
     let mut follower = Command::new(BIN)
         .args(["events", "--follow", "--endpoint", &server.url])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn trainyard events");
-    // Wait until it is connected before submitting, so no change is missed.
     let mut stderr = BufReader::new(follower.stderr.take().expect("stderr"));
     let mut first = String::new();
     stderr.read_line(&mut first).expect("a line on stderr");
     assert!(first.contains("Following"), "{first}");
+    (follower, stderr)
+}
+
+#[test]
+fn events_follow_prints_each_change_as_it_happens() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+    let (mut follower, _stderr) = follow(&server, &[]);
 
     let id = submit(
         &server,
@@ -495,24 +506,7 @@ fn a_job_running_when_the_server_is_killed_runs_again_after_a_restart() {
 fn events_with_a_limit_exit_after_the_last_change_they_print() {
     let (_tmp, dir) = data_dir();
     let server = Server::start(&dir, &[]);
-    let mut follower = Command::new(BIN)
-        .args([
-            "events",
-            "--follow",
-            "--limit",
-            "6",
-            "--endpoint",
-            &server.url,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn trainyard events");
-    let mut stderr = BufReader::new(follower.stderr.take().expect("stderr"));
-    let mut first = String::new();
-    stderr.read_line(&mut first).expect("a line on stderr");
-    assert!(first.contains("Following"), "{first}");
+    let (mut follower, _stderr) = follow(&server, &["--limit", "6"]);
     let id = submit(
         &server,
         &job(
