@@ -23,6 +23,10 @@ const COUNT_CAP: usize = 1000;
 
 /// Arguments of `trainyard submit`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    trainyard submit --queue research --instance-type ml.g5.12xlarge --instance-count 2\n  \
+    trainyard submit --queue research --name bert-base --payload create-training-job.json\n  \
+    JOB=$(trainyard submit --queue sweeps --instance-type ml.m5.large --duration-s 60)")]
 pub struct SubmitArgs {
     /// Queue (name or ARN) to submit to.
     #[arg(long)]
@@ -70,6 +74,11 @@ pub struct SubmitArgs {
 
 /// Arguments of `trainyard jobs`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    trainyard jobs                              active jobs, every queue, newest first\n  \
+    trainyard jobs --all --limit 20             the 20 newest jobs, finished ones too\n  \
+    trainyard jobs --queue research --status RUNNABLE\n  \
+    trainyard jobs --name 'bert-*' --share vision")]
 pub struct JobsArgs {
     /// Only this queue (name or ARN); default every queue.
     #[arg(long)]
@@ -77,9 +86,18 @@ pub struct JobsArgs {
     /// Only this status (SUBMITTED, RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED).
     #[arg(long, value_parser = parse_status)]
     pub status: Option<JobStatus>,
-    /// Every status (the default; spelled out for scripts).
+    /// Every status, finished jobs too (the default is jobs not yet SUCCEEDED or FAILED).
     #[arg(long, conflicts_with = "status")]
     pub all: bool,
+    /// Only jobs of this name; a trailing `*` matches any ending.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Only jobs of this share identifier or quota share.
+    #[arg(long)]
+    pub share: Option<String>,
+    /// At most this many jobs, the newest.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -87,7 +105,7 @@ pub struct JobsArgs {
 /// Arguments of `trainyard describe`.
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
-    /// Job id or job ARN.
+    /// Job id, job ARN, or a job name that only one job has.
     pub job: String,
     #[command(flatten)]
     pub client: ClientArgs,
@@ -121,13 +139,13 @@ pub fn submit(args: &SubmitArgs) -> anyhow::Result<()> {
     let client = Client::new(&args.client.endpoint);
     let response = client.call("submitservicejob", &request)?;
     match args.client.output {
-        Output::Json => print_json(&response),
+        Output::Json => print_json(&response)?,
         Output::Table => {
             let id = response
                 .get("jobId")
                 .and_then(Value::as_str)
                 .context("the response has no jobId")?;
-            println!("{id}");
+            crate::outln!("{id}")?;
         }
     }
     Ok(())
@@ -201,9 +219,13 @@ pub fn jobs(args: &JobsArgs) -> anyhow::Result<()> {
         Some(queue) => vec![queue.clone()],
         None => queue_names(&client)?,
     };
-    let statuses: Vec<JobStatus> = match args.status {
-        Some(status) => vec![status],
-        None => JobStatus::ALL.to_vec(),
+    let statuses: Vec<JobStatus> = match (args.status, args.all) {
+        (Some(status), _) => vec![status],
+        (None, true) => JobStatus::ALL.to_vec(),
+        (None, false) => JobStatus::ALL
+            .into_iter()
+            .filter(|status| !status.is_terminal())
+            .collect(),
     };
     let mut jobs = Vec::new();
     for queue in &queues {
@@ -222,24 +244,24 @@ pub fn jobs(args: &JobsArgs) -> anyhow::Result<()> {
             }
         }
     }
+    jobs.retain(|job| {
+        args.name
+            .as_deref()
+            .is_none_or(|name| name_matches(name, &text(job, "jobName")))
+            && args.share.as_deref().is_none_or(|share| {
+                text(job, "shareIdentifier") == share || text(job, "quotaShareName") == share
+            })
+    });
     sort_newest_first(&mut jobs);
+    if let Some(limit) = args.limit {
+        jobs.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
     match args.client.output {
-        Output::Json => print_json(&Value::Array(jobs)),
+        Output::Json => print_json(&Value::Array(jobs))?,
         Output::Table => {
-            let rows: Vec<Vec<String>> = jobs
-                .iter()
-                .map(|job| {
-                    vec![
-                        text(job, "jobId"),
-                        text(job, "jobName"),
-                        text(job, "jobQueue"),
-                        text(job, "status"),
-                        table::timestamp(job.get("createdAt").and_then(Value::as_i64)),
-                        text(job, "statusReason"),
-                    ]
-                })
-                .collect();
-            print!(
+            let now = now_ms();
+            let rows: Vec<Vec<String>> = jobs.iter().map(|job| job_row(job, now)).collect();
+            crate::out!(
                 "{}",
                 table::render(
                     &[
@@ -247,15 +269,83 @@ pub fn jobs(args: &JobsArgs) -> anyhow::Result<()> {
                         "NAME",
                         "QUEUE",
                         "STATUS",
+                        "SHARE",
+                        "INSTANCES",
+                        "WAITED",
+                        "RAN",
                         "CREATED (UTC)",
                         "REASON"
                     ],
                     &rows
                 )
-            );
+            )?;
         }
     }
     Ok(())
+}
+
+/// One `jobs` row. WAITED runs from submit to start (to now while the job waits); RAN from
+/// start to stop (to now while it runs).
+fn job_row(job: &Value, now_ms: i64) -> Vec<String> {
+    let at = |key: &str| job.get(key).and_then(Value::as_i64);
+    let created = at("createdAt");
+    let started = at("startedAt");
+    let stopped = at("stoppedAt");
+    let finished = JobStatus::parse(&text(job, "status")).is_some_and(JobStatus::is_terminal);
+    let waited = match (created, started, stopped) {
+        (Some(c), Some(s), _) => table::duration(s - c),
+        (Some(c), None, Some(stop)) => table::duration(stop - c),
+        (Some(c), None, None) if !finished => table::duration(now_ms - c),
+        _ => "-".into(),
+    };
+    let ran = match (started, stopped) {
+        (Some(s), Some(stop)) => table::duration(stop - s),
+        (Some(s), None) if !finished => table::duration(now_ms - s),
+        _ => "-".into(),
+    };
+    let share = [text(job, "shareIdentifier"), text(job, "quotaShareName")]
+        .into_iter()
+        .find(|s| !s.is_empty())
+        .unwrap_or_else(|| "-".into());
+    vec![
+        text(job, "jobId"),
+        text(job, "jobName"),
+        text(job, "jobQueue"),
+        text(job, "status"),
+        share,
+        instances(job),
+        waited,
+        ran,
+        table::timestamp(created),
+        text(job, "statusReason"),
+    ]
+}
+
+/// A job's instances as `2 ml.g5.12xlarge`, from its `capacityUsage`.
+fn instances(job: &Value) -> String {
+    let usage = job.get("capacityUsage").and_then(Value::as_array);
+    let parts: Vec<String> = usage
+        .into_iter()
+        .flatten()
+        .map(|u| {
+            // A double on the wire (`2.0`); instances are whole.
+            let quantity = u.get("quantity").and_then(Value::as_f64).unwrap_or(0.0);
+            format!("{quantity} {}", text(u, "capacityUnit"))
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `pattern` is a job name, or a prefix and `*`, as Batch's JOB_NAME filter takes.
+fn name_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
 }
 
 /// Newest first, as Batch lists them, with the job id as the tie-breaker.
@@ -277,15 +367,60 @@ fn sort_newest_first(jobs: &mut [Value]) {
 /// `trainyard describe`.
 pub fn describe(args: &DescribeArgs) -> anyhow::Result<()> {
     let client = Client::new(&args.client.endpoint);
-    let job = client.call("describeservicejob", &json!({ "jobId": args.job }))?;
+    let id = if looks_like_job_id(&args.job) {
+        args.job.clone()
+    } else {
+        job_id_by_name(&client, &args.job)?
+    };
+    let job = client.call("describeservicejob", &json!({ "jobId": id }))?;
     match args.client.output {
-        Output::Json => print_json(&job),
-        Output::Table => print!("{}", describe_table(&job)),
+        Output::Json => print_json(&job)?,
+        Output::Table => crate::out!("{}", describe_table(&job))?,
     }
     Ok(())
 }
 
-/// The fields people look at first, one per line, then the payload.
+/// Whether `job` is a job id (a UUID) or a job ARN rather than a name.
+fn looks_like_job_id(job: &str) -> bool {
+    let uuid = job.len() == 36
+        && job.chars().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    uuid || job.starts_with("arn:")
+}
+
+/// The id of the one job named `name`, in any queue and status; an error names the candidates
+/// when there are several.
+fn job_id_by_name(client: &Client, name: &str) -> anyhow::Result<String> {
+    let mut found = Vec::new();
+    for queue in queue_names(client)? {
+        let request = json!({
+            "jobQueue": queue,
+            "filters": [{"name": "JOB_NAME", "values": [name]}],
+            "maxResults": PAGE_SIZE,
+        });
+        found.extend(client.call_all("listservicejobs", &request, "jobSummaryList")?);
+    }
+    sort_newest_first(&mut found);
+    match found.as_slice() {
+        [] => bail!("no job is named {name:?} (describe takes a job id, ARN or unique name)"),
+        [job] => Ok(text(job, "jobId")),
+        several => {
+            let ids: Vec<String> = several
+                .iter()
+                .map(|job| format!("  {}  {}", text(job, "jobId"), text(job, "status")))
+                .collect();
+            bail!(
+                "{} jobs are named {name:?}; describe one by id:\n{}",
+                several.len(),
+                ids.join("\n")
+            )
+        }
+    }
+}
+
+/// The fields people look at first, one per line, then one row per attempt, then the payload.
 fn describe_table(job: &Value) -> String {
     let time = |key: &str| table::timestamp(job.get(key).and_then(Value::as_i64));
     let mut rows = vec![
@@ -314,6 +449,42 @@ fn describe_table(job: &Value) -> String {
     for line in table::render(&["", ""], &rows).lines().skip(1) {
         out.push_str(line);
         out.push('\n');
+    }
+    let attempts = job.get("attempts").and_then(Value::as_array);
+    if let Some(attempts) = attempts.filter(|a| !a.is_empty()) {
+        let at = |a: &Value, key: &str| table::timestamp(a.get(key).and_then(Value::as_i64));
+        let rows: Vec<Vec<String>> = attempts
+            .iter()
+            .enumerate()
+            .map(|(n, a)| {
+                let resource = a
+                    .get("serviceResourceId")
+                    .and_then(|r| r.get("value"))
+                    .and_then(Value::as_str)
+                    .and_then(|arn| arn.rsplit('/').next())
+                    .unwrap_or("-");
+                vec![
+                    (n + 1).to_string(),
+                    resource.to_owned(),
+                    at(a, "startedAt"),
+                    at(a, "stoppedAt"),
+                    text(a, "statusReason"),
+                ]
+            })
+            .collect();
+        out.push_str("Attempts:\n");
+        let header = [
+            "#",
+            "TRAINING JOB",
+            "STARTED (UTC)",
+            "STOPPED (UTC)",
+            "REASON",
+        ];
+        for line in table::render(&header, &rows).lines() {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
     }
     if let Some(payload) = job.get("serviceRequestPayload").and_then(Value::as_str) {
         let pretty = serde_json::from_str::<Value>(payload)
@@ -362,8 +533,8 @@ pub fn terminate(args: &TerminateArgs) -> anyhow::Result<()> {
         &json!({ "jobId": args.job, "reason": args.reason }),
     )?;
     match args.client.output {
-        Output::Json => print_json(&response),
-        Output::Table => println!("terminated {}", args.job),
+        Output::Json => print_json(&response)?,
+        Output::Table => crate::outln!("terminated {}", args.job)?,
     }
     Ok(())
 }
@@ -380,9 +551,7 @@ pub fn queues(args: &ClientArgs) -> anyhow::Result<()> {
     let mut rows = Vec::with_capacity(queues.len());
     for queue in &queues {
         let name = text(queue, "jobQueueName");
-        let runnable = count_jobs(&client, &name, JobStatus::Runnable)?;
-        let running = count_jobs(&client, &name, JobStatus::Running)?;
-        rows.push(json!({
+        let mut row = json!({
             "jobQueueName": name,
             "jobQueueArn": text(queue, "jobQueueArn"),
             "priority": queue.get("priority").cloned().unwrap_or(Value::Null),
@@ -392,12 +561,14 @@ pub fn queues(args: &ClientArgs) -> anyhow::Result<()> {
                 .and_then(Value::as_str)
                 .map_or_else(|| "FIFO".to_owned(), short_name),
             "serviceEnvironment": environments(queue),
-            "runnable": runnable,
-            "running": running,
-        }));
+        });
+        for status in COUNTED {
+            row[count_key(status)] = json!(count_jobs(&client, &name, status)?);
+        }
+        rows.push(row);
     }
     match args.output {
-        Output::Json => print_json(&Value::Array(rows)),
+        Output::Json => print_json(&Value::Array(rows))?,
         Output::Table => {
             let cells: Vec<Vec<String>> = rows
                 .iter()
@@ -407,35 +578,47 @@ pub fn queues(args: &ClientArgs) -> anyhow::Result<()> {
                         Some(n) => n.to_string(),
                         None => "-".into(),
                     };
-                    vec![
+                    let mut cells = vec![
                         text(r, "jobQueueName"),
                         text(r, "priority"),
                         text(r, "state"),
                         text(r, "schedulingPolicy"),
                         text(r, "serviceEnvironment"),
-                        count("runnable"),
-                        count("running"),
-                    ]
+                    ];
+                    cells.extend(COUNTED.map(|status| count(count_key(status))));
+                    cells
                 })
                 .collect();
-            print!(
-                "{}",
-                table::render(
-                    &[
-                        "QUEUE",
-                        "PRIORITY",
-                        "STATE",
-                        "POLICY",
-                        "ENVIRONMENT",
-                        "RUNNABLE",
-                        "RUNNING"
-                    ],
-                    &cells
-                )
-            );
+            let mut header = vec!["QUEUE", "PRIORITY", "STATE", "POLICY", "ENVIRONMENT"];
+            header.extend(COUNTED.map(JobStatus::as_str));
+            crate::out!("{}", table::render(&header, &cells))?;
         }
     }
     Ok(())
+}
+
+/// The statuses `queues` counts: every one a job waits or runs in. On SageMaker a job spends
+/// minutes SCHEDULED and STARTING, so a pool counted by RUNNABLE and RUNNING alone looks idle.
+const COUNTED: [JobStatus; 5] = [
+    JobStatus::Submitted,
+    JobStatus::Runnable,
+    JobStatus::Scheduled,
+    JobStatus::Starting,
+    JobStatus::Running,
+];
+
+/// The JSON key of a `queues` count: the status in lower case.
+fn count_key(status: JobStatus) -> &'static str {
+    match status {
+        JobStatus::Submitted => "submitted",
+        JobStatus::Pending => "pending",
+        JobStatus::Runnable => "runnable",
+        JobStatus::Scheduled => "scheduled",
+        JobStatus::Starting => "starting",
+        JobStatus::Running => "running",
+        JobStatus::Succeeded => "succeeded",
+        JobStatus::Failed => "failed",
+    }
 }
 
 /// Highest priority first, then by name: the order queues are considered in.
@@ -523,11 +706,9 @@ fn text(value: &Value, key: &str) -> String {
     }
 }
 
-fn print_json(value: &Value) {
-    match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
-        Err(_) => println!("{value}"),
-    }
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    crate::outln!("{text}")
 }
 
 fn now_ms() -> i64 {

@@ -19,6 +19,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Arguments of `trainyard events`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    trainyard events --follow                   every change, until Ctrl-C\n  \
+    trainyard events --job \"$JOB\" --limit 5     one job's next five changes, then exit")]
 pub struct EventsArgs {
     #[command(flatten)]
     pub client: ClientArgs,
@@ -29,6 +32,9 @@ pub struct EventsArgs {
     /// Stop after this many changes (for scripts).
     #[arg(long)]
     pub limit: Option<u64>,
+    /// Only this job's changes (its job id).
+    #[arg(long)]
+    pub job: Option<String>,
 }
 
 /// One printable line for an event object, or `None` for a non-event line.
@@ -48,7 +54,8 @@ pub fn format_line(event: &Value) -> Option<String> {
     ))
 }
 
-/// Follows the stream until it ends, the limit is reached, or the user interrupts.
+/// Follows the stream until the limit is reached or the user interrupts; a stream that ends
+/// first (the server stopped) is an error.
 pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
     let endpoint = args.client.endpoint.trim_end_matches('/');
     let url = format!("{endpoint}{}", crate::routes::EVENTS_PATH);
@@ -81,12 +88,18 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
         if line.trim().is_empty() {
             continue;
         }
+        let event = serde_json::from_str::<Value>(&line).ok();
+        if let Some(job) = &args.job {
+            let about = |e: &Value| e.get("jobId").and_then(Value::as_str) == Some(job.as_str());
+            // A gap notice may hide the job's changes, so it stays.
+            let missed = |e: &Value| e.get("missed").is_some();
+            if !event.as_ref().is_some_and(|e| about(e) || missed(e)) {
+                continue;
+            }
+        }
         let out = match args.client.output {
             Output::Json => Some(line),
-            Output::Table => serde_json::from_str::<Value>(&line)
-                .ok()
-                .as_ref()
-                .and_then(format_line),
+            Output::Table => event.as_ref().and_then(format_line),
         };
         if let Some(out) = out {
             writeln!(stdout, "{out}").context("writing to stdout")?;
@@ -95,11 +108,12 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
             printed += 1;
             // Done at the last change asked for: the next may be long in coming, or never.
             if args.limit.is_some_and(|limit| printed >= limit) {
-                break;
+                return Ok(());
             }
         }
     }
-    Ok(())
+    // `up` never ends the stream while it runs: it stopped, or the connection broke.
+    bail!("the event stream from {endpoint} ended: the server stopped or the connection was lost")
 }
 
 #[cfg(test)]

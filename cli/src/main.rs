@@ -79,8 +79,9 @@ enum Command {
 /// How a command reaches the API and prints its results.
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
-    /// Base URL of the Trainyard API.
-    #[arg(long, env = "TRAINYARD_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    /// Base URL of the Trainyard API. Without a scheme, `http://` is assumed for loopback
+    /// addresses and `https://` for anything else (`127.0.0.1:8080` works).
+    #[arg(long, env = "TRAINYARD_ENDPOINT", default_value = DEFAULT_ENDPOINT, value_parser = parse_endpoint)]
     endpoint: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table)]
@@ -128,11 +129,72 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`trainyard jobs | head -1`): it has what it wanted.
+        Err(error) if closed_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `error` is a write to a pipe whose reader has gone.
+fn closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints to stdout like `print!`, but returns the write's error (a closed pipe above all)
+/// instead of panicking; use with `?`.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+            .and_then(|()| std::io::stdout().lock().flush())
+            .map_err(anyhow::Error::from)
+    }};
+}
+
+/// Prints a line to stdout like `println!`; see [`out!`].
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+            .and_then(|()| std::io::stdout().lock().flush())
+            .map_err(anyhow::Error::from)
+    }};
+}
+
+/// Parses `--endpoint`: a URL, or an address without a scheme (`http://` for loopback names
+/// and addresses, `https://` otherwise, as a deployed stack serves).
+fn parse_endpoint(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Err("the endpoint must not be empty".into());
+    }
+    if let Some((scheme, rest)) = value.split_once("://") {
+        if !matches!(scheme, "http" | "https") || rest.is_empty() {
+            return Err(format!(
+                "{value:?} is not an http:// or https:// URL such as http://127.0.0.1:8080"
+            ));
+        }
+        return Ok(value.trim_end_matches('/').to_owned());
+    }
+    let host = match value.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or(""),
+        None => value.split([':', '/']).next().unwrap_or(""),
+    };
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    let scheme = if loopback { "http" } else { "https" };
+    Ok(format!("{scheme}://{}", value.trim_end_matches('/')))
 }
 
 /// Parses `--listen`, accepting `localhost:PORT` as well as an IP address and port.
@@ -176,6 +238,28 @@ mod tests {
         for (input, expected) in cases {
             let got = parse_listen(input).ok().map(|a| a.to_string());
             assert_eq!(got.as_deref(), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn endpoints_without_a_scheme_get_http_for_loopback_and_https_elsewhere() {
+        let cases = [
+            ("http://127.0.0.1:8080", Ok("http://127.0.0.1:8080")),
+            ("http://127.0.0.1:8080/", Ok("http://127.0.0.1:8080")),
+            ("127.0.0.1:8080", Ok("http://127.0.0.1:8080")),
+            ("localhost:9000", Ok("http://localhost:9000")),
+            ("[::1]:8080", Ok("http://[::1]:8080")),
+            (
+                "abc.execute-api.us-east-1.amazonaws.com",
+                Ok("https://abc.execute-api.us-east-1.amazonaws.com"),
+            ),
+            ("ftp://example.com", Err(())),
+            ("http://", Err(())),
+            ("", Err(())),
+        ];
+        for (input, expected) in cases {
+            let got = parse_endpoint(input).map_err(|_| ());
+            assert_eq!(got.as_deref(), expected.as_deref(), "{input}");
         }
     }
 

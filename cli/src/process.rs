@@ -1,6 +1,8 @@
 //! What the long-running commands (`up`, `emulator`) share: logging to stderr, and stopping on
 //! Ctrl-C or SIGTERM.
 
+use std::io::IsTerminal as _;
+
 use anyhow::Context;
 use tokio::sync::watch;
 
@@ -12,7 +14,12 @@ pub(crate) fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: never in files or pipes, and not under NO_COLOR.
+        .with_ansi(
+            std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        );
     // A second initialisation can only fail in tests that run `up` twice in one process.
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -49,6 +49,18 @@ pub fn timestamp(epoch_ms: Option<i64>) -> String {
     )
 }
 
+/// A span of milliseconds for people: `42s`, `4m05s`, `3h07m`, `2d04h` (negative spans, from
+/// clocks that disagree, read `0s`).
+pub fn duration(ms: i64) -> String {
+    let secs = ms.max(0) / 1000;
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s if s < 86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        s => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
 /// Converts days since 1970-01-01 to a proleptic Gregorian (year, month, day), counting in
 /// 400-year eras of 146,097 days whose years start on March 1st (so leap days fall last).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -93,6 +105,23 @@ mod tests {
         ];
         for (name, ms, expected) in cases {
             assert_eq!(timestamp(ms), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn durations_read_in_the_two_largest_units() {
+        let cases = [
+            (0, "0s"),
+            (-5_000, "0s"),
+            (59_999, "59s"),
+            (60_000, "1m00s"),
+            (245_000, "4m05s"),
+            (3_600_000, "1h00m"),
+            (11_220_000, "3h07m"),
+            (187_200_000, "2d04h"),
+        ];
+        for (ms, expected) in cases {
+            assert_eq!(duration(ms), expected, "{ms} ms");
         }
     }
 

@@ -45,6 +45,9 @@ const BACKEND_EVENT_BUFFER: usize = 1024;
 /// The store file inside the data directory.
 pub const DB_FILE: &str = "trainyard.db";
 
+/// Locked by the running `up` (see [`lock_data_dir`]); holds its pid.
+pub const LOCK_FILE: &str = "trainyard.lock";
+
 /// Written once the demo setup exists, so that deleting the demo queues on purpose is not undone
 /// by the next start.
 pub const DEMO_MARKER: &str = "demo-setup.done";
@@ -153,12 +156,26 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     // Signal handlers first, so a stop signal that arrives right after the banner is not lost.
     let mut stop_signals = StopSignals::install()?;
 
+    // Listen first: a port that is taken stops `up` before anything is created on disk.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (is another trainyard running? --listen 127.0.0.1:0 picks a \
+                 free port)",
+                args.listen
+            )
+        })?;
+    let address = listener.local_addr().context("reading the bound address")?;
+
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
     let data_dir = args
         .data_dir
         .canonicalize()
         .unwrap_or_else(|_| args.data_dir.clone());
+    // Held until the process ends (the kernel drops it after `kill -9` too).
+    let _lock = lock_data_dir(&data_dir)?;
     let db_path = data_dir.join(DB_FILE);
     let store = SqliteStore::open(&db_path)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -182,17 +199,6 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
             "accepted jobs left SUBMITTED by the previous run"
         );
     }
-
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (is another trainyard running? --listen 127.0.0.1:0 picks a \
-                 free port)",
-                args.listen
-            )
-        })?;
-    let address = listener.local_addr().context("reading the bound address")?;
 
     let (stop, stopping) = watch::channel(false);
     let metrics = Arc::new(Metrics::new());
@@ -300,6 +306,44 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         data_dir.display()
     );
     Ok(())
+}
+
+/// Takes the data directory's lock, so that a second `up` on the same store (a second scheduling
+/// loop over one SQLite file) exits at once. The file names the holder's pid for the message.
+fn lock_data_dir(data_dir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let path = data_dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => String::new(),
+                pid => format!(" (pid {pid})"),
+            };
+            bail!(
+                "another trainyard up is using the data directory {}{holder}; stop it, or give \
+                 this one its own --data-dir",
+                data_dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(error)) => {
+            return Err(error).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(file)
 }
 
 /// Parses `--backoff-scale`: a finite number between 0 and 100.

@@ -124,7 +124,7 @@ fn the_cli_submits_lists_filters_describes_and_terminates() {
     server.wait_for_status(&research, "RUNNABLE");
     server.wait_for_status(&sweep, "RUNNABLE");
 
-    // Every queue, every status: both jobs, newest first, each naming its queue.
+    // Every queue, active jobs: both, newest first, each naming its queue.
     let all = server.cli_json(&["jobs"]);
     assert_eq!(ids(&all), vec![sweep.clone(), research.clone()]);
     assert_eq!(all[0]["jobQueue"], json!("sweeps"));
@@ -142,6 +142,12 @@ fn the_cli_submits_lists_filters_describes_and_terminates() {
     assert_eq!(ids(&succeeded), Vec::<String>::new());
 
     let queues = server.cli_json(&["queues"]);
+    for key in ["submitted", "runnable", "scheduled", "starting", "running"] {
+        assert!(
+            queues[0].get(key).is_some(),
+            "queues counts {key}: {queues:#}"
+        );
+    }
     let runnable_counts: Vec<u64> = queues
         .as_array()
         .expect("array")
@@ -178,7 +184,41 @@ fn the_cli_submits_lists_filters_describes_and_terminates() {
     assert_eq!(described["status"], json!("FAILED"));
     assert_eq!(described["statusReason"], json!("wrong dataset"));
     let failed = server.cli_json(&["jobs", "--status", "FAILED"]);
-    assert_eq!(ids(&failed), vec![research]);
+    assert_eq!(ids(&failed), vec![research.clone()]);
+
+    // Finished jobs only with --all; --limit keeps the newest; --name matches names.
+    assert_eq!(ids(&server.cli_json(&["jobs"])), vec![sweep.clone()]);
+    let everything = server.cli_json(&["jobs", "--all"]);
+    assert_eq!(ids(&everything), vec![sweep.clone(), research.clone()]);
+    let newest = server.cli_json(&["jobs", "--all", "--limit", "1"]);
+    assert_eq!(ids(&newest), vec![sweep.clone()]);
+    let named = server.cli_json(&["jobs", "--all", "--name", "bert*"]);
+    assert_eq!(ids(&named), vec![research.clone()]);
+    let table = server.cli(&["jobs", "--all"]);
+    let header = table.stdout.lines().next().unwrap_or_default();
+    for column in ["SHARE", "INSTANCES", "WAITED", "RAN"] {
+        assert!(header.contains(column), "{}", table.stdout);
+    }
+    assert!(table.stdout.contains("2 ml.g5.xlarge"), "{}", table.stdout);
+
+    // Describe by a name only one job has, with a row per attempt (none yet here).
+    let by_name = server.cli_json(&["describe", "lr-sweep-1"]);
+    assert_eq!(by_name["jobId"], json!(sweep));
+    let unknown = server.cli(&["describe", "no-such-name"]);
+    assert!(!unknown.success);
+    assert!(
+        unknown.stderr.contains("no job is named"),
+        "{}",
+        unknown.stderr
+    );
+    submit("research", "lr-sweep-1");
+    let ambiguous = server.cli(&["describe", "lr-sweep-1"]);
+    assert!(!ambiguous.success);
+    assert!(
+        ambiguous.stderr.contains("2 jobs are named") && ambiguous.stderr.contains(&sweep),
+        "{}",
+        ambiguous.stderr
+    );
 }
 
 #[test]
@@ -298,4 +338,95 @@ fn jobs_still_submitted_at_shutdown_are_accepted_when_the_server_starts_again() 
     // No ticks and no submit event: only the pass at start can accept it.
     let restarted = Server::start(&dir, &["--no-dispatch", "--interval-ms", "600000"]);
     restarted.wait_for_status(&job_id, "RUNNABLE");
+}
+
+/// Runs `trainyard up` to its exit (it must exit by itself, within the deadline).
+fn up_until_exit(args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(support::BIN)
+        .arg("up")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn trainyard up");
+    let deadline = std::time::Instant::now() + support::START_STOP_DEADLINE;
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("trainyard up {args:?} kept running; it should have refused to start");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn a_second_up_on_the_same_data_directory_refuses_to_start_and_names_the_first() {
+    let (_tmp, dir) = data_dir();
+    let first = Server::start(&dir, &["--no-dispatch"]);
+    let dir_arg = dir.to_str().expect("utf-8 path");
+
+    let second = up_until_exit(&["--listen", "127.0.0.1:0", "--data-dir", dir_arg]);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "the second up ran: {stderr}");
+    assert!(
+        stderr.contains("another trainyard up is using the data directory"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("(pid "),
+        "the message names the holder: {stderr}"
+    );
+    // The first one is untouched and still serves.
+    assert_eq!(
+        first.cli_json(&["queues"]).as_array().map(Vec::len),
+        Some(3)
+    );
+}
+
+#[test]
+fn a_port_in_use_stops_up_before_it_creates_anything() {
+    let (_tmp, dir) = data_dir();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let address = taken.local_addr().expect("address").to_string();
+
+    let run = up_until_exit(&[
+        "--listen",
+        &address,
+        "--data-dir",
+        dir.to_str().expect("utf-8 path"),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "up ran on a taken port: {stderr}");
+    assert!(stderr.contains("cannot listen on"), "{stderr}");
+    assert!(!dir.exists(), "the data directory was created: {stderr}");
+}
+
+/// A reader that stops early (`trainyard queues --output json | head -1`) is no error: the
+/// command exits quietly instead of panicking on the closed pipe.
+#[test]
+fn a_closed_stdout_pipe_ends_a_command_quietly() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &["--no-dispatch"]);
+    for args in [
+        &["queues", "--output", "json"][..],
+        &["queues"],
+        &["jobs", "--output", "json"],
+    ] {
+        let mut child = std::process::Command::new(support::BIN)
+            .args(args)
+            .args(["--endpoint", &server.url])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn trainyard");
+        // Closed before the command has its answer, so its first write meets no reader.
+        drop(child.stdout.take());
+        let run = child.wait_with_output().expect("output");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{args:?}: {} {stderr}", run.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }

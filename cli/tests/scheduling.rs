@@ -498,6 +498,21 @@ fn a_job_running_when_the_server_is_killed_runs_again_after_a_restart() {
     assert_eq!(attempts.len(), 2, "{job:#}");
     let lost = attempts[0]["statusReason"].as_str().unwrap_or_default();
     assert!(lost.starts_with("LOST - "), "{job:#}");
+
+    // `describe` shows one row per attempt, the lost one first.
+    let table = server.cli(&["describe", &id]).stdout;
+    let rows: Vec<&str> = table
+        .lines()
+        .skip_while(|l| *l != "Attempts:")
+        .skip(2)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(
+        rows[0].trim_start().starts_with("1 ") && rows[0].contains("LOST - "),
+        "{table}"
+    );
+    assert!(rows[1].trim_start().starts_with("2 "), "{table}");
 }
 
 /// `events --limit N` exits as soon as it has printed the Nth change, without waiting for
@@ -518,18 +533,10 @@ fn events_with_a_limit_exit_after_the_last_change_they_print() {
         ),
     );
     wait_for(&server, &id, "SUCCEEDED", status_is("SUCCEEDED"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = follower.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = follower.kill();
-            let _ = follower.wait();
-            panic!("events --limit 6 still running 10 s after the job's sixth change");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_within(
+        &mut follower,
+        "events --limit 6, after the job's sixth change",
+    );
     assert!(status.success(), "{status}");
     let mut out = String::new();
     std::io::Read::read_to_string(&mut follower.stdout.take().expect("stdout"), &mut out)
@@ -539,4 +546,71 @@ fn events_with_a_limit_exit_after_the_last_change_they_print() {
         out.lines().last().is_some_and(|l| l.ends_with("SUCCEEDED")),
         "{out}"
     );
+}
+
+/// `events` on a server that stops: it says the stream ended and exits non-zero, rather than
+/// returning as if it had followed everything.
+#[test]
+fn events_report_a_server_that_goes_away_and_exit_non_zero() {
+    let (_tmp, dir) = data_dir();
+    let mut server = Server::start(&dir, &[]);
+    let (mut follower, mut stderr) = follow(&server, &[]);
+    assert!(server.terminate().success());
+
+    let status = exit_within(&mut follower, "events, after the server stopped");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut said).expect("stderr");
+    assert!(!status.success(), "events exited {status}: {said}");
+    assert!(
+        said.contains("event stream") && said.contains("ended"),
+        "{said}"
+    );
+}
+
+/// Waits up to 10 s for `child` to exit by itself; `what` names it in the failure.
+fn exit_within(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running 10 s later");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `events --job ID` prints that job's changes only, though another job changes beside it.
+#[test]
+fn events_for_one_job_print_only_its_changes() {
+    let (_tmp, dir) = data_dir();
+    // Both jobs stay SUBMITTED long enough for the follower to connect before either moves.
+    let server = Server::start(&dir, &["--settle-ms", "1500"]);
+    let quick = json!({"emulator_duration_s": "0.2"});
+    let mine = submit(
+        &server,
+        &job("research", "mine", 1, quick.clone(), json!({})),
+    );
+    let other = submit(&server, &job("research", "other", 1, quick, json!({})));
+    let (mut follower, _stderr) = follow(&server, &["--job", &mine, "--limit", "5"]);
+
+    let status = exit_within(&mut follower, "events --job --limit 5");
+    assert!(status.success(), "{status}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut follower.stdout.take().expect("stdout"), &mut out)
+        .expect("stdout");
+    let statuses: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"],
+        "{out}"
+    );
+    assert!(out.lines().all(|l| l.contains(&mine)), "{out}");
+    assert!(!out.contains(&other), "{out}");
 }

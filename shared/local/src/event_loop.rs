@@ -403,7 +403,15 @@ async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, change
         .as_ref()
         .filter(|due| **due != DueReport::default())
     {
-        tracing::info!(?due, "due work");
+        tracing::info!(
+            relaunched = due.relaunched,
+            stops_requested = due.stops_requested,
+            reconciled = due.reconciled,
+            lost = due.lost,
+            describe_failures = due.describe_failures,
+            out_of_time = due.out_of_time,
+            "due work"
+        );
     }
     for cycle in &report.cycles {
         if cycle.dispatched > 0
@@ -411,7 +419,19 @@ async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, change
             || cycle.rejected > 0
             || cycle.over_limit > 0
         {
-            tracing::info!(report = ?cycle, "scheduling cycle");
+            tracing::info!(
+                dispatched = cycle.dispatched,
+                launched = cycle.launched,
+                conflicts = cycle.conflicts,
+                over_limit = cycle.over_limit,
+                capacity_errors = cycle.capacity_errors,
+                launch_deferred = cycle.launch_deferred,
+                rejected = cycle.rejected,
+                reasons_updated = cycle.reasons_updated,
+                preemptions = cycle.preemptions,
+                fenced = cycle.fenced,
+                "scheduling cycle"
+            );
         }
     }
     for failed in &report.errors {
