@@ -200,14 +200,28 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         );
     }
 
+    // The emulated SageMaker: its model, and (below) the driver that turns time into state
+    // changes.
+    let shared = SharedEmulator::with_wall_clock(Emulator::new(
+        args.emulator.config(&arns.region, &arns.account),
+    ));
+
     let (stop, stopping) = watch::channel(false);
     let metrics = Arc::new(Metrics::new());
-    let app = trainyard_api::router(service.clone()).merge(crate::routes::routes(
-        service.clone(),
-        metrics.clone(),
-        events.clone(),
-        stopping.clone(),
-    ));
+    let app = trainyard_api::router(service.clone())
+        .merge(crate::routes::routes(
+            service.clone(),
+            metrics.clone(),
+            events.clone(),
+            stopping.clone(),
+        ))
+        // SageMaker's own API (awsJson1_1: `POST /` with `X-Amz-Target: SageMaker.*`) for the
+        // training jobs the loop runs, so that `describe-training-job` and `Estimator.attach`
+        // find them. Batch's operations are all under `/v1/`, so the two cannot collide.
+        .route_service(
+            "/",
+            trainyard_emulator::http::router(shared.clone()).into_service::<axum::body::Body>(),
+        );
     let mut server = tokio::spawn({
         let stopping = stopping.clone();
         async move {
@@ -221,10 +235,6 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         ..LoopConfig::new(Duration::from_millis(args.interval_ms))
     };
 
-    // The emulated SageMaker: its model, and the driver that turns time into state changes.
-    let shared = SharedEmulator::with_wall_clock(Emulator::new(
-        args.emulator.config(&arns.region, &arns.account),
-    ));
     let (backend_events, backend_feed) = mpsc::channel(BACKEND_EVENT_BUFFER);
     let driver_task = tokio::spawn(driver::run(
         shared.clone(),
@@ -362,7 +372,8 @@ fn print_banner(address: SocketAddr, db_path: &Path, arns: &ArnContext, created_
          Listening on {url}\n\
          Store:       {db}\n\
          ARNs in:     {partition} {region}, account {account}\n\
-         SageMaker:   emulated in process (training jobs never leave this machine)\n\
+         SageMaker:   emulated in process (training jobs never leave this machine); its API\n\
+         \x20            is served at {url} too (describe-training-job, Estimator.attach)\n\
          Metrics:     {url}/metrics   Events: trainyard events --follow\n",
         db = db_path.display(),
         partition = arns.partition,
@@ -382,6 +393,7 @@ fn print_banner(address: SocketAddr, db_path: &Path, arns: &ArnContext, created_
          \x20 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION={region}\n\
          \x20 aws batch describe-job-queues --endpoint-url {url}\n\
          \x20 export AWS_ENDPOINT_URL_BATCH={url}   # boto3 and the SageMaker Python SDK\n\
+         \x20 export AWS_ENDPOINT_URL_SAGEMAKER={url}   # their SageMaker calls\n\
          \x20 export TRAINYARD_ENDPOINT={url}       # trainyard submit / jobs / queues\n\
          \n\
          Stop with Ctrl-C.\n",

@@ -614,3 +614,43 @@ fn events_for_one_job_print_only_its_changes() {
     assert!(out.lines().all(|l| l.contains(&mine)), "{out}");
     assert!(!out.contains(&other), "{out}");
 }
+
+/// `up` serves SageMaker's own API (awsJson1_1 on `/`) for the training jobs its loop ran, so
+/// SageMaker clients pointed at it (`AWS_ENDPOINT_URL_SAGEMAKER`) can describe them.
+#[test]
+fn the_training_job_of_an_attempt_is_described_by_sagemakers_api_on_the_same_port() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+    let id = submit(
+        &server,
+        &job(
+            "research",
+            "described",
+            1,
+            json!({"emulator_duration_s": "0.2"}),
+            json!({}),
+        ),
+    );
+    let done = wait_for(&server, &id, "SUCCEEDED", status_is("SUCCEEDED"));
+    let arn = done["latestAttempt"]["serviceResourceId"]["value"]
+        .as_str()
+        .expect("the attempt's training job ARN");
+    let name = arn.rsplit('/').next().expect("a name after the last /");
+
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut response = agent
+        .post(&format!("{}/", server.url))
+        .header("X-Amz-Target", "SageMaker.DescribeTrainingJob")
+        .header("Content-Type", "application/x-amz-json-1.1")
+        .send(json!({ "TrainingJobName": name }).to_string())
+        .expect("DescribeTrainingJob");
+    let status = response.status().as_u16();
+    let body: Value = serde_json::from_str(&response.body_mut().read_to_string().expect("body"))
+        .expect("a JSON body");
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["TrainingJobArn"], json!(arn), "{body:#}");
+    assert_eq!(body["TrainingJobStatus"], json!("Completed"), "{body:#}");
+}
