@@ -2,8 +2,12 @@
 //! operation is `POST /v1/<operation>` with a JSON body).
 //!
 //! Errors are shaped for people: an API error carries Batch's own message, and a connection
-//! error says how to start a server. Local mode does not check signatures, so requests are sent
-//! unsigned.
+//! error says how to start a server.
+//!
+//! Requests are signed with SigV4 for `execute-api` (what a deployed stack's API Gateway checks)
+//! whenever credentials are found ([`Signer`]); without any they go unsigned to a loopback
+//! endpoint (local mode without `--credentials` reads no signature) and are not sent at all to
+//! any other.
 
 use std::fmt;
 use std::time::Duration;
@@ -62,10 +66,95 @@ impl fmt::Display for ClientError {
 
 impl std::error::Error for ClientError {}
 
+/// Signs requests for one endpoint with the caller's keys.
+pub struct Signer {
+    keys: crate::sigv4::Keys,
+    region: String,
+}
+
+impl Signer {
+    /// The signer for `endpoint`: `Ok(None)` means send unsigned (no credentials, loopback);
+    /// an error, that nothing should be sent.
+    pub fn for_endpoint(endpoint: &str) -> Result<Option<Signer>, String> {
+        let keys = crate::sigv4::Keys::from_environment().map_err(|e| format!("{e:#}"))?;
+        let Some(keys) = keys else {
+            if is_loopback(endpoint) {
+                return Ok(None);
+            }
+            return Err(format!(
+                "no AWS credentials to sign requests to {endpoint} with (a deployed stack checks \
+                 SigV4 signatures): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+                 AWS_PROFILE for a profile in ~/.aws/credentials; for SSO or a role, run \
+                 `eval \"$(aws configure export-credentials --format env)\"` first"
+            ));
+        };
+        Ok(Some(Signer {
+            keys,
+            region: region_for(endpoint),
+        }))
+    }
+
+    /// The headers that sign `method url` with `headers` and `body`.
+    pub fn headers(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Vec<(String, String)>, String> {
+        let request = crate::sigv4::Outgoing {
+            method,
+            url,
+            headers,
+            body,
+        };
+        crate::sigv4::sign_request(
+            &self.keys,
+            &self.region,
+            crate::sigv4::EXECUTE_API,
+            &request,
+            std::time::SystemTime::now(),
+        )
+        .map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// Whether `endpoint`'s host is this machine.
+fn is_loopback(endpoint: &str) -> bool {
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest)
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let host = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or(""),
+        None => host.split(':').next().unwrap_or(""),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The region to sign for: `AWS_REGION`, `AWS_DEFAULT_REGION`, the region in an API Gateway
+/// host name (`….execute-api.eu-west-1.amazonaws.com`), else `us-east-1`.
+fn region_for(endpoint: &str) -> String {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    var("AWS_REGION")
+        .or_else(|| var("AWS_DEFAULT_REGION"))
+        .or_else(|| {
+            let after = endpoint.split(".execute-api.").nth(1)?;
+            after.split('.').next().map(str::to_owned)
+        })
+        .unwrap_or_else(|| "us-east-1".into())
+}
+
 /// A client for one endpoint.
 pub struct Client {
     agent: ureq::Agent,
     endpoint: String,
+    signer: Result<Option<Signer>, String>,
 }
 
 impl Client {
@@ -77,20 +166,31 @@ impl Client {
             .timeout_global(Some(CALL_TIMEOUT))
             .build()
             .new_agent();
+        let endpoint = endpoint.trim_end_matches('/').to_owned();
         Self {
             agent,
-            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            signer: Signer::for_endpoint(&endpoint),
+            endpoint,
         }
     }
 
     /// Calls `operation` (for example `submitservicejob`) with a JSON body.
     pub fn call(&self, operation: &str, body: &Value) -> Result<Value, ClientError> {
         let url = format!("{}/v1/{operation}", self.endpoint);
-        let response = self
-            .agent
-            .post(&url)
-            .header("content-type", "application/json")
-            .send_json(body);
+        let body = body.to_string().into_bytes();
+        let content_type = ("content-type", "application/json");
+        let signature = match &self.signer {
+            Ok(Some(signer)) => signer
+                .headers("POST", &url, &[content_type], &body)
+                .map_err(ClientError::Protocol)?,
+            Ok(None) => Vec::new(),
+            Err(why) => return Err(ClientError::Protocol(why.clone())),
+        };
+        let mut request = self.agent.post(&url).header(content_type.0, content_type.1);
+        for (name, value) in &signature {
+            request = request.header(name, value);
+        }
+        let response = request.send(&body[..]);
         let mut response = match response {
             Ok(response) => response,
             Err(error) => return Err(self.transport_error(&error)),

@@ -64,7 +64,20 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
         .http_status_as_error(false)
         .build()
         .new_agent();
-    let response = agent.get(&url).call().map_err(|error| {
+    let mut request = agent.get(&url);
+    match crate::client::Signer::for_endpoint(endpoint) {
+        Ok(Some(signer)) => {
+            for (name, value) in signer
+                .headers("GET", &url, &[], b"")
+                .map_err(anyhow::Error::msg)?
+            {
+                request = request.header(name, value);
+            }
+        }
+        Ok(None) => {}
+        Err(why) => bail!("{why}"),
+    }
+    let response = request.call().map_err(|error| {
         anyhow::anyhow!(
             "cannot reach {endpoint} ({error}); start a server with `trainyard up` or set \
              TRAINYARD_ENDPOINT"

@@ -28,6 +28,7 @@ mod events;
 mod payload;
 mod process;
 mod routes;
+mod sigv4;
 mod simulate;
 mod table;
 mod up;

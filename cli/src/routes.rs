@@ -24,6 +24,65 @@ use trainyard_domain::job::JobStatus;
 use trainyard_local::event_loop::LocalEvents;
 use trainyard_local::metrics::{self, Metrics};
 
+/// What `up --credentials` checks every request against (except `GET /metrics`, which
+/// scrapers cannot sign).
+pub struct SignatureCheck {
+    /// The access keys accepted, by profile name.
+    pub keys: std::collections::BTreeMap<String, crate::sigv4::Keys>,
+    /// The region requests must be signed for (`up --region`).
+    pub region: String,
+}
+
+/// The most a signed request's body may hold (Batch's largest request, a submit with a 10 KiB
+/// payload and tags, is far smaller).
+const SIGNED_BODY_LIMIT: usize = 1 << 20;
+
+/// Middleware: a request passes only with a valid SigV4 signature by one of the keys; any other
+/// gets HTTP 403 with the error type Batch clients know (`x-amzn-ErrorType`, `__type`).
+pub async fn require_signature(
+    State(check): State<Arc<SignatureCheck>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.uri().path() == "/metrics" {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, SIGNED_BODY_LIMIT).await else {
+        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    };
+    let headers: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    let received = crate::sigv4::Received {
+        method: parts.method.as_str(),
+        path_and_query: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+        headers: &headers,
+        body: &body,
+    };
+    let now = std::time::SystemTime::now();
+    match crate::sigv4::verify(&received, &check.keys, &check.region, now) {
+        Ok(access_key_id) => {
+            tracing::debug!(%access_key_id, "signature verified");
+            next.run(axum::extract::Request::from_parts(parts, Body::from(body)))
+                .await
+        }
+        Err(refusal) => {
+            tracing::info!(kind = refusal.kind, message = %refusal.message, "request refused");
+            (
+                StatusCode::FORBIDDEN,
+                [("x-amzn-ErrorType", refusal.kind)],
+                axum::Json(json!({"__type": refusal.kind, "message": refusal.message})),
+            )
+                .into_response()
+        }
+    }
+}
+
 /// The path of the event stream.
 pub const EVENTS_PATH: &str = "/trainyard/events";
 

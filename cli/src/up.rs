@@ -100,6 +100,11 @@ pub struct UpArgs {
     /// of jitter); below 1 makes demos and tests of retries quick.
     #[arg(long, default_value_t = 1.0, value_parser = parse_backoff_scale)]
     backoff_scale: f64,
+    /// Check every request's SigV4 signature against the access keys in this file (the AWS
+    /// shared credentials format: one `[name]` section per caller with `aws_access_key_id` and
+    /// `aws_secret_access_key`). Without it, signatures are not read.
+    #[arg(long, value_name = "FILE")]
+    credentials: Option<PathBuf>,
     #[command(flatten)]
     emulator: EmulatorOptions,
     /// Log line format (the level comes from RUST_LOG, default `info`).
@@ -155,6 +160,23 @@ fn arn_context(region: &str, account: &str) -> anyhow::Result<ArnContext> {
 async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     // Signal handlers first, so a stop signal that arrives right after the banner is not lost.
     let mut stop_signals = StopSignals::install()?;
+
+    let signatures = match &args.credentials {
+        Some(path) => {
+            let keys = crate::sigv4::read_credentials_file(path)?;
+            if keys.is_empty() {
+                bail!(
+                    "{} has no [profile] with both aws_access_key_id and aws_secret_access_key",
+                    path.display()
+                );
+            }
+            Some(Arc::new(crate::routes::SignatureCheck {
+                keys,
+                region: arns.region.clone(),
+            }))
+        }
+        None => None,
+    };
 
     // Listen first: a port that is taken stops `up` before anything is created on disk.
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -222,6 +244,14 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
             "/",
             trainyard_emulator::http::router(shared.clone()).into_service::<axum::body::Body>(),
         );
+    let checked_by = signatures.as_ref().map(|check| check.keys.len());
+    let app = match signatures {
+        Some(check) => app.layer(axum::middleware::from_fn_with_state(
+            check,
+            crate::routes::require_signature,
+        )),
+        None => app,
+    };
     let mut server = tokio::spawn({
         let stopping = stopping.clone();
         async move {
@@ -281,7 +311,7 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         ))
     };
     tracing::info!(%address, db = %db_path.display(), "trainyard up");
-    print_banner(address, &db_path, &arns, created);
+    print_banner(address, &db_path, &arns, created, checked_by);
 
     let outcome = tokio::select! {
         signal = stop_signals.next() => Ok(signal),
@@ -364,7 +394,13 @@ fn parse_backoff_scale(value: &str) -> Result<f64, String> {
     }
 }
 
-fn print_banner(address: SocketAddr, db_path: &Path, arns: &ArnContext, created_demo: bool) {
+fn print_banner(
+    address: SocketAddr,
+    db_path: &Path,
+    arns: &ArnContext,
+    created_demo: bool,
+    signature_keys: Option<usize>,
+) {
     let url = format!("http://{address}");
     let mut text = format!(
         "Trainyard is running in local mode.\n\
@@ -386,18 +422,31 @@ fn print_banner(address: SocketAddr, db_path: &Path, arns: &ArnContext, created_
              production (900) > research (500) > sweeps (100)\n",
         );
     }
+    let credentials = match signature_keys {
+        Some(n) => format!(
+            "Signatures:  checked; {n} access key(s) from --credentials may call\n\
+             \n\
+             Point clients at it, signing with one of those keys:\n\
+             \x20 export AWS_ACCESS_KEY_ID=… AWS_SECRET_ACCESS_KEY=… AWS_DEFAULT_REGION={region}\n",
+            region = arns.region
+        ),
+        None => format!(
+            "\n\
+             Point clients at it (local mode does not check request signatures, but clients sign,\n\
+             so they need some credentials):\n\
+             \x20 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION={region}\n",
+            region = arns.region
+        ),
+    };
+    text.push_str(&credentials);
     text.push_str(&format!(
-        "\n\
-         Point clients at it (local mode does not check request signatures, but clients sign,\n\
-         so they need some credentials):\n\
-         \x20 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION={region}\n\
+        "\
          \x20 aws batch describe-job-queues --endpoint-url {url}\n\
          \x20 export AWS_ENDPOINT_URL_BATCH={url}   # boto3 and the SageMaker Python SDK\n\
          \x20 export AWS_ENDPOINT_URL_SAGEMAKER={url}   # their SageMaker calls\n\
          \x20 export TRAINYARD_ENDPOINT={url}       # trainyard submit / jobs / queues\n\
          \n\
-         Stop with Ctrl-C.\n",
-        region = arns.region,
+         Stop with Ctrl-C.\n"
     ));
     print!("{text}");
     // Scripts and tests wait for the address; do not leave it in a buffer.

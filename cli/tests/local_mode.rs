@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Server, cli_at, submit_request};
+use support::{Server, cli_as, cli_at, submit_request};
 use trainyard_app::ports::JobStore;
 
 fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -429,4 +429,92 @@ fn a_closed_stdout_pipe_ends_a_command_quietly() {
         assert!(run.status.success(), "{args:?}: {} {stderr}", run.status);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
+}
+
+/// `up --credentials FILE` serves only requests signed (SigV4) by a key in the file; the CLI
+/// signs with the caller's keys. A wrong secret, no signature, or no keys at all are refused
+/// with the error types Batch clients know; `/metrics` stays open for scrapers.
+#[test]
+fn with_credentials_up_serves_only_requests_signed_by_its_keys() {
+    let (tmp, dir) = data_dir();
+    let keys = tmp.path().join("keys");
+    std::fs::write(
+        &keys,
+        "[alice]\naws_access_key_id = AKIDALICE\naws_secret_access_key = alice-secret\n",
+    )
+    .expect("write the keys file");
+    let mut server = Server::start(
+        &dir,
+        &[
+            "--no-dispatch",
+            "--credentials",
+            keys.to_str().expect("utf-8"),
+        ],
+    );
+    server.wait_for_line("Signatures:  checked; 1 access key(s)");
+    let home = tmp.path();
+    let alice = Some(("AKIDALICE", "alice-secret"));
+
+    let queues = cli_as(&server.url, &["queues"], alice, home);
+    assert!(queues.success, "{}", queues.stderr);
+    assert!(queues.stdout.contains("research"), "{}", queues.stdout);
+    let submitted = cli_as(
+        &server.url,
+        &[
+            "submit",
+            "--queue",
+            "research",
+            "--instance-type",
+            "ml.m5.large",
+        ],
+        alice,
+        home,
+    );
+    assert!(submitted.success, "{}", submitted.stderr);
+    let followed = cli_as(&server.url, &["events", "--limit", "0"], alice, home);
+    assert!(followed.success, "{}", followed.stderr);
+
+    let cases = [
+        (
+            Some(("AKIDALICE", "not-her-secret")),
+            "InvalidSignatureException",
+        ),
+        (
+            Some(("AKIDMALLORY", "whatever")),
+            "UnrecognizedClientException",
+        ),
+        (None, "MissingAuthenticationTokenException"),
+    ];
+    for (keys, kind) in cases {
+        let refused = cli_as(&server.url, &["queues"], keys, home);
+        assert!(!refused.success, "{keys:?} got in: {}", refused.stdout);
+        assert!(
+            refused.stderr.contains(kind),
+            "{keys:?}: {}",
+            refused.stderr
+        );
+    }
+    let refused = cli_as(&server.url, &["events", "--limit", "0"], None, home);
+    assert!(!refused.success, "an unsigned follower got in");
+
+    let metrics = ureq::get(&format!("{}/metrics", server.url))
+        .call()
+        .expect("GET /metrics unsigned");
+    assert_eq!(metrics.status().as_u16(), 200);
+}
+
+/// Without credentials the CLI sends nothing to an endpoint that is not this machine: a
+/// deployed stack would refuse it, and the message says where keys come from.
+#[test]
+fn without_credentials_the_cli_does_not_call_a_remote_endpoint() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = cli_as(
+        "https://abcdef1234.execute-api.eu-west-1.amazonaws.com",
+        &["queues"],
+        None,
+        tmp.path(),
+    );
+    assert!(!run.success);
+    assert!(run.stderr.contains("no AWS credentials"), "{}", run.stderr);
+    assert!(run.stderr.contains("AWS_ACCESS_KEY_ID"), "{}", run.stderr);
 }

@@ -1,8 +1,9 @@
 """Request signing for a deployed stack: clients/trainyard_sigv4.py makes Batch clients sign for
 API Gateway (`execute-api`) instead of `batch`, and the calls still work.
 
-Local mode does not verify signatures, so these tests read the Authorization header each client
-sends (its SigV4 credential scope names the service) and check the call succeeds."""
+The suite's server checks no signature, so these tests read the Authorization header each client
+sends (its SigV4 credential scope names the service) and check the call succeeds;
+test_signature_checks.py runs one that does (`trainyard up --credentials`)."""
 
 import os
 import pathlib

@@ -218,9 +218,40 @@ pub struct CliRun {
 
 /// Runs `trainyard <args>` with `TRAINYARD_ENDPOINT=url`.
 pub fn cli_at(url: &str, args: &[&str]) -> CliRun {
-    let output = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command.args(args).env("TRAINYARD_ENDPOINT", url);
+    finish(command)
+}
+
+/// Runs `trainyard <args>` against `url` as a caller whose only credentials are `keys` (access
+/// key id, secret), or none: no other AWS variable, and `home` (with no `.aws`) as HOME.
+pub fn cli_as(url: &str, args: &[&str], keys: Option<(&str, &str)>, home: &Path) -> CliRun {
+    let mut command = Command::new(BIN);
+    command
         .args(args)
         .env("TRAINYARD_ENDPOINT", url)
+        .env("HOME", home);
+    for name in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+    ] {
+        command.env_remove(name);
+    }
+    if let Some((id, secret)) = keys {
+        command
+            .env("AWS_ACCESS_KEY_ID", id)
+            .env("AWS_SECRET_ACCESS_KEY", secret);
+    }
+    finish(command)
+}
+
+fn finish(mut command: Command) -> CliRun {
+    let output = command
         .stdin(Stdio::null())
         .output()
         .expect("run trainyard");
