@@ -98,6 +98,12 @@ pub struct JobsArgs {
     /// At most this many jobs, the newest.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
+    /// List again every `--interval-s` seconds until Ctrl-C (on a terminal, in place).
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between listings with `--watch`.
+    #[arg(long, default_value_t = 2, requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+    pub interval_s: u64,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -215,9 +221,31 @@ fn read_payload(path: &PathBuf) -> anyhow::Result<String> {
 /// `trainyard jobs`.
 pub fn jobs(args: &JobsArgs) -> anyhow::Result<()> {
     let client = Client::new(&args.client.endpoint);
+    if !args.watch {
+        return crate::out!("{}", jobs_listing(args, &client)?);
+    }
+    let in_place = table::colour_stdout();
+    loop {
+        let listing = jobs_listing(args, &client)?;
+        if in_place {
+            // Home the cursor and clear the screen, as `watch` does.
+            crate::out!(
+                "\x1b[H\x1b[2J{} UTC, every {} s (Ctrl-C to stop)\n\n{listing}",
+                table::timestamp(Some(now_ms())),
+                args.interval_s
+            )?;
+        } else {
+            crate::out!("{listing}\n")?;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(args.interval_s));
+    }
+}
+
+/// One listing for `trainyard jobs`, as printed.
+fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
     let queues = match &args.queue {
         Some(queue) => vec![queue.clone()],
-        None => queue_names(&client)?,
+        None => queue_names(client)?,
     };
     let statuses: Vec<JobStatus> = match (args.status, args.all) {
         (Some(status), _) => vec![status],
@@ -256,37 +284,79 @@ pub fn jobs(args: &JobsArgs) -> anyhow::Result<()> {
     if let Some(limit) = args.limit {
         jobs.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     }
-    match args.client.output {
-        Output::Json => print_json(&Value::Array(jobs))?,
+    Ok(match args.client.output {
+        Output::Json => json_text(&Value::Array(jobs)) + "\n",
         Output::Table => {
             let now = now_ms();
-            let rows: Vec<Vec<String>> = jobs.iter().map(|job| job_row(job, now)).collect();
-            crate::out!(
-                "{}",
-                table::render(
-                    &[
-                        "JOB ID",
-                        "NAME",
-                        "QUEUE",
-                        "STATUS",
-                        "SHARE",
-                        "INSTANCES",
-                        "WAITED",
-                        "RAN",
-                        "CREATED (UTC)",
-                        "REASON"
-                    ],
-                    &rows
-                )
-            )?;
+            let colour = table::colour_stdout();
+            let positions = queue_positions(client, &jobs)?;
+            let rows: Vec<Vec<String>> = jobs
+                .iter()
+                .map(|job| {
+                    let mut row = job_row(job, now, colour);
+                    let position = positions.get(&text(job, "jobArn"));
+                    let waiting = text(job, "status") == JobStatus::Runnable.as_str();
+                    row.insert(
+                        4,
+                        match position {
+                            Some(n) => n.to_string(),
+                            None if waiting => format!(">{}", FRONT_OF_QUEUE),
+                            None => "-".into(),
+                        },
+                    );
+                    row
+                })
+                .collect();
+            table::render(
+                &[
+                    "JOB ID",
+                    "NAME",
+                    "QUEUE",
+                    "STATUS",
+                    "POSITION",
+                    "SHARE",
+                    "INSTANCES",
+                    "WAITED",
+                    "RAN",
+                    "CREATED (UTC)",
+                    "REASON",
+                ],
+                &rows,
+            )
         }
-    }
-    Ok(())
+    })
 }
 
-/// One `jobs` row. WAITED runs from submit to start (to now while the job waits); RAN from
+/// How many waiting jobs `GetJobQueueSnapshot` ranks per queue (its `frontOfQueue`).
+const FRONT_OF_QUEUE: usize = 100;
+
+/// The 1-based place of each RUNNABLE job among `jobs` in its queue's dispatch order, from one
+/// `GetJobQueueSnapshot` per queue that has any (its front: the first hundred).
+fn queue_positions(
+    client: &Client,
+    jobs: &[Value],
+) -> Result<std::collections::HashMap<String, usize>, ClientError> {
+    let mut queues: Vec<String> = jobs
+        .iter()
+        .filter(|job| text(job, "status") == JobStatus::Runnable.as_str())
+        .map(|job| text(job, "jobQueue"))
+        .collect();
+    queues.sort();
+    queues.dedup();
+    let mut positions = std::collections::HashMap::new();
+    for queue in queues {
+        let snapshot = client.call("getjobqueuesnapshot", &json!({ "jobQueue": queue }))?;
+        let front = snapshot["frontOfQueue"]["jobs"].as_array();
+        for (n, job) in front.into_iter().flatten().enumerate() {
+            positions.insert(text(job, "jobArn"), n + 1);
+        }
+    }
+    Ok(positions)
+}
+
+/// One `jobs` row (without its POSITION). WAITED runs from submit to start (to now while the job waits); RAN from
 /// start to stop (to now while it runs).
-fn job_row(job: &Value, now_ms: i64) -> Vec<String> {
+fn job_row(job: &Value, now_ms: i64, colour: bool) -> Vec<String> {
     let at = |key: &str| job.get(key).and_then(Value::as_i64);
     let created = at("createdAt");
     let started = at("startedAt");
@@ -311,7 +381,7 @@ fn job_row(job: &Value, now_ms: i64) -> Vec<String> {
         text(job, "jobId"),
         text(job, "jobName"),
         text(job, "jobQueue"),
-        text(job, "status"),
+        table::status(&text(job, "status"), colour),
         share,
         instances(job),
         waited,
@@ -597,6 +667,185 @@ pub fn queues(args: &ClientArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `trainyard environments`: each service environment's capacity limits against the instances
+/// its queues' jobs hold, then each quota share's limit, use and sharing rule.
+///
+/// Use comes from `GetJobQueueSnapshot` (each queue's `totalCapacityUsage`), charged to the
+/// queue's first environment: exact for queues that feed one environment, as most do.
+pub fn environments_command(args: &ClientArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args.endpoint);
+    let described = client.call_all(
+        "describeserviceenvironments",
+        &json!({ "maxResults": PAGE_SIZE }),
+        "serviceEnvironments",
+    )?;
+    let mut queues = client.call_all(
+        "describejobqueues",
+        &json!({ "maxResults": PAGE_SIZE }),
+        "jobQueues",
+    )?;
+    sort_by_priority(&mut queues);
+    let mut in_use: std::collections::BTreeMap<String, f64> = Default::default();
+    let mut fed_by: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut shares = Vec::new();
+    for queue in &queues {
+        let name = text(queue, "jobQueueName");
+        let snapshot = client.call("getjobqueuesnapshot", &json!({ "jobQueue": name }))?;
+        let utilization = &snapshot["queueUtilization"];
+        if let Some(first) = environments(queue)
+            .split(',')
+            .next()
+            .filter(|e| !e.is_empty())
+        {
+            *in_use.entry(first.to_owned()).or_default() +=
+                quantity(&utilization["totalCapacityUsage"]);
+            fed_by
+                .entry(first.to_owned())
+                .or_default()
+                .push(name.clone());
+        }
+        let Some(used) = utilization["quotaShareUtilization"]["topCapacityUtilization"].as_array()
+        else {
+            continue;
+        };
+        let listed = client.call_all(
+            "listquotashares",
+            &json!({ "jobQueue": name, "maxResults": PAGE_SIZE }),
+            "quotaShares",
+        )?;
+        for share in listed {
+            let share_name = text(&share, "quotaShareName");
+            let use_of = used
+                .iter()
+                .find(|u| text(u, "quotaShareName") == share_name)
+                .map_or(0.0, |u| quantity(&u["capacityUsage"]));
+            let sharing = &share["resourceSharingConfiguration"];
+            shares.push(json!({
+                "quotaShareName": share_name,
+                "jobQueue": name,
+                "state": text(&share, "state"),
+                "capacityLimits": share["capacityLimits"],
+                "inUse": use_of,
+                "strategy": text(sharing, "strategy"),
+                "borrowLimit": sharing.get("borrowLimit").cloned().unwrap_or(Value::Null),
+            }));
+        }
+    }
+    let rows: Vec<Value> = described
+        .iter()
+        .map(|env| {
+            let name = text(env, "serviceEnvironmentName");
+            json!({
+                "serviceEnvironmentName": name,
+                "state": text(env, "state"),
+                "status": text(env, "status"),
+                "capacityLimits": env["capacityLimits"],
+                "inUse": in_use.get(&name).copied().unwrap_or(0.0),
+                "jobQueues": fed_by.get(&name).cloned().unwrap_or_default(),
+            })
+        })
+        .collect();
+    match args.output {
+        Output::Json => print_json(&json!({ "serviceEnvironments": rows, "quotaShares": shares })),
+        Output::Table => {
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    let queues: Vec<String> = r["jobQueues"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|q| q.as_str().map(str::to_owned))
+                        .collect();
+                    vec![
+                        text(r, "serviceEnvironmentName"),
+                        text(r, "state"),
+                        text(r, "status"),
+                        limits(&r["capacityLimits"]),
+                        count_of(&r["inUse"]),
+                        if queues.is_empty() {
+                            "-".into()
+                        } else {
+                            queues.join(",")
+                        },
+                    ]
+                })
+                .collect();
+            let header = [
+                "ENVIRONMENT",
+                "STATE",
+                "STATUS",
+                "LIMIT",
+                "IN USE",
+                "QUEUES",
+            ];
+            crate::out!("{}", table::render(&header, &cells))?;
+            if !shares.is_empty() {
+                let cells: Vec<Vec<String>> = shares
+                    .iter()
+                    .map(|s| {
+                        let borrow = match s["borrowLimit"].as_i64() {
+                            Some(-1) | None => String::new(),
+                            Some(limit) => format!(", borrow ≤ {limit}%"),
+                        };
+                        vec![
+                            text(s, "quotaShareName"),
+                            text(s, "jobQueue"),
+                            text(s, "state"),
+                            limits(&s["capacityLimits"]),
+                            count_of(&s["inUse"]),
+                            format!("{}{borrow}", text(s, "strategy")),
+                        ]
+                    })
+                    .collect();
+                let header = [
+                    "QUOTA SHARE",
+                    "QUEUE",
+                    "STATE",
+                    "LIMIT",
+                    "IN USE",
+                    "SHARING",
+                ];
+                crate::outln!()?;
+                crate::out!("{}", table::render(&header, &cells))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A number of instances as people write it (`3`, not `3.0`).
+fn count_of(value: &Value) -> String {
+    value
+        .as_f64()
+        .map_or_else(|| "-".into(), |n| format!("{n}"))
+}
+
+/// The instances in a `capacityUsage` list, all units together.
+fn quantity(usage: &Value) -> f64 {
+    usage
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u.get("quantity").and_then(Value::as_f64))
+        .sum()
+}
+
+/// `capacityLimits` as `8 NUM_INSTANCES` or `4 ml.g5.xlarge, 2 ml.p4d.24xlarge`.
+fn limits(limits: &Value) -> String {
+    let parts: Vec<String> = limits
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| format!("{} {}", text(l, "maxCapacity"), text(l, "capacityUnit")))
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 /// The statuses `queues` counts: every one a job waits or runs in. On SageMaker a job spends
 /// minutes SCHEDULED and STARTING, so a pool counted by RUNNABLE and RUNNING alone looks idle.
 const COUNTED: [JobStatus; 5] = [
@@ -707,8 +956,11 @@ fn text(value: &Value, key: &str) -> String {
 }
 
 fn print_json(value: &Value) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    crate::outln!("{text}")
+    crate::outln!("{}", json_text(value))
+}
+
+fn json_text(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 
 fn now_ms() -> i64 {

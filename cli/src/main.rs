@@ -12,7 +12,7 @@
 //! - [`routes`]: `/metrics` and `/trainyard/events` beside the Batch API.
 //! - [`events`]: `trainyard events`, which follows job state changes.
 //! - [`client`]: a small blocking client for the Batch API, with errors people can act on.
-//! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`.
+//! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`, `environments`.
 //! - [`payload`]: the SageMaker `CreateTrainingJob` request `submit` builds from flags.
 //! - [`table`]: plain-text tables and timestamps for people.
 
@@ -72,6 +72,10 @@ enum Command {
     Terminate(commands::TerminateArgs),
     /// List job queues, highest priority first, with their waiting and running jobs.
     Queues(ClientArgs),
+    /// List service environments with their capacity limits and the instances in use, then each
+    /// quota share's limit, use and sharing rule.
+    #[command(alias = "pools")]
+    Environments(ClientArgs),
     /// Replay a GPU-cluster trace through the real scheduler over virtual time and compare
     /// policies (fifo, batch-fair-share, trainyard, quota-shares, static-partition).
     Simulate(Box<simulate::SimulateArgs>),
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
         Command::Describe(args) => commands::describe(&args),
         Command::Terminate(args) => commands::terminate(&args),
         Command::Queues(args) => commands::queues(&args),
+        Command::Environments(args) => commands::environments_command(&args),
         Command::Simulate(args) => simulate::run_simulate(&args),
     };
     match result {

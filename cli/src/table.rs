@@ -5,13 +5,14 @@
 
 use std::fmt::Write as _;
 
-/// Renders rows under a header, padding every column but the last to its widest cell.
+/// Renders rows under a header, padding every column but the last to its widest cell (colour
+/// codes in a cell take no width).
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let columns = header.len();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| visible_width(h)).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+            *width = (*width).max(visible_width(cell));
         }
     }
     let mut out = String::new();
@@ -22,7 +23,7 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
             if i + 1 == columns {
                 line.push_str(cell);
             } else {
-                let pad = widths[i].saturating_sub(cell.chars().count());
+                let pad = widths[i].saturating_sub(visible_width(cell));
                 let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
             }
         }
@@ -30,6 +31,49 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The characters of `cell` a terminal shows: ANSI escape sequences (`ESC [ … letter`) take
+/// no room.
+fn visible_width(cell: &str) -> usize {
+    let mut width = 0;
+    let mut chars = cell.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            width += 1;
+        }
+    }
+    width
+}
+
+/// Whether to colour what goes to stdout: a terminal, and `NO_COLOR` unset or empty
+/// (<https://no-color.org>).
+pub fn colour_stdout() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A job status, coloured when `colour` holds: green for success and running, red for failure,
+/// yellow while waiting, cyan on the way to running.
+pub fn status(status: &str, colour: bool) -> String {
+    let code = match status {
+        "SUCCEEDED" | "RUNNING" => "32",
+        "FAILED" => "31",
+        "SUBMITTED" | "PENDING" | "RUNNABLE" => "33",
+        "SCHEDULED" | "STARTING" => "36",
+        _ => return status.to_owned(),
+    };
+    if colour {
+        format!("\x1b[{code}m{status}\x1b[0m")
+    } else {
+        status.to_owned()
+    }
 }
 
 /// Formats epoch milliseconds as `YYYY-MM-DD HH:MM:SS` in UTC; `-` when absent.
@@ -106,6 +150,23 @@ mod tests {
         for (name, ms, expected) in cases {
             assert_eq!(timestamp(ms), expected, "{name}");
         }
+    }
+
+    #[test]
+    fn coloured_statuses_line_up_with_plain_ones_and_colour_only_when_asked() {
+        let rows = vec![
+            vec![status("RUNNING", true), "a".to_owned()],
+            vec![status("SUCCEEDED", false), "b".to_owned()],
+        ];
+        let out = render(&["STATUS", "X"], &rows);
+        let columns: Vec<usize> = out
+            .lines()
+            .map(|l| visible_width(l.rsplit_once("  ").map_or(l, |(left, _)| left)))
+            .collect();
+        assert_eq!(columns, [9, 9, 9], "{out}");
+        assert!(status("FAILED", true).starts_with("\x1b[31m"));
+        assert_eq!(status("FAILED", false), "FAILED");
+        assert_eq!(status("UNKNOWN", true), "UNKNOWN");
     }
 
     #[test]

@@ -518,3 +518,73 @@ fn without_credentials_the_cli_does_not_call_a_remote_endpoint() {
     assert!(run.stderr.contains("no AWS credentials"), "{}", run.stderr);
     assert!(run.stderr.contains("AWS_ACCESS_KEY_ID"), "{}", run.stderr);
 }
+
+/// `jobs --watch` lists again every interval until stopped; when its reader goes away it ends
+/// quietly.
+#[test]
+fn jobs_watch_lists_again_each_interval() {
+    use std::io::BufRead as _;
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &["--no-dispatch"]);
+    let mut child = std::process::Command::new(support::BIN)
+        .args([
+            "jobs",
+            "--watch",
+            "--interval-s",
+            "1",
+            "--endpoint",
+            &server.url,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn trainyard jobs --watch");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let started = std::time::Instant::now();
+    let mut headers = 0;
+    while headers < 3 {
+        let line = lines.next().expect("a line").expect("utf-8");
+        headers += usize::from(line.starts_with("JOB ID"));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "too slow"
+        );
+    }
+    // Three listings take two intervals.
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    drop(lines);
+    let status = child.wait().expect("wait");
+    assert!(
+        status.success(),
+        "a closed pipe ended --watch with {status}"
+    );
+}
+
+/// `jobs` shows each waiting job's place in its queue's dispatch order (FIFO here: first
+/// submitted, first placed).
+#[test]
+fn jobs_show_each_waiting_jobs_position_in_its_queue() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &["--no-dispatch"]);
+    let mut ids = Vec::new();
+    for name in ["first", "second", "third"] {
+        let id = server.api("submitservicejob", &submit_request("research", name))["jobId"]
+            .as_str()
+            .expect("jobId")
+            .to_owned();
+        server.wait_for_status(&id, "RUNNABLE");
+        ids.push(id);
+    }
+    let table = server.cli(&["jobs", "--queue", "research"]).stdout;
+    let header = table.lines().next().unwrap_or_default();
+    let column = header.find("POSITION").expect("a POSITION column");
+    for (place, id) in ids.iter().enumerate() {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(id.as_str()))
+            .expect("a row per job");
+        let cell = row[column..].split_whitespace().next().unwrap_or_default();
+        assert_eq!(cell, (place + 1).to_string(), "{table}");
+    }
+}

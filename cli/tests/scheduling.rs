@@ -654,3 +654,91 @@ fn the_training_job_of_an_attempt_is_described_by_sagemakers_api_on_the_same_por
     assert_eq!(body["TrainingJobArn"], json!(arn), "{body:#}");
     assert_eq!(body["TrainingJobStatus"], json!("Completed"), "{body:#}");
 }
+
+/// `environments` shows each environment's limit against the instances its queues' jobs hold,
+/// and each quota share's limit, use and sharing rule.
+#[test]
+fn environments_show_capacity_in_use_against_limits_per_environment_and_quota_share() {
+    let (_tmp, dir) = data_dir();
+    let server = Server::start(&dir, &[]);
+    server.api(
+        "createserviceenvironment",
+        &json!({
+            "serviceEnvironmentName": "gpus",
+            "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+            "capacityLimits": [{"maxCapacity": 4, "capacityUnit": "ml.m5.large"}],
+        }),
+    );
+    let policy = server.api(
+        "createschedulingpolicy",
+        &json!({"name": "quotas", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+    );
+    server.api(
+        "createjobqueue",
+        &json!({
+            "jobQueueName": "teams",
+            "priority": 1,
+            "jobQueueType": "SAGEMAKER_TRAINING",
+            "schedulingPolicyArn": policy["arn"],
+            "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "gpus"}],
+        }),
+    );
+    server.api(
+        "createquotashare",
+        &json!({
+            "quotaShareName": "vision",
+            "jobQueue": "teams",
+            "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.m5.large"}],
+            "resourceSharingConfiguration": {"strategy": "LEND_AND_BORROW", "borrowLimit": 50},
+            "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
+        }),
+    );
+    let id = submit(
+        &server,
+        &job(
+            "teams",
+            "held",
+            1,
+            json!({"emulator_duration_s": "30"}),
+            json!({"quotaShareName": "vision"}),
+        ),
+    );
+    wait_for(&server, &id, "RUNNING", status_is("RUNNING"));
+
+    let shown = server.cli_json(&["environments"]);
+    let envs = shown["serviceEnvironments"]
+        .as_array()
+        .expect("environments");
+    let gpus = envs
+        .iter()
+        .find(|e| e["serviceEnvironmentName"] == json!("gpus"))
+        .expect("gpus listed");
+    assert_eq!(gpus["inUse"], json!(1.0), "{shown:#}");
+    assert_eq!(gpus["jobQueues"], json!(["teams"]), "{shown:#}");
+    let local = envs
+        .iter()
+        .find(|e| e["serviceEnvironmentName"] == json!("local"))
+        .expect("local listed");
+    assert_eq!(local["inUse"], json!(0.0), "{shown:#}");
+    let share = &shown["quotaShares"][0];
+    assert_eq!(
+        (
+            &share["quotaShareName"],
+            &share["inUse"],
+            &share["borrowLimit"]
+        ),
+        (&json!("vision"), &json!(1.0), &json!(50)),
+        "{shown:#}"
+    );
+
+    let table = server.cli(&["pools"]).stdout;
+    assert!(table.contains("QUOTA SHARE"), "{table}");
+    let vision = table
+        .lines()
+        .find(|l| l.starts_with("vision"))
+        .unwrap_or_default();
+    assert!(
+        vision.contains("2 ml.m5.large") && vision.contains("LEND_AND_BORROW, borrow ≤ 50%"),
+        "{table}"
+    );
+}
