@@ -265,6 +265,11 @@ fn api_errors_and_unreachable_servers_exit_non_zero_with_a_useful_message() {
     let down = cli_at(&format!("http://127.0.0.1:{port}"), &["queues"]);
     assert!(!down.success);
     assert!(down.stderr.contains("trainyard up"), "{}", down.stderr);
+
+    // The server's log went to a file, not a terminal: plain text, no colour codes.
+    let log = server.stderr();
+    assert!(log.contains("trainyard up"), "{log}");
+    assert!(!log.contains('\x1b'), "colour codes in a log file: {log:?}");
 }
 
 #[test]
