@@ -110,6 +110,10 @@ pub struct JobsArgs {
 
 /// Arguments of `trainyard describe`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    trainyard describe 3c734b03-8309-4dd7-bd71-d0ae55611e6c\n  \
+    trainyard describe bert-base                   by name, when only one job has it\n  \
+    trainyard describe \"$JOB\" --output json | jq .attempts")]
 pub struct DescribeArgs {
     /// Job id, job ARN, or a job name that only one job has.
     pub job: String,
@@ -119,6 +123,8 @@ pub struct DescribeArgs {
 
 /// Arguments of `trainyard terminate`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    trainyard terminate \"$JOB\" --reason \"wrong dataset\"")]
 pub struct TerminateArgs {
     /// Job id or job ARN.
     pub job: String,
@@ -668,7 +674,8 @@ pub fn queues(args: &ClientArgs) -> anyhow::Result<()> {
 }
 
 /// `trainyard environments`: each service environment's capacity limits against the instances
-/// its queues' jobs hold, then each quota share's limit, use and sharing rule.
+/// its queues' jobs hold, then what each fair share holds (the snapshot's top users) and each
+/// quota share's limit, use and sharing rule.
 ///
 /// Use comes from `GetJobQueueSnapshot` (each queue's `totalCapacityUsage`), charged to the
 /// queue's first environment: exact for queues that feed one environment, as most do.
@@ -688,6 +695,7 @@ pub fn environments_command(args: &ClientArgs) -> anyhow::Result<()> {
     let mut in_use: std::collections::BTreeMap<String, f64> = Default::default();
     let mut fed_by: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     let mut shares = Vec::new();
+    let mut fair_shares = Vec::new();
     for queue in &queues {
         let name = text(queue, "jobQueueName");
         let snapshot = client.call("getjobqueuesnapshot", &json!({ "jobQueue": name }))?;
@@ -703,6 +711,14 @@ pub fn environments_command(args: &ClientArgs) -> anyhow::Result<()> {
                 .entry(first.to_owned())
                 .or_default()
                 .push(name.clone());
+        }
+        let fair = utilization["fairshareUtilization"]["topCapacityUtilization"].as_array();
+        for share in fair.into_iter().flatten() {
+            fair_shares.push(json!({
+                "shareIdentifier": text(share, "shareIdentifier"),
+                "jobQueue": name,
+                "inUse": quantity(&share["capacityUsage"]),
+            }));
         }
         let Some(used) = utilization["quotaShareUtilization"]["topCapacityUtilization"].as_array()
         else {
@@ -746,7 +762,11 @@ pub fn environments_command(args: &ClientArgs) -> anyhow::Result<()> {
         })
         .collect();
     match args.output {
-        Output::Json => print_json(&json!({ "serviceEnvironments": rows, "quotaShares": shares })),
+        Output::Json => print_json(&json!({
+            "serviceEnvironments": rows,
+            "fairShares": fair_shares,
+            "quotaShares": shares,
+        })),
         Output::Table => {
             let cells: Vec<Vec<String>> = rows
                 .iter()
@@ -780,6 +800,23 @@ pub fn environments_command(args: &ClientArgs) -> anyhow::Result<()> {
                 "QUEUES",
             ];
             crate::out!("{}", table::render(&header, &cells))?;
+            if !fair_shares.is_empty() {
+                let cells: Vec<Vec<String>> = fair_shares
+                    .iter()
+                    .map(|s| {
+                        vec![
+                            text(s, "shareIdentifier"),
+                            text(s, "jobQueue"),
+                            count_of(&s["inUse"]),
+                        ]
+                    })
+                    .collect();
+                crate::outln!()?;
+                crate::out!(
+                    "{}",
+                    table::render(&["FAIR SHARE", "QUEUE", "IN USE"], &cells)
+                )?;
+            }
             if !shares.is_empty() {
                 let cells: Vec<Vec<String>> = shares
                     .iter()

@@ -704,6 +704,31 @@ fn environments_show_capacity_in_use_against_limits_per_environment_and_quota_sh
         ),
     );
     wait_for(&server, &id, "RUNNING", status_is("RUNNING"));
+    let fair = server.api(
+        "createschedulingpolicy",
+        &json!({"name": "fair", "fairsharePolicy": {"shareDecaySeconds": 0}}),
+    );
+    server.api(
+        "createjobqueue",
+        &json!({
+            "jobQueueName": "shared",
+            "priority": 2,
+            "jobQueueType": "SAGEMAKER_TRAINING",
+            "schedulingPolicyArn": fair["arn"],
+            "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "local"}],
+        }),
+    );
+    let nlp = submit(
+        &server,
+        &job(
+            "shared",
+            "nlp-job",
+            1,
+            json!({"emulator_duration_s": "30"}),
+            json!({"shareIdentifier": "nlp"}),
+        ),
+    );
+    wait_for(&server, &nlp, "RUNNING", status_is("RUNNING"));
 
     let shown = server.cli_json(&["environments"]);
     let envs = shown["serviceEnvironments"]
@@ -715,11 +740,21 @@ fn environments_show_capacity_in_use_against_limits_per_environment_and_quota_sh
         .expect("gpus listed");
     assert_eq!(gpus["inUse"], json!(1.0), "{shown:#}");
     assert_eq!(gpus["jobQueues"], json!(["teams"]), "{shown:#}");
+    assert_eq!(
+        shown["fairShares"],
+        json!([{"shareIdentifier": "nlp", "jobQueue": "shared", "inUse": 1.0}]),
+        "{shown:#}"
+    );
     let local = envs
         .iter()
         .find(|e| e["serviceEnvironmentName"] == json!("local"))
         .expect("local listed");
-    assert_eq!(local["inUse"], json!(0.0), "{shown:#}");
+    assert_eq!(local["inUse"], json!(1.0), "{shown:#}");
+    assert_eq!(
+        local["jobQueues"],
+        json!(["production", "research", "sweeps", "shared"]),
+        "{shown:#}"
+    );
     let share = &shown["quotaShares"][0];
     assert_eq!(
         (
@@ -732,7 +767,10 @@ fn environments_show_capacity_in_use_against_limits_per_environment_and_quota_sh
     );
 
     let table = server.cli(&["pools"]).stdout;
-    assert!(table.contains("QUOTA SHARE"), "{table}");
+    assert!(
+        table.contains("QUOTA SHARE") && table.contains("FAIR SHARE"),
+        "{table}"
+    );
     let vision = table
         .lines()
         .find(|l| l.starts_with("vision"))
