@@ -244,6 +244,7 @@ mod tests {
     fn attempt(name: &str, reason: Option<&str>) -> Attempt {
         Attempt {
             stop_requested: None,
+            failed_as: None,
             training_job_name: name.into(),
             training_job_arn: None,
             started_at: Some(2_000),

@@ -632,6 +632,7 @@ mod tests {
     fn attempt(started_at: i64, reason: Option<&str>) -> Attempt {
         Attempt {
             stop_requested: None,
+            failed_as: None,
             training_job_name: "ty-x".into(),
             training_job_arn: None,
             started_at: Some(started_at),

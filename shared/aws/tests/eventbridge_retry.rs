@@ -88,6 +88,7 @@ fn finished() -> Event {
     let mut j = job("j1").status(JobStatus::Succeeded).build();
     j.attempts = vec![Attempt {
         stop_requested: None,
+        failed_as: None,
         training_job_name: "ty-t-j1-1".into(),
         training_job_arn: None,
         started_at: Some(1),

@@ -209,6 +209,12 @@ pub struct Attempt {
     /// `status_reason`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<StopRequest>,
+    /// How the attempt failed, in the classes that decide whether it used one of
+    /// `retryStrategy.attempts` (capacity errors, preemptions and lost training jobs do not):
+    /// what the retry rules read, rather than the words of `status_reason`. Absent while it runs
+    /// and when it completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_as: Option<Requeue>,
 }
 
 /// Why Trainyard asked SageMaker to stop a running attempt.

@@ -342,17 +342,14 @@ pub fn requeue_of(failure: &AttemptFailure) -> Requeue {
 }
 
 /// Whether an ended attempt used up one of `retryStrategy.attempts`: every attempt does except
-/// capacity failures, preemptions and lost training jobs, recognised by their stored reason. An
-/// attempt without a reason counts (when unsure, do not grant extra retries).
+/// capacity failures, preemptions and lost training jobs, by the class its end was recorded in
+/// ([`Attempt::failed_as`]). An attempt with none recorded counts (when unsure, do not grant
+/// extra retries).
 pub fn consumes_attempt(attempt: &Attempt) -> bool {
-    match attempt.status_reason.as_deref() {
-        Some(reason) => {
-            !is_capacity_reason(reason)
-                && !reason.starts_with(PREEMPTED_REASON)
-                && !reason.starts_with(LOST_REASON)
-        }
-        None => true,
-    }
+    !matches!(
+        attempt.failed_as,
+        Some(Requeue::CapacityError | Requeue::Preemption | Requeue::Lost)
+    )
 }
 
 /// Backoff and jitter settings for [`decide_after_failure`]. All times in milliseconds.
@@ -489,7 +486,7 @@ fn capacity_streak(job: &ServiceJob) -> u32 {
     let streak = earlier_attempts(job)
         .iter()
         .rev()
-        .take_while(|a| a.status_reason.as_deref().is_some_and(is_capacity_reason))
+        .take_while(|a| a.failed_as == Some(Requeue::CapacityError))
         .count();
     u32::try_from(streak).unwrap_or(u32::MAX)
 }

@@ -2,21 +2,20 @@
 //! the `retry` module docs, then seeded property tests (proptest prints the failing seed).
 
 use proptest::prelude::*;
-use trainyard_domain::Tags;
 use trainyard_domain::job::{
-    Attempt, EvaluateOnExit, JobPreemptionConfiguration, JobStatus, PreemptionSummary, RetryAction,
-    RetryStrategy, ServiceJob, ServiceJobType, TimeoutConfig,
+    Attempt, EvaluateOnExit, JobPreemptionConfiguration, JobStatus, PreemptionSummary, Requeue,
+    RetryAction, RetryStrategy, ServiceJob, TimeoutConfig,
 };
 use trainyard_domain::payload::TrainingRequest;
 use trainyard_domain::queue::{JobStateTimeLimitAction, TimeLimitAction, TimeLimitState};
 use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::retry::{
     AfterFailure, AttemptFailure, CAPACITY_CODE, CAPACITY_REASON, FailureKind, JitterTag,
-    PREEMPTED_REASON, RetryConfig, StopCause, TIMEOUT_REASON, TerminateAction, attempt_deadline,
-    attempt_status_reason, backoff_ms, capacity_delay_ms, classify, consumes_attempt,
-    decide_after_failure, glob_matches, is_capacity_reason, jitter_ms, retry_delay_ms,
-    rule_matches, sagemaker_reason, terminate_action, time_limit_action, time_limit_reason,
-    timed_out,
+    LOST_REASON, PREEMPTED_REASON, RetryConfig, StopCause, TIMEOUT_REASON, TerminateAction,
+    attempt_deadline, attempt_status_reason, backoff_ms, capacity_delay_ms, classify,
+    consumes_attempt, decide_after_failure, glob_matches, is_capacity_reason, jitter_ms,
+    requeue_of, retry_delay_ms, rule_matches, sagemaker_reason, terminate_action,
+    time_limit_action, time_limit_reason, timed_out,
 };
 
 const NOW: i64 = 1_000_000_000;
@@ -30,47 +29,57 @@ const CAPACITY: &str = "CapacityError: Unable to provision requested ML compute 
 
 /// A RUNNING job with one attempt (the one that is about to end), no retry strategy.
 fn job(id: &str) -> ServiceJob {
+    let submitted = ServiceJob::submitted(
+        id.into(),
+        "train".into(),
+        "q".into(),
+        "{}".into(),
+        TrainingRequest::single("t", "ml.p4d.24xlarge", 2),
+        NOW - 3600 * SEC,
+    );
     ServiceJob {
-        requeued_by: None,
-        job_id: id.into(),
-        job_name: "train".into(),
-        job_queue: "q".into(),
-        service_job_type: ServiceJobType::SagemakerTraining,
-        service_request_payload: "{}".into(),
-        training: TrainingRequest::single("t", "ml.p4d.24xlarge", 2),
-        share_identifier: None,
-        quota_share_name: None,
-        scheduling_priority: None,
-        retry_strategy: None,
-        timeout_config: None,
-        preemption_configuration: None,
-        tags: Tags::new(),
-        client_token: None,
         status: JobStatus::Running,
-        status_reason: None,
-        is_terminated: false,
-        termination_reason: None,
-        not_before: None,
         attempts: vec![attempt(None)],
-        preemption_summary: None,
-        created_at: NOW - 3600 * SEC,
         runnable_at: Some(NOW - 1800 * SEC),
         scheduled_at: Some(NOW - 600 * SEC),
         started_at: Some(NOW - 500 * SEC),
-        stopped_at: None,
         updated_at: NOW - 500 * SEC,
+        ..submitted
     }
 }
 
+/// An attempt, ended with `reason` as stored (running when `None`). Its class is the one the
+/// service records beside such a reason (`attempt_reasons_are_prefixed_and_read_back` ties the
+/// two together).
 fn attempt(reason: Option<&str>) -> Attempt {
+    let class = |reason: &str| {
+        if is_capacity_reason(reason) {
+            Requeue::CapacityError
+        } else if reason.starts_with(PREEMPTED_REASON) {
+            Requeue::Preemption
+        } else if reason.starts_with(LOST_REASON) {
+            Requeue::Lost
+        } else {
+            Requeue::Retry
+        }
+    };
     Attempt {
         stop_requested: None,
+        failed_as: reason.map(class),
         training_job_name: "AWSBatchtrain0".into(),
         training_job_arn: None,
         started_at: Some(NOW - 600 * SEC),
         stopped_at: reason.map(|_| NOW - 550 * SEC),
         status_reason: reason.map(str::to_owned),
         service_environment: None,
+    }
+}
+
+/// An attempt ended by `failure`, recorded as the service records it.
+fn ended_by(failure: &AttemptFailure) -> Attempt {
+    Attempt {
+        failed_as: Some(requeue_of(failure)),
+        ..attempt(Some(&attempt_status_reason(failure)))
     }
 }
 
@@ -406,7 +415,7 @@ fn attempt_reasons_are_prefixed_and_read_back() {
         assert_eq!(stored, *reason, "{name}");
         assert_eq!(is_capacity_reason(&stored), *capacity, "{name}: capacity");
         assert_eq!(
-            consumes_attempt(&attempt(Some(&stored))),
+            consumes_attempt(&ended_by(failure)),
             *consumes,
             "{name}: consumes"
         );

@@ -830,9 +830,7 @@ fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
     let preempted_instance_s = job
         .attempts
         .iter()
-        .filter(|a| {
-            a.status_reason.as_deref() == Some(trainyard_scheduler::retry::PREEMPTED_REASON)
-        })
+        .filter(|a| a.failed_as == Some(trainyard_domain::job::Requeue::Preemption))
         .filter_map(|a| Some((a.stopped_at? - a.started_at?) as f64 / 1_000.0 * instances))
         .sum();
     JobRecord {

@@ -934,6 +934,7 @@ mod tests {
             .collect();
         scheduled.attempts.push(Attempt {
             stop_requested: None,
+            failed_as: None,
             training_job_name: "AWSBatchheld1".into(),
             training_job_arn: None,
             started_at: Some(5_000),

@@ -49,6 +49,7 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                 }
                 Ending::Failed(failure) => {
                     attempt.status_reason = Some(retry::attempt_status_reason(failure));
+                    attempt.failed_as = Some(retry::requeue_of(failure));
                     let decision = retry::decide_after_failure(&job, failure, now, &config.retry);
                     if *failure == AttemptFailure::Stopped(StopCause::Preempted) {
                         record_preemption(&mut job);

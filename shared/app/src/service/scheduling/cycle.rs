@@ -205,6 +205,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         job.not_before = None;
         job.attempts.push(Attempt {
             stop_requested: None,
+            failed_as: None,
             training_job_name: attempt_name(&job, n),
             training_job_arn: None,
             started_at: Some(now),
