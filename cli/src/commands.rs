@@ -618,12 +618,7 @@ pub fn terminate(args: &TerminateArgs) -> anyhow::Result<()> {
 /// `trainyard queues`.
 pub fn queues(args: &ClientArgs) -> anyhow::Result<()> {
     let client = Client::new(&args.endpoint);
-    let mut queues = client.call_all(
-        "describejobqueues",
-        &json!({ "maxResults": PAGE_SIZE }),
-        "jobQueues",
-    )?;
-    sort_by_priority(&mut queues);
+    let queues = queues_by_priority(&client)?;
     let mut rows = Vec::with_capacity(queues.len());
     for queue in &queues {
         let name = text(queue, "jobQueueName");
@@ -686,12 +681,7 @@ pub fn environments_command(args: &ClientArgs) -> anyhow::Result<()> {
         &json!({ "maxResults": PAGE_SIZE }),
         "serviceEnvironments",
     )?;
-    let mut queues = client.call_all(
-        "describejobqueues",
-        &json!({ "maxResults": PAGE_SIZE }),
-        "jobQueues",
-    )?;
-    sort_by_priority(&mut queues);
+    let queues = queues_by_priority(&client)?;
     let mut in_use: std::collections::BTreeMap<String, f64> = Default::default();
     let mut fed_by: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     let mut shares = Vec::new();
@@ -961,13 +951,19 @@ fn count_jobs(client: &Client, queue: &str, status: JobStatus) -> Result<usize, 
 
 /// Names of every queue.
 fn queue_names(client: &Client) -> Result<Vec<String>, ClientError> {
+    let queues = queues_by_priority(client)?;
+    Ok(queues.iter().map(|q| text(q, "jobQueueName")).collect())
+}
+
+/// Every job queue, highest priority first.
+fn queues_by_priority(client: &Client) -> Result<Vec<Value>, ClientError> {
     let mut queues = client.call_all(
         "describejobqueues",
         &json!({ "maxResults": PAGE_SIZE }),
         "jobQueues",
     )?;
     sort_by_priority(&mut queues);
-    Ok(queues.iter().map(|q| text(q, "jobQueueName")).collect())
+    Ok(queues)
 }
 
 /// The last path segment of an ARN (`…:job-queue/research` → `research`); names pass through.

@@ -673,16 +673,7 @@ fn environments_show_capacity_in_use_against_limits_per_environment_and_quota_sh
         "createschedulingpolicy",
         &json!({"name": "quotas", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
     );
-    server.api(
-        "createjobqueue",
-        &json!({
-            "jobQueueName": "teams",
-            "priority": 1,
-            "jobQueueType": "SAGEMAKER_TRAINING",
-            "schedulingPolicyArn": policy["arn"],
-            "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "gpus"}],
-        }),
-    );
+    create_queue(&server, "teams", 1, &policy["arn"], "gpus");
     server.api(
         "createquotashare",
         &json!({
@@ -693,42 +684,13 @@ fn environments_show_capacity_in_use_against_limits_per_environment_and_quota_sh
             "preemptionConfiguration": {"inSharePreemption": "DISABLED"},
         }),
     );
-    let id = submit(
-        &server,
-        &job(
-            "teams",
-            "held",
-            1,
-            json!({"emulator_duration_s": "30"}),
-            json!({"quotaShareName": "vision"}),
-        ),
-    );
-    wait_for(&server, &id, "RUNNING", status_is("RUNNING"));
+    run_for_a_while(&server, "teams", json!({"quotaShareName": "vision"}));
     let fair = server.api(
         "createschedulingpolicy",
         &json!({"name": "fair", "fairsharePolicy": {"shareDecaySeconds": 0}}),
     );
-    server.api(
-        "createjobqueue",
-        &json!({
-            "jobQueueName": "shared",
-            "priority": 2,
-            "jobQueueType": "SAGEMAKER_TRAINING",
-            "schedulingPolicyArn": fair["arn"],
-            "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "local"}],
-        }),
-    );
-    let nlp = submit(
-        &server,
-        &job(
-            "shared",
-            "nlp-job",
-            1,
-            json!({"emulator_duration_s": "30"}),
-            json!({"shareIdentifier": "nlp"}),
-        ),
-    );
-    wait_for(&server, &nlp, "RUNNING", status_is("RUNNING"));
+    create_queue(&server, "shared", 2, &fair["arn"], "local");
+    run_for_a_while(&server, "shared", json!({"shareIdentifier": "nlp"}));
 
     let shown = server.cli_json(&["environments"]);
     let envs = shown["serviceEnvironments"]
@@ -779,4 +741,34 @@ fn environments_show_capacity_in_use_against_limits_per_environment_and_quota_sh
         vision.contains("2 ml.m5.large") && vision.contains("LEND_AND_BORROW, borrow ≤ 50%"),
         "{table}"
     );
+}
+
+/// Creates job queue `name` with `priority` and scheduling policy `policy`, on `environment`.
+fn create_queue(server: &Server, name: &str, priority: u32, policy: &Value, environment: &str) {
+    server.api(
+        "createjobqueue",
+        &json!({
+            "jobQueueName": name,
+            "priority": priority,
+            "jobQueueType": "SAGEMAKER_TRAINING",
+            "schedulingPolicyArn": policy,
+            "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": environment}],
+        }),
+    );
+}
+
+/// Submits a one-instance job of 30 s to `queue` (with `extra` request fields) and waits until
+/// it runs.
+fn run_for_a_while(server: &Server, queue: &str, extra: Value) {
+    let id = submit(
+        server,
+        &job(
+            queue,
+            "held",
+            1,
+            json!({"emulator_duration_s": "30"}),
+            extra,
+        ),
+    );
+    wait_for(server, &id, "RUNNING", status_is("RUNNING"));
 }

@@ -19,8 +19,9 @@
 //! - A preempted attempt ends with [`PREEMPTED_REASON`] (Trainyard's wording; Batch's is not
 //!   documented).
 //!
-//! [`attempt_status_reason`] gives the reason to store on the attempt that ended; the functions
-//! below read those stored reasons back to count attempts, so hosts must store exactly it.
+//! [`attempt_status_reason`] gives the reason to store on the attempt that ended, for people and
+//! Batch clients; [`requeue_of`] gives the class to store beside it (`Attempt::failed_as`), which
+//! is what the functions below read back to count attempts and capacity errors in a row.
 //!
 //! # How an ended attempt is classified ([`classify`])
 //!
@@ -60,8 +61,9 @@
 //! the first included. Contract: when [`decide_after_failure`] is called, the **last entry of
 //! `job.attempts` is the attempt that just ended** (hosts append an attempt at dispatch); its
 //! stored reason is ignored and `failure` describes it instead. Attempts used = the earlier
-//! attempts that *consume* an attempt ([`consumes_attempt`]: every one except capacity failures
-//! and preemptions, recognised by their stored reason) + 1 for this one. A retry is allowed while
+//! attempts that *consume* an attempt ([`consumes_attempt`]: every one except capacity failures,
+//! preemptions and lost training jobs, by the class hosts record in `Attempt::failed_as`, which
+//! [`requeue_of`] gives) + 1 for this one. A retry is allowed while
 //! attempts used < attempts.
 //!
 //! ## Pattern matching
