@@ -33,6 +33,7 @@ fn queue(name: &str, priority: u32, env: &str, policy: QueuePolicy) -> QueueStat
         priority,
         environment: Some(env.into()),
         policy,
+        aging_s: None,
     }
 }
 
@@ -181,6 +182,89 @@ fn strict_fifo_stops_a_queue_at_its_waiting_head() {
     );
 }
 
+const DAY: i64 = 86_400_000;
+
+/// The three tiers on one environment, fresh research and production work, and sweeps jobs that
+/// have waited `waits` days: what a cycle dispatches on `limit` instances under `config`.
+fn aged_sweeps(limit: u32, waits: &[i64], config: &Config) -> Vec<String> {
+    let mut jobs = vec![
+        job("p1", "production", 1).at(NOW - 10),
+        job("r1", "research", 1).at(NOW - 30),
+        job("r2", "research", 1).at(NOW - 20),
+    ];
+    for (n, days) in waits.iter().enumerate() {
+        jobs.push(job(&format!("s{n}"), "sweeps", 1).at(NOW - days * DAY - 1));
+    }
+    let s = one_env(
+        limit,
+        vec![
+            queue("production", 900, "gpu", QueuePolicy::Fifo),
+            queue("research", 500, "gpu", QueuePolicy::Fifo),
+            queue("sweeps", 100, "gpu", QueuePolicy::Fifo),
+        ],
+        jobs,
+        vec![],
+    );
+    dispatched(&plan_cycle(&s, NOW, config))
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_job_waiting_an_aging_interval_moves_up_one_queue_after_that_queues_own_work() {
+    let config = Config::default();
+    // One day: planned with research, after research's own jobs.
+    assert_eq!(aged_sweeps(4, &[1], &config), ["p1", "r1", "r2", "s0"]);
+    assert_eq!(aged_sweeps(3, &[1], &config), ["p1", "r1", "r2"]);
+    // Two days: with production, ahead of research's fresh work; oldest first among equals.
+    assert_eq!(aged_sweeps(2, &[2], &config), ["p1", "s0"]);
+    assert_eq!(aged_sweeps(3, &[2, 5], &config), ["p1", "s1", "s0"]);
+    // Never past the top queue's own work, however long it waited.
+    assert_eq!(aged_sweeps(1, &[30], &config), ["p1"]);
+}
+
+#[test]
+fn aging_is_off_under_strict_fifo_and_when_turned_off() {
+    let strict = Config {
+        strict_fifo: true,
+        ..Config::default()
+    };
+    assert_eq!(aged_sweeps(2, &[2], &strict), ["p1", "r1"]);
+    let off = Config {
+        aging_s: None,
+        ..Config::default()
+    };
+    assert_eq!(aged_sweeps(2, &[2], &off), ["p1", "r1"]);
+    // A queue's own interval overrides the default: 0 turns it off, a shorter one ages sooner.
+    let with_sweeps = |aging_s| {
+        let s = one_env(
+            2,
+            vec![
+                queue("production", 900, "gpu", QueuePolicy::Fifo),
+                queue("research", 500, "gpu", QueuePolicy::Fifo),
+                QueueState {
+                    aging_s,
+                    ..queue("sweeps", 100, "gpu", QueuePolicy::Fifo)
+                },
+            ],
+            vec![
+                job("r1", "research", 1).at(NOW - 30),
+                job("r2", "research", 1).at(NOW - 20),
+                job("s0", "sweeps", 1).at(NOW - 2 * DAY - 1),
+            ],
+            vec![],
+        );
+        dispatched(&plan_cycle(&s, NOW, &Config::default()))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(with_sweeps(Some(0)), ["r1", "r2"]);
+    assert_eq!(with_sweeps(None), ["s0", "r1"]);
+    assert_eq!(with_sweeps(Some(3600)), ["s0", "r1"]);
+}
+
 #[test]
 fn higher_priority_queues_are_served_first() {
     let s = one_env(
@@ -191,10 +275,10 @@ fn higher_priority_queues_are_served_first() {
             queue("research", 500, "gpu", QueuePolicy::Fifo),
         ],
         vec![
-            job("s1", "sweeps", 1).at(1),
-            job("r1", "research", 1).at(2),
-            job("p1", "production", 1).at(3),
-            job("p2", "production", 1).at(4),
+            job("s1", "sweeps", 1).at(NOW - 40),
+            job("r1", "research", 1).at(NOW - 30),
+            job("p1", "production", 1).at(NOW - 20),
+            job("p2", "production", 1).at(NOW - 10),
         ],
         vec![],
     );

@@ -64,6 +64,9 @@ pub struct Distribution {
     pub p95: Option<f64>,
     /// 99th percentile (nearest rank).
     pub p99: Option<f64>,
+    /// The largest value: the longest wait of a tier or share, where starvation shows.
+    #[serde(default)]
+    pub max: Option<f64>,
 }
 
 impl Distribution {
@@ -77,6 +80,7 @@ impl Distribution {
             p50: percentile_sorted(&sorted, 50.0),
             p95: percentile_sorted(&sorted, 95.0),
             p99: percentile_sorted(&sorted, 99.0),
+            max: sorted.last().copied(),
         }
     }
 }

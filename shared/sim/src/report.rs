@@ -252,6 +252,7 @@ fn waits_csv(summaries: &BTreeMap<String, PolicySummary>) -> String {
         "p50",
         "p95",
         "p99",
+        "max",
     ];
     let mut out = csv_line(&header.map(String::from));
     for (policy, s) in summaries {
@@ -265,6 +266,7 @@ fn waits_csv(summaries: &BTreeMap<String, PolicySummary>) -> String {
                 csv_number(d.p50),
                 csv_number(d.p95),
                 csv_number(d.p99),
+                csv_number(d.max),
             ]));
         }
     }
@@ -447,6 +449,7 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
             rows.push(row(&format!("{group} p50"), &|s| seconds(pick(s).p50)));
             rows.push(row(&format!("{group} p95"), &|s| seconds(pick(s).p95)));
             rows.push(row(&format!("{group} p99"), &|s| seconds(pick(s).p99)));
+            rows.push(row(&format!("{group} longest"), &|s| seconds(pick(s).max)));
         }
         markdown_table(&mut out, title, &policies, &rows);
     }

@@ -194,8 +194,8 @@ fn nearest_rank_percentiles_on_small_lists() {
     let hundred: Vec<f64> = (1..=100).rev().map(f64::from).collect();
     let d = Distribution::of(&hundred);
     assert_eq!(
-        (d.count, d.p50, d.p95, d.p99),
-        (100, Some(50.0), Some(95.0), Some(99.0)),
+        (d.count, d.p50, d.p95, d.p99, d.max),
+        (100, Some(50.0), Some(95.0), Some(99.0), Some(100.0)),
         "unsorted input is sorted first"
     );
     assert!(close(d.mean, Some(50.5)));
@@ -207,7 +207,8 @@ fn nearest_rank_percentiles_on_small_lists() {
             mean: None,
             p50: None,
             p95: None,
-            p99: None
+            p99: None,
+            max: None,
         }
     );
 }
