@@ -134,9 +134,12 @@ type Aged<'a> = Vec<(&'a QueueState, &'a PendingJob)>;
 
 /// Rule 10: splits each queue's pending jobs (`queues` in evaluation order) into the ones it
 /// plans itself and the aged ones it hands up. A job of a FIFO or fair-share queue that has
-/// waited `n` aging intervals (its queue's, else `Config::aging_s`) moves `n` places up among
-/// the queues of its environment, capped at the top; each queue then plans the jobs moved to it
-/// after its own, oldest first. Off under `strict_fifo`. Quota-managed queues keep their
+/// waited its aging interval (its queue's, else `Config::aging_s`) moves to the next queue up
+/// among the queues of its environment, which plans the jobs moved to it after its own, oldest
+/// first. One place only, however long the wait: the work a queue has of its own always comes
+/// before anything moved to it, so aged work never passes fresh work of a higher tier (moving
+/// further let a trace's backlog of old sweeps take the capacity research needed, and FIFO-like
+/// waits spread to every tier). Off under `strict_fifo`. Quota-managed queues keep their
 /// environment to themselves and are left alone.
 fn age<'a>(
     queues: &[&'a QueueState],
@@ -162,20 +165,17 @@ fn age<'a>(
         let Some(jobs) = own[i].as_mut() else {
             continue;
         };
-        // The queues above this one on its environment, nearest first.
-        let above: Vec<usize> = (0..i)
+        // The next queue up on its environment.
+        let Some(target) = (0..i)
             .rev()
-            .filter(|&j| queues[j].environment == queue.environment)
-            .collect();
-        if above.is_empty() {
+            .find(|&j| queues[j].environment == queue.environment)
+        else {
             continue;
-        }
+        };
         jobs.retain(|job| {
-            let intervals = (now_ms - job.runnable_at_ms).max(0) / interval_ms;
-            let Some(steps) = usize::try_from(intervals).ok().filter(|n| *n > 0) else {
+            if now_ms - job.runnable_at_ms < interval_ms {
                 return true;
-            };
-            let target = above[steps.min(above.len()) - 1];
+            }
             aged[target].push((*queue, *job));
             false
         });

@@ -285,8 +285,8 @@ pub struct Config {
     /// share waits minutes, not hours.
     pub min_runtime_before_preemption_s: u64,
     /// Rule 10, aging: a job of a FIFO or fair-share queue that has waited this many seconds is
-    /// planned with the next queue up in its environment, one place higher per interval waited.
-    /// `None` turns it off; so does `strict_fifo` (Batch's order). Default one day.
+    /// planned with the next queue up in its environment, after that queue's own jobs. `None`
+    /// turns it off; so does `strict_fifo` (Batch's order). Default one day.
     pub aging_s: Option<u64>,
 }
 

@@ -214,14 +214,13 @@ fn aged_sweeps(limit: u32, waits: &[i64], config: &Config) -> Vec<String> {
 #[test]
 fn a_job_waiting_an_aging_interval_moves_up_one_queue_after_that_queues_own_work() {
     let config = Config::default();
-    // One day: planned with research, after research's own jobs.
+    // A day: planned with research, after research's own jobs, however long past the day.
     assert_eq!(aged_sweeps(4, &[1], &config), ["p1", "r1", "r2", "s0"]);
     assert_eq!(aged_sweeps(3, &[1], &config), ["p1", "r1", "r2"]);
-    // Two days: with production, ahead of research's fresh work; oldest first among equals.
-    assert_eq!(aged_sweeps(2, &[2], &config), ["p1", "s0"]);
-    assert_eq!(aged_sweeps(3, &[2, 5], &config), ["p1", "s1", "s0"]);
-    // Never past the top queue's own work, however long it waited.
-    assert_eq!(aged_sweeps(1, &[30], &config), ["p1"]);
+    assert_eq!(aged_sweeps(3, &[30], &config), ["p1", "r1", "r2"]);
+    // Ahead of the fresh work of its own queue, oldest first.
+    let mut jobs = aged_sweeps(6, &[0, 1, 5], &config);
+    assert_eq!(jobs.split_off(3), ["s2", "s1", "s0"]);
 }
 
 #[test]
@@ -236,33 +235,36 @@ fn aging_is_off_under_strict_fifo_and_when_turned_off() {
         ..Config::default()
     };
     assert_eq!(aged_sweeps(2, &[2], &off), ["p1", "r1"]);
-    // A queue's own interval overrides the default: 0 turns it off, a shorter one ages sooner.
+    // A queue's own interval overrides the default; 0 turns aging off. Here the fair share of
+    // the sweeps queue alone would pick share b's fresh job (share a holds an instance); aged,
+    // share a's job goes first, with research.
     let with_sweeps = |aging_s| {
+        let mut held = running("held", "sweeps", 1, 600);
+        held.share = Some("a".into());
         let s = one_env(
             2,
             vec![
-                queue("production", 900, "gpu", QueuePolicy::Fifo),
                 queue("research", 500, "gpu", QueuePolicy::Fifo),
                 QueueState {
                     aging_s,
-                    ..queue("sweeps", 100, "gpu", QueuePolicy::Fifo)
+                    ..queue("sweeps", 100, "gpu", fair(&[]))
                 },
             ],
             vec![
-                job("r1", "research", 1).at(NOW - 30),
-                job("r2", "research", 1).at(NOW - 20),
-                job("s0", "sweeps", 1).at(NOW - 2 * DAY - 1),
+                job("s0", "sweeps", 1).share("a").at(NOW - 2 * DAY),
+                job("sb", "sweeps", 1).share("b").at(NOW - 10),
             ],
-            vec![],
+            vec![held],
         );
         dispatched(&plan_cycle(&s, NOW, &Config::default()))
             .into_iter()
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
-    assert_eq!(with_sweeps(Some(0)), ["r1", "r2"]);
-    assert_eq!(with_sweeps(None), ["s0", "r1"]);
-    assert_eq!(with_sweeps(Some(3600)), ["s0", "r1"]);
+    assert_eq!(with_sweeps(None), ["s0"]);
+    assert_eq!(with_sweeps(Some(3600)), ["s0"]);
+    assert_eq!(with_sweeps(Some(0)), ["sb"]);
+    assert_eq!(with_sweeps(Some(3 * 86_400)), ["sb"]);
 }
 
 #[test]
