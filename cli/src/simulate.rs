@@ -34,9 +34,6 @@ pub struct SimulateArgs {
     /// A built-in scenario (fleet, small) or a scenario file.
     #[arg(long, default_value = "fleet")]
     scenario: String,
-    /// Overrides the planner's aging interval, in seconds (0: no aging).
-    #[arg(long)]
-    aging_s: Option<u64>,
     /// Overrides the scenario's capacity, in instances.
     #[arg(long)]
     capacity: Option<u32>,
@@ -139,9 +136,6 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         }
     }
     let mut scenario = Scenario::load(&args.scenario)?;
-    if let Some(aging_s) = args.aging_s {
-        scenario.aging_s = aging_s;
-    }
     if let Some(capacity) = args.capacity {
         scenario.capacity_instances = capacity;
     }

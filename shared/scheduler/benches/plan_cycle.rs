@@ -26,7 +26,6 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
         priority: 500,
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(FairsharePolicy::default()),
-        aging_s: None,
     };
     let env = EnvironmentState {
         name: "gpu".into(),

@@ -81,43 +81,27 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         .map(|(k, u)| ((k.queue.as_str(), k.share.as_str()), *u))
         .collect();
 
-    // 3. Aging (rule 10): each queue's own jobs, and the aged jobs of lower queues planned
-    //    with it.
-    let (mut own, mut aged) = age(&queues, &mut pending_by_queue, now_ms, config);
-    for (i, queue) in queues.iter().enumerate() {
-        let jobs = own[i].take().filter(|jobs| !jobs.is_empty());
-        let moved_up = std::mem::take(&mut aged[i]);
-        if jobs.is_none() && moved_up.is_empty() {
+    for queue in queues {
+        let Some(jobs) = pending_by_queue.take(queue.name.as_str()) else {
             continue;
-        }
+        };
         let env = queue
             .environment
             .as_deref()
             .and_then(|name| envs.get_mut(name));
-        let blocked = match &env {
-            None => Some(SkipReason::NoEnvironment),
-            Some(env) if !env.enabled => Some(SkipReason::EnvironmentDisabled {
-                environment: env.name.clone(),
-            }),
-            Some(_) => None,
+        let Some(env) = env else {
+            skip_all(&mut plan, jobs, &SkipReason::NoEnvironment);
+            continue;
         };
-        if let Some(reason) = blocked {
-            let every = jobs
-                .into_iter()
-                .flatten()
-                .chain(moved_up.iter().map(|(_, j)| *j));
-            skip_all(&mut plan, every.collect(), &reason);
+        if !env.enabled {
+            let reason = SkipReason::EnvironmentDisabled {
+                environment: env.name.clone(),
+            };
+            skip_all(&mut plan, jobs, &reason);
             continue;
         }
-        let Some(env) = env else { continue };
-        if let Some(jobs) = jobs {
-            let running = running_by_queue.get(queue.name.as_str());
-            plan_queue(&mut plan, queue, jobs, running, env, &usage, now_ms, config);
-        }
-        // After the queue's own work, oldest first, each as a job of its own queue.
-        for (home, job) in moved_up {
-            consider(&mut plan, home, job, env, 0, now_ms, config);
-        }
+        let running = running_by_queue.get(queue.name.as_str());
+        plan_queue(&mut plan, queue, jobs, running, env, &usage, now_ms, config);
     }
 
     // Jobs of queues the snapshot does not know, by queue name.
@@ -127,63 +111,6 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         skip_all(&mut plan, jobs, &SkipReason::UnknownQueue);
     }
     plan
-}
-
-/// Jobs planned with a queue other than their own: `(their queue, the job)`.
-type Aged<'a> = Vec<(&'a QueueState, &'a PendingJob)>;
-
-/// Rule 10: splits each queue's pending jobs (`queues` in evaluation order) into the ones it
-/// plans itself and the aged ones it hands up. A job of a FIFO or fair-share queue that has
-/// waited its aging interval (its queue's, else `Config::aging_s`) moves to the next queue up
-/// among the queues of its environment, which plans the jobs moved to it after its own, oldest
-/// first. One place only, however long the wait: the work a queue has of its own always comes
-/// before anything moved to it, so aged work never passes fresh work of a higher tier (moving
-/// further let a trace's backlog of old sweeps take the capacity research needed, and FIFO-like
-/// waits spread to every tier). Off under `strict_fifo`. Quota-managed queues keep their
-/// environment to themselves and are left alone.
-fn age<'a>(
-    queues: &[&'a QueueState],
-    pending: &mut Groups<'a, PendingJob>,
-    now_ms: i64,
-    config: &Config,
-) -> (Vec<Option<Vec<&'a PendingJob>>>, Vec<Aged<'a>>) {
-    let mut own: Vec<Option<Vec<&PendingJob>>> = queues
-        .iter()
-        .map(|q| pending.take(q.name.as_str()))
-        .collect();
-    let mut aged: Vec<Aged> = vec![Vec::new(); queues.len()];
-    if config.strict_fifo {
-        return (own, aged);
-    }
-    for (i, queue) in queues.iter().enumerate() {
-        let interval_ms = match queue.aging_s.or(config.aging_s) {
-            Some(s) if s > 0 && !matches!(queue.policy, QueuePolicy::QuotaShare(_)) => {
-                i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
-            }
-            _ => continue,
-        };
-        let Some(jobs) = own[i].as_mut() else {
-            continue;
-        };
-        // The next queue up on its environment.
-        let Some(target) = (0..i)
-            .rev()
-            .find(|&j| queues[j].environment == queue.environment)
-        else {
-            continue;
-        };
-        jobs.retain(|job| {
-            if now_ms - job.runnable_at_ms < interval_ms {
-                return true;
-            }
-            aged[target].push((*queue, *job));
-            false
-        });
-    }
-    for moved in &mut aged {
-        moved.sort_by(|a, b| fifo(&a.1, &b.1));
-    }
-    (own, aged)
 }
 
 /// Names numbered in the order they first appear. A cycle looks up the queue and the share of

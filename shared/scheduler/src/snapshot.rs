@@ -191,9 +191,6 @@ pub struct QueueState {
     pub environment: Option<String>,
     /// Ordering policy.
     pub policy: QueuePolicy,
-    /// Its own aging interval in seconds (rule 10), overriding [`Config::aging_s`]; `Some(0)`
-    /// turns aging off for the queue.
-    pub aging_s: Option<u64>,
 }
 
 /// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.
@@ -284,15 +281,7 @@ pub struct Config {
     /// long enough for SageMaker to provision and start training, short enough that a reclaiming
     /// share waits minutes, not hours.
     pub min_runtime_before_preemption_s: u64,
-    /// Rule 10, aging: a job of a FIFO or fair-share queue that has waited this many seconds is
-    /// planned with the next queue up in its environment, after that queue's own jobs. `None`
-    /// turns it off; so does `strict_fifo` (Batch's order). Default one day.
-    pub aging_s: Option<u64>,
 }
-
-/// [`Config::aging_s`] by default: a day, longer than production work waits in any healthy pool,
-/// so fresh work keeps its tiers' order and only work that would otherwise starve moves up.
-pub const DEFAULT_AGING_S: u64 = 86_400;
 
 impl Default for Config {
     fn default() -> Self {
@@ -300,7 +289,6 @@ impl Default for Config {
             strict_fifo: false,
             default_runtime_s: 86_400,
             min_runtime_before_preemption_s: 600,
-            aging_s: Some(DEFAULT_AGING_S),
         }
     }
 }

@@ -33,7 +33,6 @@ fn queue(name: &str, priority: u32, env: &str, policy: QueuePolicy) -> QueueStat
         priority,
         environment: Some(env.into()),
         policy,
-        aging_s: None,
     }
 }
 
@@ -182,91 +181,6 @@ fn strict_fifo_stops_a_queue_at_its_waiting_head() {
     );
 }
 
-const DAY: i64 = 86_400_000;
-
-/// The three tiers on one environment, fresh research and production work, and sweeps jobs that
-/// have waited `waits` days: what a cycle dispatches on `limit` instances under `config`.
-fn aged_sweeps(limit: u32, waits: &[i64], config: &Config) -> Vec<String> {
-    let mut jobs = vec![
-        job("p1", "production", 1).at(NOW - 10),
-        job("r1", "research", 1).at(NOW - 30),
-        job("r2", "research", 1).at(NOW - 20),
-    ];
-    for (n, days) in waits.iter().enumerate() {
-        jobs.push(job(&format!("s{n}"), "sweeps", 1).at(NOW - days * DAY - 1));
-    }
-    let s = one_env(
-        limit,
-        vec![
-            queue("production", 900, "gpu", QueuePolicy::Fifo),
-            queue("research", 500, "gpu", QueuePolicy::Fifo),
-            queue("sweeps", 100, "gpu", QueuePolicy::Fifo),
-        ],
-        jobs,
-        vec![],
-    );
-    dispatched(&plan_cycle(&s, NOW, config))
-        .into_iter()
-        .map(str::to_owned)
-        .collect()
-}
-
-#[test]
-fn a_job_waiting_an_aging_interval_moves_up_one_queue_after_that_queues_own_work() {
-    let config = Config::default();
-    // A day: planned with research, after research's own jobs, however long past the day.
-    assert_eq!(aged_sweeps(4, &[1], &config), ["p1", "r1", "r2", "s0"]);
-    assert_eq!(aged_sweeps(3, &[1], &config), ["p1", "r1", "r2"]);
-    assert_eq!(aged_sweeps(3, &[30], &config), ["p1", "r1", "r2"]);
-    // Ahead of the fresh work of its own queue, oldest first.
-    let mut jobs = aged_sweeps(6, &[0, 1, 5], &config);
-    assert_eq!(jobs.split_off(3), ["s2", "s1", "s0"]);
-}
-
-#[test]
-fn aging_is_off_under_strict_fifo_and_when_turned_off() {
-    let strict = Config {
-        strict_fifo: true,
-        ..Config::default()
-    };
-    assert_eq!(aged_sweeps(2, &[2], &strict), ["p1", "r1"]);
-    let off = Config {
-        aging_s: None,
-        ..Config::default()
-    };
-    assert_eq!(aged_sweeps(2, &[2], &off), ["p1", "r1"]);
-    // A queue's own interval overrides the default; 0 turns aging off. Here the fair share of
-    // the sweeps queue alone would pick share b's fresh job (share a holds an instance); aged,
-    // share a's job goes first, with research.
-    let with_sweeps = |aging_s| {
-        let mut held = running("held", "sweeps", 1, 600);
-        held.share = Some("a".into());
-        let s = one_env(
-            2,
-            vec![
-                queue("research", 500, "gpu", QueuePolicy::Fifo),
-                QueueState {
-                    aging_s,
-                    ..queue("sweeps", 100, "gpu", fair(&[]))
-                },
-            ],
-            vec![
-                job("s0", "sweeps", 1).share("a").at(NOW - 2 * DAY),
-                job("sb", "sweeps", 1).share("b").at(NOW - 10),
-            ],
-            vec![held],
-        );
-        dispatched(&plan_cycle(&s, NOW, &Config::default()))
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(with_sweeps(None), ["s0"]);
-    assert_eq!(with_sweeps(Some(3600)), ["s0"]);
-    assert_eq!(with_sweeps(Some(0)), ["sb"]);
-    assert_eq!(with_sweeps(Some(3 * 86_400)), ["sb"]);
-}
-
 #[test]
 fn higher_priority_queues_are_served_first() {
     let s = one_env(
@@ -277,10 +191,10 @@ fn higher_priority_queues_are_served_first() {
             queue("research", 500, "gpu", QueuePolicy::Fifo),
         ],
         vec![
-            job("s1", "sweeps", 1).at(NOW - 40),
-            job("r1", "research", 1).at(NOW - 30),
-            job("p1", "production", 1).at(NOW - 20),
-            job("p2", "production", 1).at(NOW - 10),
+            job("s1", "sweeps", 1).at(1),
+            job("r1", "research", 1).at(2),
+            job("p1", "production", 1).at(3),
+            job("p2", "production", 1).at(4),
         ],
         vec![],
     );

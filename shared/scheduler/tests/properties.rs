@@ -46,7 +46,6 @@ fn generate(seed: u64) -> Snapshot {
                     }],
                 })
             },
-            aging_s: None,
         })
         .collect();
     let mut used = 0;
@@ -275,7 +274,6 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
         priority: 1,
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(policy),
-        aging_s: None,
     };
     let env = EnvironmentState {
         name: "gpu".into(),

@@ -107,7 +107,6 @@ fn snapshot(
             priority: 1,
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
-            aging_s: None,
         }],
         running,
         pending,

@@ -91,7 +91,6 @@ fn world(seed: u64) -> (Snapshot, bool) {
             priority: 1,
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
-            aging_s: None,
         }],
         running: vec![],
         pending,

@@ -294,7 +294,6 @@ impl Setup {
         let planner = PlannerConfig {
             strict_fifo,
             min_runtime_before_preemption_s: scenario.min_runtime_before_preemption_s,
-            aging_s: Some(scenario.aging_s).filter(|s| *s > 0),
             ..PlannerConfig::default()
         };
         let tiers = scenario

@@ -137,9 +137,6 @@ pub struct Scenario {
     /// A dispatched job not heard from for this long is described, seconds.
     #[serde(default = "default_quiet")]
     pub reconcile_quiet_s: u64,
-    /// The planner's aging interval (rule 10), seconds; 0 turns aging off.
-    #[serde(default = "default_aging")]
-    pub aging_s: u64,
 }
 
 fn default_environment() -> String {
@@ -162,9 +159,6 @@ fn default_attempts() -> u32 {
 }
 fn default_min_runtime() -> u64 {
     600
-}
-fn default_aging() -> u64 {
-    trainyard_scheduler::snapshot::DEFAULT_AGING_S
 }
 fn default_due() -> u64 {
     3_600
@@ -444,7 +438,6 @@ impl Scenario {
                 "min_runtime_before_preemption_s",
                 self.min_runtime_before_preemption_s.to_string(),
             ),
-            ("aging_s", self.aging_s.to_string()),
             ("due_work_interval_s", self.due_work_interval_s.to_string()),
             ("reconcile_quiet_s", self.reconcile_quiet_s.to_string()),
         ] {

@@ -281,7 +281,6 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 priority: queue.priority,
                 environment: queue.service_environment().map(str::to_owned),
                 policy,
-                aging_s: aging_of(&queue.tags),
             });
             queue_map.insert(name, queue);
         }
@@ -409,21 +408,6 @@ fn queue_policy(
         }) => QueuePolicy::QuotaShare(configuration.quota_shares.remove(name).unwrap_or_default()),
         _ => QueuePolicy::Fifo,
     }
-}
-
-/// The queue tag that sets its aging interval in seconds (planner rule 10; `0` turns aging off
-/// for the queue), so that it is set through Batch's own `TagResource` and `CreateJobQueue`.
-pub const AGING_TAG: &str = "trainyard:aging-seconds";
-
-/// A queue's own aging interval from its [`AGING_TAG`]; `None` (the planner's default) when the
-/// tag is absent or not a whole number of seconds.
-fn aging_of(tags: &trainyard_domain::Tags) -> Option<u64> {
-    let value = tags.get(AGING_TAG)?;
-    let parsed = value.trim().parse().ok();
-    if parsed.is_none() {
-        tracing::warn!(tag = AGING_TAG, value = %value, "not a number of seconds; the default applies");
-    }
-    parsed
 }
 
 #[cfg(test)]
