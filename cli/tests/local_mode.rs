@@ -355,14 +355,11 @@ fn up_until_exit(args: &[&str]) -> std::process::Output {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn trainyard up");
-    let deadline = std::time::Instant::now() + support::START_STOP_DEADLINE;
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("trainyard up {args:?} kept running; it should have refused to start");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    support::exit_within(
+        &mut child,
+        support::START_STOP_DEADLINE,
+        &format!("trainyard up {args:?}, which should have refused to start"),
+    );
     child.wait_with_output().expect("output")
 }
 

@@ -533,8 +533,9 @@ fn events_with_a_limit_exit_after_the_last_change_they_print() {
         ),
     );
     wait_for(&server, &id, "SUCCEEDED", status_is("SUCCEEDED"));
-    let status = exit_within(
+    let status = support::exit_within(
         &mut follower,
+        Duration::from_secs(10),
         "events --limit 6, after the job's sixth change",
     );
     assert!(status.success(), "{status}");
@@ -557,7 +558,11 @@ fn events_report_a_server_that_goes_away_and_exit_non_zero() {
     let (mut follower, mut stderr) = follow(&server, &[]);
     assert!(server.terminate().success());
 
-    let status = exit_within(&mut follower, "events, after the server stopped");
+    let status = support::exit_within(
+        &mut follower,
+        Duration::from_secs(10),
+        "events, after the server stopped",
+    );
     let mut said = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut said).expect("stderr");
     assert!(!status.success(), "events exited {status}: {said}");
@@ -565,22 +570,6 @@ fn events_report_a_server_that_goes_away_and_exit_non_zero() {
         said.contains("event stream") && said.contains("ended"),
         "{said}"
     );
-}
-
-/// Waits up to 10 s for `child` to exit by itself; `what` names it in the failure.
-fn exit_within(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running 10 s later");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// `events --job ID` prints that job's changes only, though another job changes beside it.
@@ -597,7 +586,11 @@ fn events_for_one_job_print_only_its_changes() {
     let other = submit(&server, &job("research", "other", 1, quick, json!({})));
     let (mut follower, _stderr) = follow(&server, &["--job", &mine, "--limit", "5"]);
 
-    let status = exit_within(&mut follower, "events --job --limit 5");
+    let status = support::exit_within(
+        &mut follower,
+        Duration::from_secs(10),
+        "events --job --limit 5",
+    );
     assert!(status.success(), "{status}");
     let mut out = String::new();
     std::io::Read::read_to_string(&mut follower.stdout.take().expect("stdout"), &mut out)

@@ -3,9 +3,12 @@ resource bookkeeping. Nothing here asserts on server behaviour except `expect_cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -288,3 +291,37 @@ def wait_for_queue_valid(batch, queue: str, timeout_s: float = 10.0) -> dict:
         return queues[0] if queues and queues[0].get("status") == "VALID" else None
 
     return wait_until(probe, f"job queue {queue} to be VALID", timeout_s)
+
+
+TRAINYARD_BIN = os.environ.get("TRAINYARD_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "target", "debug", "trainyard"
+)
+
+
+@contextlib.contextmanager
+def trainyard_process(*args: str, address: str):
+    """Runs `trainyard ARGS...` (a server on a free port), yields the URL its stdout prints in
+    the group of regex `address`, and stops it with SIGTERM, which it must exit 0 on."""
+    if not os.path.exists(TRAINYARD_BIN):
+        pytest.fail(f"no trainyard binary at {TRAINYARD_BIN} (build it, or set TRAINYARD_BIN)")
+    proc = subprocess.Popen(
+        [TRAINYARD_BIN, *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        url, deadline = None, time.monotonic() + 30
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            found = re.search(address, line)
+            url = found.group(1) if found else None
+        assert url, f"trainyard {args[0]} printed no address"
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=15) == 0, f"trainyard {args[0]} did not stop cleanly on SIGTERM"
+        finally:
+            if proc.poll() is None:
+                proc.kill()

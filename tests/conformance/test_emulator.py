@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
-import time
 import uuid
 
 import boto3
@@ -18,46 +15,17 @@ from botocore.exceptions import ClientError
 
 import support
 
-_BIN = os.environ.get("TRAINYARD_BIN") or os.path.join(
-    os.path.dirname(__file__), "..", "..", "target", "debug", "trainyard"
-)
-
-
 @pytest.fixture(scope="module")
 def sagemaker():
-    if not os.path.exists(_BIN):
-        pytest.fail(f"no trainyard binary at {_BIN} (build it, or set TRAINYARD_BIN)")
-    proc = subprocess.Popen(
-        [_BIN, "emulator", "--listen", "127.0.0.1:0"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        url = None
-        deadline = time.monotonic() + 30
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            found = re.search(r"listening on (http://\S+)", line)
-            if found:
-                url = found.group(1)
-        assert url, "trainyard emulator printed no address"
+    with support.trainyard_process(
+        "emulator", "--listen", "127.0.0.1:0", address=r"listening on (http://\S+)"
+    ) as url:
         yield boto3.client(
             "sagemaker",
             endpoint_url=url,
             region_name=support.REGION,
             config=Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=10),
         )
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(timeout=15) == 0, "the emulator did not stop cleanly on SIGTERM"
-        finally:
-            if proc.poll() is None:
-                proc.kill()
 
 
 def _request(name: str, **hyper: str) -> dict:

@@ -7,12 +7,9 @@ The suite's shared server runs without --credentials, so this module starts its 
 
 import os
 import pathlib
-import re
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import boto3
 import pytest
@@ -24,42 +21,20 @@ import support
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "clients"))
 import trainyard_sigv4  # noqa: E402
 
-_BIN = os.environ.get("TRAINYARD_BIN") or os.path.join(
-    os.path.dirname(__file__), "..", "..", "target", "debug", "trainyard"
-)
 KEYS = "[alice]\naws_access_key_id = AKIDALICE\naws_secret_access_key = alice-secret\n"
 
 
 @pytest.fixture(scope="module")
 def checked_endpoint():
-    if not os.path.exists(_BIN):
-        pytest.fail(f"no trainyard binary at {_BIN} (build it, or set TRAINYARD_BIN)")
     with tempfile.TemporaryDirectory() as tmp:
         keys = os.path.join(tmp, "keys")
         with open(keys, "w") as f:
             f.write(KEYS)
-        proc = subprocess.Popen(
-            [_BIN, "up", "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"),
-             "--no-dispatch", "--credentials", keys],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
-        try:
-            url, deadline = None, time.monotonic() + 30
-            while url is None and time.monotonic() < deadline:
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                found = re.search(r"Listening on (http://\S+)", line)
-                url = found.group(1) if found else None
-            assert url, "trainyard up printed no address"
+        with support.trainyard_process(
+            "up", "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "data"),
+            "--no-dispatch", "--credentials", keys, address=r"Listening on (http://\S+)",
+        ) as url:
             yield url
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                assert proc.wait(timeout=15) == 0, "trainyard up did not stop cleanly"
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
 
 
 def client(url, key_id="AKIDALICE", secret="alice-secret"):

@@ -115,18 +115,7 @@ impl Server {
             .status()
             .expect("run kill");
         assert!(sent.success(), "kill -TERM failed");
-        let deadline = Instant::now() + START_STOP_DEADLINE;
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("server did not stop within {START_STOP_DEADLINE:?} of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = exit_within(&mut child, START_STOP_DEADLINE, "the server, after SIGTERM");
         // The reader thread ends at EOF; take what it read.
         while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
             self.stdout.push(line);
@@ -203,6 +192,23 @@ impl Drop for Server {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Waits up to `deadline` for `child` to exit by itself; `what` names it in the failure (the
+/// child is killed first).
+pub fn exit_within(child: &mut Child, deadline: Duration, what: &str) -> ExitStatus {
+    let until = Instant::now() + deadline;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running {deadline:?} later");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
