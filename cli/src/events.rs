@@ -11,6 +11,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 
+use trainyard_domain::job::JobStatus;
+
 use crate::table::timestamp;
 use crate::{ClientArgs, Output};
 
@@ -21,7 +23,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     trainyard events --follow                   every change, until Ctrl-C\n  \
-    trainyard events --job \"$JOB\" --limit 5     one job's next five changes, then exit")]
+    trainyard events --job \"$JOB\"               one job: where it is, then each change until it ends")]
 pub struct EventsArgs {
     #[command(flatten)]
     pub client: ClientArgs,
@@ -32,7 +34,7 @@ pub struct EventsArgs {
     /// Stop after this many changes (for scripts).
     #[arg(long)]
     pub limit: Option<u64>,
-    /// Only this job's changes (its job id).
+    /// Only this job (its id): its status now, then each change, until it ends.
     #[arg(long)]
     pub job: Option<String>,
 }
@@ -96,6 +98,35 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
     if args.limit == Some(0) {
         return Ok(());
     }
+    let mut emit = |out: String| -> anyhow::Result<bool> {
+        writeln!(stdout, "{out}").context("writing to stdout")?;
+        // Each change should show up as it happens, even when piped.
+        stdout.flush().context("writing to stdout")?;
+        printed += 1;
+        // Done at the last change asked for: the next may be long in coming, or never.
+        Ok(args.limit.is_some_and(|limit| printed >= limit))
+    };
+    // One job: the stream has no history, so first where the job is now (read after the stream
+    // is open, so nothing falls between); changes the stream still holds from before that read
+    // are left out.
+    let mut caught_up_from = None;
+    if let Some(job) = &args.job {
+        let now = now_event(&args.client.endpoint, job)?;
+        let status = now["status"].as_str().and_then(JobStatus::parse);
+        let out = match args.client.output {
+            Output::Json => Some(now.to_string()),
+            Output::Table => format_line(&now),
+        };
+        if let Some(out) = out
+            && emit(out)?
+        {
+            return Ok(());
+        }
+        if status.is_some_and(JobStatus::is_terminal) {
+            return Ok(());
+        }
+        caught_up_from = status;
+    }
     for line in reader.lines() {
         let line = line.context("reading the event stream")?;
         if line.trim().is_empty() {
@@ -110,23 +141,57 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
                 continue;
             }
         }
+        let status = event
+            .as_ref()
+            .and_then(|e| e.get("status"))
+            .and_then(Value::as_str)
+            .and_then(JobStatus::parse);
+        if let (Some(now), Some(status)) = (caught_up_from, status) {
+            if rank(status) <= rank(now) {
+                continue;
+            }
+            caught_up_from = None;
+        }
         let out = match args.client.output {
             Output::Json => Some(line),
             Output::Table => event.as_ref().and_then(format_line),
         };
-        if let Some(out) = out {
-            writeln!(stdout, "{out}").context("writing to stdout")?;
-            // Each change should show up as it happens, even when piped.
-            stdout.flush().context("writing to stdout")?;
-            printed += 1;
-            // Done at the last change asked for: the next may be long in coming, or never.
-            if args.limit.is_some_and(|limit| printed >= limit) {
-                return Ok(());
-            }
+        if let Some(out) = out
+            && emit(out)?
+        {
+            return Ok(());
+        }
+        // One job ends the stream with its end.
+        if args.job.is_some() && status.is_some_and(JobStatus::is_terminal) {
+            return Ok(());
         }
     }
     // `up` never ends the stream while it runs: it stopped, or the connection broke.
     bail!("the event stream from {endpoint} ended: the server stopped or the connection was lost")
+}
+
+/// The job's status now, shaped like an event of the stream.
+fn now_event(endpoint: &str, job: &str) -> anyhow::Result<Value> {
+    let described = crate::client::Client::new(endpoint)
+        .call("describeservicejob", &serde_json::json!({ "jobId": job }))?;
+    let queue = described["jobQueue"].as_str().unwrap_or_default();
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok(serde_json::json!({
+        "time": i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX),
+        "jobId": job,
+        "jobQueue": queue.rsplit('/').next().unwrap_or(queue),
+        "status": described["status"],
+    }))
+}
+
+/// A status's place in the lifecycle, for leaving out changes older than a status read.
+fn rank(status: JobStatus) -> usize {
+    JobStatus::ALL
+        .iter()
+        .position(|s| *s == status)
+        .unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

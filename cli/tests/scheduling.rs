@@ -572,9 +572,10 @@ fn events_report_a_server_that_goes_away_and_exit_non_zero() {
     );
 }
 
-/// `events --job ID` prints that job's changes only, though another job changes beside it.
+/// `events --job ID` prints where that job is, then its changes only (though another job
+/// changes beside it), and ends with the job.
 #[test]
-fn events_for_one_job_print_only_its_changes() {
+fn events_for_one_job_print_where_it_is_then_its_changes_until_it_ends() {
     let (_tmp, dir) = data_dir();
     // Both jobs stay SUBMITTED long enough for the follower to connect before either moves.
     let server = Server::start(&dir, &["--settle-ms", "1500"]);
@@ -584,13 +585,9 @@ fn events_for_one_job_print_only_its_changes() {
         &job("research", "mine", 1, quick.clone(), json!({})),
     );
     let other = submit(&server, &job("research", "other", 1, quick, json!({})));
-    let (mut follower, _stderr) = follow(&server, &["--job", &mine, "--limit", "5"]);
+    let (mut follower, _stderr) = follow(&server, &["--job", &mine]);
 
-    let status = support::exit_within(
-        &mut follower,
-        Duration::from_secs(10),
-        "events --job --limit 5",
-    );
+    let status = support::exit_within(&mut follower, Duration::from_secs(10), "events --job");
     assert!(status.success(), "{status}");
     let mut out = String::new();
     std::io::Read::read_to_string(&mut follower.stdout.take().expect("stdout"), &mut out)
@@ -601,11 +598,28 @@ fn events_for_one_job_print_only_its_changes() {
         .collect();
     assert_eq!(
         statuses,
-        ["RUNNABLE", "SCHEDULED", "STARTING", "RUNNING", "SUCCEEDED"],
+        [
+            "SUBMITTED",
+            "RUNNABLE",
+            "SCHEDULED",
+            "STARTING",
+            "RUNNING",
+            "SUCCEEDED"
+        ],
         "{out}"
     );
     assert!(out.lines().all(|l| l.contains(&mine)), "{out}");
     assert!(!out.contains(&other), "{out}");
+
+    // A job that has ended: its status, and done.
+    let (mut late, _stderr) = follow(&server, &["--job", &mine]);
+    let status = support::exit_within(&mut late, Duration::from_secs(10), "events --job, ended");
+    assert!(status.success(), "{status}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut late.stdout.take().expect("stdout"), &mut out)
+        .expect("stdout");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.trim_end().ends_with("SUCCEEDED"), "{out}");
 }
 
 /// `up` serves SageMaker's own API (awsJson1_1 on `/`) for the training jobs its loop ran, so
