@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Map, Value, json};
 use trainyard_domain::job::JobStatus;
+use trainyard_domain::limits::SNAPSHOT_FRONT_OF_QUEUE;
 
 use crate::client::{Client, ClientError};
 use crate::payload::{self, TrainingSpec};
@@ -306,7 +307,7 @@ fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
                         4,
                         match position {
                             Some(n) => n.to_string(),
-                            None if waiting => format!(">{}", FRONT_OF_QUEUE),
+                            None if waiting => format!(">{SNAPSHOT_FRONT_OF_QUEUE}"),
                             None => "-".into(),
                         },
                     );
@@ -332,9 +333,6 @@ fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
         }
     })
 }
-
-/// How many waiting jobs `GetJobQueueSnapshot` ranks per queue (its `frontOfQueue`).
-const FRONT_OF_QUEUE: usize = 100;
 
 /// The 1-based place of each RUNNABLE job among `jobs` in its queue's dispatch order, from one
 /// `GetJobQueueSnapshot` per queue that has any (its front: the first hundred).

@@ -456,18 +456,7 @@ fn events_follow_prints_each_change_as_it_happens() {
         .filter(|l| l.contains(&id))
         .filter_map(|l| l.split_whitespace().last())
         .collect();
-    assert_eq!(
-        statuses,
-        [
-            "SUBMITTED",
-            "RUNNABLE",
-            "SCHEDULED",
-            "STARTING",
-            "RUNNING",
-            "SUCCEEDED"
-        ],
-        "{seen:#?}"
-    );
+    assert_eq!(statuses, LIFECYCLE, "{seen:#?}");
     assert!(seen.iter().all(|l| l.contains("research")), "{seen:#?}");
 }
 
@@ -533,15 +522,10 @@ fn events_with_a_limit_exit_after_the_last_change_they_print() {
         ),
     );
     wait_for(&server, &id, "SUCCEEDED", status_is("SUCCEEDED"));
-    let status = support::exit_within(
+    let out = succeeded(
         &mut follower,
-        Duration::from_secs(10),
         "events --limit 6, after the job's sixth change",
     );
-    assert!(status.success(), "{status}");
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut follower.stdout.take().expect("stdout"), &mut out)
-        .expect("stdout");
     assert_eq!(out.lines().count(), 6, "{out}");
     assert!(
         out.lines().last().is_some_and(|l| l.ends_with("SUCCEEDED")),
@@ -587,37 +571,18 @@ fn events_for_one_job_print_where_it_is_then_its_changes_until_it_ends() {
     let other = submit(&server, &job("research", "other", 1, quick, json!({})));
     let (mut follower, _stderr) = follow(&server, &["--job", &mine]);
 
-    let status = support::exit_within(&mut follower, Duration::from_secs(10), "events --job");
-    assert!(status.success(), "{status}");
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut follower.stdout.take().expect("stdout"), &mut out)
-        .expect("stdout");
+    let out = succeeded(&mut follower, "events --job");
     let statuses: Vec<&str> = out
         .lines()
         .filter_map(|l| l.split_whitespace().last())
         .collect();
-    assert_eq!(
-        statuses,
-        [
-            "SUBMITTED",
-            "RUNNABLE",
-            "SCHEDULED",
-            "STARTING",
-            "RUNNING",
-            "SUCCEEDED"
-        ],
-        "{out}"
-    );
+    assert_eq!(statuses, LIFECYCLE, "{out}");
     assert!(out.lines().all(|l| l.contains(&mine)), "{out}");
     assert!(!out.contains(&other), "{out}");
 
     // A job that has ended: its status, and done.
     let (mut late, _stderr) = follow(&server, &["--job", &mine]);
-    let status = support::exit_within(&mut late, Duration::from_secs(10), "events --job, ended");
-    assert!(status.success(), "{status}");
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut late.stdout.take().expect("stdout"), &mut out)
-        .expect("stdout");
+    let out = succeeded(&mut late, "events --job, ended");
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.trim_end().ends_with("SUCCEEDED"), "{out}");
 }
@@ -778,4 +743,24 @@ fn run_for_a_while(server: &Server, queue: &str, extra: Value) {
         ),
     );
     wait_for(server, &id, "RUNNING", status_is("RUNNING"));
+}
+
+/// Every status a job that succeeds at its first attempt goes through, in order.
+const LIFECYCLE: [&str; 6] = [
+    "SUBMITTED",
+    "RUNNABLE",
+    "SCHEDULED",
+    "STARTING",
+    "RUNNING",
+    "SUCCEEDED",
+];
+
+/// Waits up to 10 s for `child` to exit by itself, requires success, and returns its stdout.
+fn succeeded(child: &mut std::process::Child, what: &str) -> String {
+    let status = support::exit_within(child, Duration::from_secs(10), what);
+    assert!(status.success(), "{what}: {status}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out)
+        .expect("stdout");
+    out
 }
