@@ -176,7 +176,21 @@ impl Client {
 
     /// Calls `operation` (for example `submitservicejob`) with a JSON body.
     pub fn call(&self, operation: &str, body: &Value) -> Result<Value, ClientError> {
-        let url = format!("{}/v1/{operation}", self.endpoint);
+        self.call_under("/v1", operation, body)
+    }
+
+    /// Calls one of Trainyard's own operations (`POST /trainyard/v1/{operation}`).
+    pub fn call_trainyard(&self, operation: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call_under("/trainyard/v1", operation, body)
+    }
+
+    fn call_under(
+        &self,
+        prefix: &str,
+        operation: &str,
+        body: &Value,
+    ) -> Result<Value, ClientError> {
+        let url = format!("{}{prefix}/{operation}", self.endpoint);
         let body = body.to_string().into_bytes();
         let content_type = ("content-type", "application/json");
         let signature = match &self.signer {

@@ -507,6 +507,13 @@ fn describe_table(job: &Value) -> String {
         ("Priority", text(job, "schedulingPriority")),
         ("Share", text(job, "shareIdentifier")),
         ("Quota share", text(job, "quotaShareName")),
+        (
+            "Owner",
+            job.pointer("/trainyard/owner")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        ),
         ("Attempts", attempts_summary(job)),
         ("Created (UTC)", time("createdAt")),
         ("Scheduled (UTC)", time("scheduledAt")),

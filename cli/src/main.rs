@@ -15,12 +15,14 @@
 //! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`, `environments`.
 //! - [`payload`]: the SageMaker `CreateTrainingJob` request `submit` builds from flags.
 //! - [`table`]: plain-text tables and timestamps for people.
+//! - [`access`]: `access show|set|clear` and `whoami`, Trainyard's own operations.
 
 /// mimalloc rather than the system allocator: the simulator's cycles allocate and free small
 /// snapshots at a high rate, and malloc/free were ~40% of its profile (docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod access;
 mod client;
 mod commands;
 mod emulator;
@@ -76,6 +78,11 @@ enum Command {
     /// quota share's limit, use and sharing rule.
     #[command(alias = "pools")]
     Environments(ClientArgs),
+    /// Show, set or clear the access policies (Cedar): who may submit where, terminate whose
+    /// jobs, change which configuration. See docs/access.md.
+    Access(access::AccessArgs),
+    /// Print the identity the server takes you for (the ARN access policies judge).
+    Whoami(ClientArgs),
     /// Replay a GPU-cluster trace through the real scheduler over virtual time and compare
     /// policies (fifo, batch-fair-share, trainyard, quota-shares, static-partition).
     Simulate(Box<simulate::SimulateArgs>),
@@ -131,6 +138,8 @@ fn main() -> ExitCode {
         Command::Terminate(args) => commands::terminate(&args),
         Command::Queues(args) => commands::queues(&args),
         Command::Environments(args) => commands::environments_command(&args),
+        Command::Access(args) => access::access(&args),
+        Command::Whoami(args) => access::whoami(&args),
         Command::Simulate(args) => simulate::run_simulate(&args),
     };
     match result {

@@ -18,6 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc, watch};
+use trainyard_access::Principal;
+use trainyard_api::{Caller, Gate};
 use trainyard_app::Service;
 use trainyard_app::ports::{Clock, Event, EventSink, Store, SystemClock};
 use trainyard_domain::job::JobStatus;
@@ -31,6 +33,34 @@ pub struct SignatureCheck {
     pub keys: std::collections::BTreeMap<String, crate::sigv4::Keys>,
     /// The region requests must be signed for (`up --region`).
     pub region: String,
+    /// Whom each access key's requests come from, by access key id.
+    principals: std::collections::BTreeMap<String, Principal>,
+}
+
+impl SignatureCheck {
+    /// Checks requests against `keys` (by profile name). Each key's caller is its profile's
+    /// `principal_arn`, or else the IAM user named after the profile in `account`.
+    pub fn new(
+        keys: std::collections::BTreeMap<String, crate::sigv4::Keys>,
+        region: String,
+        account: &str,
+    ) -> Self {
+        let principals = keys
+            .iter()
+            .map(|(profile, k)| {
+                let arn = k
+                    .principal_arn
+                    .clone()
+                    .unwrap_or_else(|| format!("arn:aws:iam::{account}:user/{profile}"));
+                (k.access_key_id.clone(), Principal::from_arn(&arn))
+            })
+            .collect();
+        Self {
+            keys,
+            region,
+            principals,
+        }
+    }
 }
 
 /// The most a signed request's body may hold (Batch's largest request, a submit with a 10 KiB
@@ -68,6 +98,10 @@ pub async fn require_signature(
     match crate::sigv4::verify(&received, &check.keys, &check.region, now) {
         Ok(access_key_id) => {
             tracing::debug!(%access_key_id, "signature verified");
+            let mut parts = parts;
+            if let Some(principal) = check.principals.get(access_key_id.as_str()) {
+                parts.extensions.insert(Caller(principal.clone()));
+            }
             next.run(axum::extract::Request::from_parts(parts, Body::from(body)))
                 .await
         }
@@ -93,6 +127,7 @@ const FOLLOWER_BUFFER: usize = 256;
 struct Shared<S: Store, E: EventSink> {
     service: Arc<Service<S, E>>,
     metrics: Arc<Metrics>,
+    gate: Arc<Gate>,
     events: LocalEvents,
     stopping: watch::Receiver<bool>,
 }
@@ -101,12 +136,14 @@ struct Shared<S: Store, E: EventSink> {
 pub fn routes<S: Store, E: EventSink>(
     service: Arc<Service<S, E>>,
     metrics: Arc<Metrics>,
+    gate: Arc<Gate>,
     events: LocalEvents,
     stopping: watch::Receiver<bool>,
 ) -> Router {
     let shared = Arc::new(Shared {
         service,
         metrics,
+        gate,
         events,
         stopping,
     });
@@ -118,14 +155,17 @@ pub fn routes<S: Store, E: EventSink>(
 
 async fn metrics_text<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S, E>>>) -> Response {
     match metrics::render(&shared.metrics, shared.service.store()).await {
-        Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
+        Ok(mut text) => {
+            text.push_str(&access_denied_text(&shared.gate));
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                text,
+            )
+                .into_response()
+        }
         Err(error) => {
             tracing::warn!(%error, "rendering metrics failed");
             (
@@ -135,6 +175,20 @@ async fn metrics_text<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S,
                 .into_response()
         }
     }
+}
+
+/// `trainyard_access_denied_total`, by action (a bounded label: the actions are a fixed set).
+fn access_denied_text(gate: &Gate) -> String {
+    let mut text = String::from(
+        "# HELP trainyard_access_denied_total Requests the access policies refused, by action.\n\
+         # TYPE trainyard_access_denied_total counter\n",
+    );
+    for (action, n) in gate.denied() {
+        text.push_str(&format!(
+            "trainyard_access_denied_total{{action=\"{action}\"}} {n}\n"
+        ));
+    }
+    text
 }
 
 /// One line of the event stream.

@@ -38,6 +38,10 @@ pub struct Keys {
     pub access_key_id: String,
     secret: String,
     session_token: Option<String>,
+    /// Whom a server taking requests signed with these keys (`up --credentials`) takes the
+    /// caller for: the profile's `principal_arn` (Trainyard's own setting, which AWS tools
+    /// ignore), for example an assumed-role ARN to match the deployment's policies.
+    pub principal_arn: Option<String>,
 }
 
 impl std::fmt::Debug for Keys {
@@ -58,6 +62,7 @@ impl Keys {
                 access_key_id: id,
                 secret,
                 session_token: var("AWS_SESSION_TOKEN"),
+                principal_arn: None,
             }));
         }
         let Some(path) = var("AWS_SHARED_CREDENTIALS_FILE")
@@ -117,6 +122,7 @@ fn parse_credentials(text: &str) -> anyhow::Result<BTreeMap<String, Keys>> {
                 access_key_id: settings.remove("aws_access_key_id")?,
                 secret: settings.remove("aws_secret_access_key")?,
                 session_token: settings.remove("aws_session_token"),
+                principal_arn: settings.remove("principal_arn"),
             };
             Some((name, keys))
         })

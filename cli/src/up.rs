@@ -170,10 +170,11 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
                     path.display()
                 );
             }
-            Some(Arc::new(crate::routes::SignatureCheck {
+            Some(Arc::new(crate::routes::SignatureCheck::new(
                 keys,
-                region: arns.region.clone(),
-            }))
+                arns.region.clone(),
+                &arns.account,
+            )))
         }
         None => None,
     };
@@ -230,10 +231,12 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
 
     let (stop, stopping) = watch::channel(false);
     let metrics = Arc::new(Metrics::new());
-    let app = trainyard_api::router(service.clone())
+    let gate = Arc::new(trainyard_api::Gate::default());
+    let app = trainyard_api::router_with_gate(service.clone(), gate.clone())
         .merge(crate::routes::routes(
             service.clone(),
             metrics.clone(),
+            gate,
             events.clone(),
             stopping.clone(),
         ))

@@ -1,16 +1,56 @@
-//! The `api` function's router: the same Batch router as local mode. The one check only a
-//! deployment can make — a submitted job's `RoleArn` must be one of the training roles the
-//! scheduler may pass to SageMaker (`TRAINYARD_TRAINING_ROLE_ARNS`) — is the submit use-case's
-//! own (`Service::with_training_roles`, set by [`Adapters::service`](crate::aws::Adapters::service)),
-//! so it holds whatever path or encoding a request reaches the operation by. Checking at submit
-//! turns what would be an `AccessDenied` at launch, minutes later, into a `ClientException` now.
+//! The `api` function's router: the same Batch router as local mode, behind one layer that
+//! names the caller. API Gateway's IAM authorizer has verified the request's SigV4 signature
+//! before the function runs and passes the principal in the request context (payload 2.0,
+//! `requestContext.authorizer.iam.userArn`); the layer puts it on the request as the router's
+//! [`Caller`], so the access policies and the job's owner see who is calling. A request without
+//! one (an API deployed without the IAM authorizer) is anonymous.
+//!
+//! The one check only a deployment can make — a submitted job's `RoleArn` must be one of the
+//! training roles the scheduler may pass to SageMaker (`TRAINYARD_TRAINING_ROLE_ARNS`) — is the
+//! submit use-case's own (`Service::with_training_roles`, set by
+//! [`Adapters::service`](crate::aws::Adapters::service)), so it holds whatever path or encoding
+//! a request reaches the operation by. Checking at submit turns what would be an `AccessDenied`
+//! at launch, minutes later, into a `ClientException` now.
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use lambda_http::RequestExt;
+use lambda_http::request::RequestContext;
+use trainyard_access::Principal;
+use trainyard_api::{Caller, Gate};
 use trainyard_app::{EventSink, Service, Store};
 
-/// The Batch router over `service`.
+/// The Batch router over `service`, with the caller read from API Gateway's request context.
 pub fn router<S: Store, E: EventSink>(service: Arc<Service<S, E>>) -> Router {
-    trainyard_api::router(service)
+    router_with_gate(service, Arc::new(Gate::default()))
+}
+
+/// [`router`] with a gate the caller keeps (to report its refusals).
+pub fn router_with_gate<S: Store, E: EventSink>(
+    service: Arc<Service<S, E>>,
+    gate: Arc<Gate>,
+) -> Router {
+    trainyard_api::router_with_gate(service, gate).layer(middleware::from_fn(identify))
+}
+
+/// The IAM principal API Gateway verified, if the request came through its IAM authorizer.
+pub fn verified_principal(request: &Request) -> Option<Principal> {
+    match request.request_context_ref()? {
+        RequestContext::ApiGatewayV2(context) => {
+            let iam = context.authorizer.as_ref()?.iam.as_ref()?;
+            iam.user_arn.as_deref().map(Principal::from_arn)
+        }
+        #[allow(unreachable_patterns)] // Other payloads exist with other lambda_http features.
+        _ => None,
+    }
+}
+
+async fn identify(mut request: Request, next: Next) -> Response {
+    let principal = verified_principal(&request).unwrap_or_else(Principal::anonymous);
+    request.extensions_mut().insert(Caller(principal));
+    next.run(request).await
 }

@@ -159,3 +159,60 @@ async fn an_encoded_operation_name_does_not_skip_the_role_check() {
     event["requestContext"]["http"]["path"] = json!("/v1/submitservice%6Aob");
     assert_refused_at_submit(&router, &event, OTHER_ROLE).await;
 }
+
+/// The caller API Gateway's IAM authorizer verified (`requestContext.authorizer.iam.userArn`)
+/// is the job's owner and the principal the access policies judge.
+#[tokio::test]
+async fn the_iam_caller_in_the_request_context_owns_the_job_and_is_who_policies_judge() {
+    const ALICE: &str = "arn:aws:sts::123456789012:assumed-role/vision-researcher/alice";
+    let router = router().await;
+    let submit: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
+    assert_eq!(
+        submit["requestContext"]["authorizer"]["iam"]["userArn"], ALICE,
+        "the sample is signed by alice"
+    );
+    let (status, _, _) = invoke(&router, &submit.to_string()).await;
+    assert_eq!(status, 200);
+    let (_, _, described) = invoke(&router, &fixture_text("describe.json")).await;
+    assert_eq!(described["trainyard"]["owner"], ALICE, "{described}");
+
+    // Policies under which alice may change the policies and nothing else.
+    let mut put = submit.clone();
+    put["rawPath"] = json!("/trainyard/v1/putaccesspolicies");
+    put["requestContext"]["http"]["path"] = put["rawPath"].clone();
+    let policies = format!(
+        "permit(principal == Trainyard::Principal::\"{ALICE}\", \
+         action == Trainyard::Action::\"PutAccessPolicies\", resource);"
+    );
+    put["body"] = json!(json!({ "policies": policies }).to_string());
+    let (status, _, body) = invoke(&router, &put.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, error_type, body) = invoke(&router, &submit.to_string()).await;
+    assert_eq!(
+        (status, error_type.as_deref()),
+        (403, Some("AccessDeniedException")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("User: {ALICE} ")),
+        "{body}"
+    );
+    // Without the authorizer's identity the caller is anonymous, and refused too.
+    let mut anonymous = submit.clone();
+    anonymous["requestContext"]
+        .as_object_mut()
+        .unwrap()
+        .remove("authorizer");
+    let (status, _, body) = invoke(&router, &anonymous.to_string()).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("User: anonymous "),
+        "{body}"
+    );
+}

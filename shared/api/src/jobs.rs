@@ -9,6 +9,7 @@
 
 use serde::Deserialize;
 use serde_json::{Value, json};
+use trainyard_access::Principal;
 use trainyard_app::ports::{JobQuery, NameFilter};
 use trainyard_app::service::jobs::{CapacityUsage, QueuePosition, QueueSnapshot, SubmitJob};
 use trainyard_app::{EventSink, Service, Store};
@@ -32,11 +33,12 @@ use crate::{extract, paging, validate};
 /// Handles `op` if it belongs to this module.
 pub async fn handle<S: Store, E: EventSink>(
     service: &Service<S, E>,
+    caller: &Principal,
     op: &str,
     body: &[u8],
 ) -> Option<Result<Value, ApiError>> {
     let result = match op {
-        "submitservicejob" => submit(service, body).await,
+        "submitservicejob" => submit(service, caller, body).await,
         "describeservicejob" => describe(service, body).await,
         "listservicejobs" => list(service, body).await,
         "terminateservicejob" => terminate(service, body).await,
@@ -243,10 +245,12 @@ pub fn submit_command(req: SubmitRequest) -> Result<SubmitJob, ApiError> {
 
 async fn submit<S: Store, E: EventSink>(
     service: &Service<S, E>,
+    caller: &Principal,
     body: &[u8],
 ) -> Result<Value, ApiError> {
     let cmd = submit_command(extract::json(body)?)?;
-    let job = service.submit(cmd).await?;
+    let owner = (!caller.is_anonymous()).then(|| caller.arn.clone());
+    let job = service.submit_as(cmd, owner).await?;
     Ok(json!({"jobArn": job.job_arn, "jobName": job.job_name, "jobId": job.job_id}))
 }
 
@@ -276,12 +280,18 @@ async fn describe<S: Store, E: EventSink>(
     let job = service.describe_job(&job_id).await?;
     let mut out = to_value(&job_detail(service.arns(), &job))?;
     // Trainyard's additions live under one key that Batch does not use; clients ignore it.
+    let mut ext = serde_json::Map::new();
+    if let Some(owner) = &job.owner {
+        ext.insert("owner".into(), Value::String(owner.clone()));
+    }
     if let Some(place) = service.queue_position(&job).await? {
-        let mut ext = json!({ "queuePosition": place.position });
+        ext.insert("queuePosition".into(), json!(place.position));
         if let Some(share) = place.share {
-            ext["queuePositionShare"] = Value::String(share);
+            ext.insert("queuePositionShare".into(), Value::String(share));
         }
-        out["trainyard"] = ext;
+    }
+    if !ext.is_empty() {
+        out["trainyard"] = Value::Object(ext);
     }
     Ok(out)
 }

@@ -9,6 +9,7 @@
 //! # Layout
 //!
 //! - [`router`](mod@router): routes, body limits, dispatch by operation name.
+//! - [`access`]: the caller, the stored access policies, and the check every operation passes.
 //! - [`error`]: [`ApiError`] and its mapping to Batch's error responses.
 //! - [`extract`]: decoding request bodies with messages that name the offending field.
 //! - [`validate`]: range, name and tag checks shared by the operations.
@@ -17,6 +18,7 @@
 //!   resources and tagging.
 //! - [`paging`]: `nextToken` encoding for paginated operations.
 
+pub mod access;
 pub mod environments;
 pub mod error;
 pub mod extract;
@@ -29,5 +31,6 @@ pub mod router;
 pub mod tags;
 pub mod validate;
 
+pub use access::{Caller, Gate};
 pub use error::ApiError;
-pub use router::router;
+pub use router::{router, router_with_gate};

@@ -1,31 +1,60 @@
-//! The router: `POST /v1/{operation}` dispatched by name, the tag routes, a body limit, and a
-//! `ClientException` for anything else. One router serves local mode and the Lambda function.
+//! The router: `POST /v1/{operation}` dispatched by name, the tag routes, Trainyard's own
+//! operations under `POST /trainyard/v1/{operation}`, a body limit, and a `ClientException` for
+//! anything else. One router serves local mode and the Lambda function.
+//!
+//! Every operation passes the access [`Gate`] first, with the [`Caller`] the host put on the
+//! request (anonymous when none), before anything is read for it or changed.
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::{Body, to_bytes};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
-use serde_json::Value;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use trainyard_access::Principal;
 use trainyard_app::{EventSink, Service, Store};
 use trainyard_domain::limits::MAX_REQUEST_BYTES;
 
+use crate::access::{Caller, Gate};
 use crate::error::ApiError;
-use crate::{environments, jobs, policies, queues, quota_shares, tags};
+use crate::{environments, extract, jobs, policies, queues, quota_shares, tags};
+
+/// What the handlers share: the use-cases and the access gate.
+pub struct Api<S: Store, E: EventSink> {
+    service: Arc<Service<S, E>>,
+    gate: Arc<Gate>,
+}
 
 /// The shared application state.
-pub type AppState<S, E> = Arc<Service<S, E>>;
+pub type AppState<S, E> = Arc<Api<S, E>>;
 
-/// Builds the API router over a service.
+/// Builds the API router over a service, with a gate of its own.
 pub fn router<S: Store, E: EventSink>(service: Arc<Service<S, E>>) -> Router {
+    router_with_gate(service, Arc::new(Gate::default()))
+}
+
+/// Builds the API router over a service and `gate` (which a host keeps to report its refusals).
+pub fn router_with_gate<S: Store, E: EventSink>(
+    service: Arc<Service<S, E>>,
+    gate: Arc<Gate>,
+) -> Router {
     Router::new()
         .route("/v1/tags/{resource_arn}", any(tag_route::<S, E>))
         .route("/v1/{operation}", post(operation::<S, E>))
+        .route(
+            "/trainyard/v1/{operation}",
+            post(trainyard_operation::<S, E>),
+        )
         .fallback(unknown)
-        .with_state(service)
+        .with_state(Arc::new(Api { service, gate }))
+}
+
+/// The caller a host put on the request, or an anonymous one.
+fn principal(caller: Option<Extension<Caller>>) -> Principal {
+    caller.map_or_else(Principal::anonymous, |Extension(Caller(p))| p)
 }
 
 /// Reads a body of at most [`MAX_REQUEST_BYTES`].
@@ -46,15 +75,18 @@ fn ok_json(value: Value) -> Response {
 }
 
 async fn operation<S: Store, E: EventSink>(
-    State(service): State<AppState<S, E>>,
+    State(api): State<AppState<S, E>>,
+    caller: Option<Extension<Caller>>,
     Path(operation): Path<String>,
     body: Body,
 ) -> Response {
+    let caller = principal(caller);
     let result = async {
         let body = read_body(body).await?;
-        let service = service.as_ref();
+        let service = api.service.as_ref();
         let op = operation.as_str();
-        let handled = match jobs::handle(service, op, &body).await {
+        api.gate.check(service, &caller, op, &body).await?;
+        let handled = match jobs::handle(service, &caller, op, &body).await {
             Some(r) => Some(r),
             None => match environments::handle(service, op, &body).await {
                 Some(r) => Some(r),
@@ -81,15 +113,25 @@ async fn operation<S: Store, E: EventSink>(
 }
 
 async fn tag_route<S: Store, E: EventSink>(
-    State(service): State<AppState<S, E>>,
+    State(api): State<AppState<S, E>>,
+    caller: Option<Extension<Caller>>,
     method: Method,
     Path(resource_arn): Path<String>,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Response {
+    let caller = principal(caller);
     let result = async {
         let body = read_body(body).await?;
-        let service = service.as_ref();
+        let service = api.service.as_ref();
+        let action = match method {
+            Method::POST => "TagResource",
+            Method::DELETE => "UntagResource",
+            _ => "ListTagsForResource",
+        };
+        api.gate
+            .check_tags(service, &caller, action, &resource_arn)
+            .await?;
         match method {
             Method::POST => tags::tag_resource(service, &resource_arn, &body).await,
             Method::DELETE => {
@@ -104,6 +146,69 @@ async fn tag_route<S: Store, E: EventSink>(
     .await;
     match result {
         Ok(value) => ok_json(value),
+        Err(err) => err.into_response(),
+    }
+}
+
+/// `PutAccessPolicies` input.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PutPoliciesRequest {
+    policies: Option<String>,
+}
+
+/// Trainyard's own operations: `WhoAmI` (who the server takes the caller for; always allowed),
+/// and `GetAccessPolicies`, `PutAccessPolicies`, `DeleteAccessPolicies`.
+async fn trainyard_operation<S: Store, E: EventSink>(
+    State(api): State<AppState<S, E>>,
+    caller: Option<Extension<Caller>>,
+    Path(operation): Path<String>,
+    body: Body,
+) -> Response {
+    let caller = principal(caller);
+    let result = async {
+        let body = read_body(body).await?;
+        let service = api.service.as_ref();
+        let op = operation.to_ascii_lowercase();
+        if op == "whoami" {
+            return Ok(json!({
+                "arn": caller.arn, "account": caller.account,
+                "kind": caller.kind, "name": caller.name,
+            }));
+        }
+        if !matches!(
+            op.as_str(),
+            "getaccesspolicies" | "putaccesspolicies" | "deleteaccesspolicies"
+        ) {
+            return Err(ApiError::client(format!(
+                "Unknown operation: POST /trainyard/v1/{operation} (Trainyard's operations are \
+                 WhoAmI, GetAccessPolicies, PutAccessPolicies and DeleteAccessPolicies)"
+            )));
+        }
+        api.gate.check(service, &caller, &op, &body).await?;
+        match op.as_str() {
+            "putaccesspolicies" => {
+                let req: PutPoliciesRequest = extract::json(&body)?;
+                let text = crate::validate::required("policies", req.policies)?;
+                let count = api.gate.put(service, &caller, text).await?;
+                Ok(json!({ "policies": count }))
+            }
+            "deleteaccesspolicies" => {
+                api.gate.delete(service, &caller).await?;
+                Ok(json!({}))
+            }
+            _ => Ok(match api.gate.stored(service).await? {
+                Some((stored, version)) => json!({
+                    "policies": stored.text, "updatedAt": stored.updated_at,
+                    "updatedBy": stored.updated_by, "version": version,
+                }),
+                None => json!({ "policies": null }),
+            }),
+        }
+    }
+    .await;
+    match result {
+        Ok(value) => Json(value).into_response(),
         Err(err) => err.into_response(),
     }
 }

@@ -294,6 +294,10 @@ pub struct ServiceJob {
     /// Idempotency token the job was submitted with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_token: Option<String>,
+    /// The ARN of the caller who submitted it (the IAM principal on AWS, a verified access key's
+    /// principal locally); `None` when nobody authenticated the submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Current status.
     pub status: JobStatus,
     /// Why it is in its status (skip reason while RUNNABLE, failure reason once FAILED).
@@ -363,6 +367,7 @@ impl ServiceJob {
             preemption_configuration: None,
             tags: Tags::new(),
             client_token: None,
+            owner: None,
             status: JobStatus::Submitted,
             status_reason: None,
             is_terminated: false,

@@ -37,7 +37,7 @@ pub(crate) const REQUEST_HASH: &str = "rh";
 /// The job's JSON fields kept in the request item: set at submit and never changed by any
 /// use-case (the fingerprint makes a change safe anyway), the payload and its parsed form above
 /// all. What is left, the job item, is rewritten on every change and stays near 1 KB.
-pub(crate) const REQUEST_FIELDS: [&str; 7] = [
+pub(crate) const REQUEST_FIELDS: [&str; 8] = [
     "serviceRequestPayload",
     "training",
     "serviceJobType",
@@ -45,6 +45,7 @@ pub(crate) const REQUEST_FIELDS: [&str; 7] = [
     "retryStrategy",
     "timeoutConfig",
     "preemptionConfiguration",
+    "owner",
 ];
 /// Client tokens: epoch seconds after which DynamoDB may delete the item.
 pub(crate) const TTL: &str = "ttl";

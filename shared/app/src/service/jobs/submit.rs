@@ -89,6 +89,17 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
     /// Idempotent on `clientToken`: the same request with the same token returns the job the
     /// first call created; a different request with a used token is refused.
     pub async fn submit(&self, cmd: SubmitJob) -> Result<SubmittedJob, AppError> {
+        self.submit_as(cmd, None).await
+    }
+
+    /// [`Service::submit`] on behalf of `owner`, the ARN of the authenticated caller, recorded
+    /// on the job (and left out of the `clientToken` hash: a token names a request, not who
+    /// sent it).
+    pub async fn submit_as(
+        &self,
+        cmd: SubmitJob,
+        owner: Option<String>,
+    ) -> Result<SubmittedJob, AppError> {
         let queue = self.load_queue(&cmd.job_queue).await?;
         let queue_name = queue.job_queue_name.clone();
         if queue.job_queue_type != JobQueueType::SagemakerTraining {
@@ -148,6 +159,7 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
             preemption_configuration: cmd.preemption_configuration,
             tags: cmd.tags,
             client_token: cmd.client_token,
+            owner,
             ..ServiceJob::submitted(
                 job_id.clone(),
                 cmd.job_name,

@@ -1,0 +1,242 @@
+//! Who may do what. Trainyard's authorization model in Cedar (the policy language Amazon
+//! Verified Permissions runs): principals are IAM identities, actions are the Batch operations
+//! (and Trainyard's own), resources are queues, jobs, service environments, scheduling policies
+//! and quota shares, and the context carries what a request asks for (share, priority, instance
+//! types and counts).
+//!
+//! A pure library: the API layer reads the caller and the resource, asks [`authorize`], and
+//! refuses what it denies. Without stored policies every caller may do everything (Batch's
+//! behaviour behind `execute-api:Invoke`); once a set is stored, Cedar denies whatever no policy
+//! permits, and a `forbid` beats any `permit`.
+//!
+//! # Layout
+//!
+//! - [`principal`]: the caller, read from its IAM ARN.
+//! - [`request`]: actions, resources and contexts.
+//! - [`policies`]: parsing and validating policy text against `schema.cedarschema`.
+
+pub mod policies;
+pub mod principal;
+pub mod request;
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer, Context as CedarContext, Entities, Entity, EntityId, EntityTypeName, EntityUid,
+    Request, RestrictedExpression,
+};
+
+pub use policies::{MAX_POLICY_BYTES, Policies, PolicyError, PolicyErrors, SCHEMA_TEXT};
+pub use principal::Principal;
+pub use request::{
+    ACTIONS, AccessRequest, Action, Context, GROUPS, JobResource, Resource, SubmitContext,
+};
+
+use policies::{SCHEMA, policy_name};
+
+/// The answer to one [`AccessRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request may go ahead.
+    pub allowed: bool,
+    /// The policies that decided: the permits that allowed it, or the forbids that denied it
+    /// (empty when it was denied because nothing permits it).
+    pub policies: Vec<String>,
+    /// Policies that failed to evaluate for this request (they are skipped, as Cedar does).
+    pub errors: Vec<String>,
+}
+
+impl Decision {
+    /// Why it was decided so, for people: "policy X", "policies X, Y", or "no policy permits
+    /// it".
+    pub fn explain(&self) -> String {
+        match (self.allowed, self.policies.as_slice()) {
+            (false, []) => "no policy permits it".to_owned(),
+            (true, []) => "every caller is allowed".to_owned(),
+            (allowed, names) => {
+                let verb = if allowed { "permitted" } else { "forbidden" };
+                format!("{verb} by {}", names.join(", "))
+            }
+        }
+    }
+}
+
+/// Decides `request` by `principal` under `policies`. Never fails: a request the engine cannot
+/// even build (a bug here, not the caller's) is denied, with the reason in `errors`.
+pub fn authorize(policies: &Policies, principal: &Principal, request: &AccessRequest) -> Decision {
+    match build(principal, request) {
+        Ok((cedar_request, entities)) => {
+            let response =
+                Authorizer::new().is_authorized(&cedar_request, &policies.set, &entities);
+            let allowed = response.decision() == cedar_policy::Decision::Allow;
+            let diagnostics = response.diagnostics();
+            Decision {
+                allowed,
+                policies: diagnostics
+                    .reason()
+                    .map(|id| policy_name(&policies.set, id))
+                    .collect(),
+                errors: diagnostics.errors().map(ToString::to_string).collect(),
+            }
+        }
+        Err(error) => Decision {
+            allowed: false,
+            policies: Vec::new(),
+            errors: vec![error],
+        },
+    }
+}
+
+/// The Cedar request and the entities it refers to (the principal, the resource and its
+/// parents; the action hierarchy comes from the schema).
+fn build(principal: &Principal, request: &AccessRequest) -> Result<(Request, Entities), String> {
+    let mut entities = vec![principal_entity(principal)?];
+    let resource = resource_entities(&request.resource, &mut entities)?;
+    let action = uid("Action", request.action.name())?;
+    let context = context(&request.context)?;
+    let cedar_request = Request::new(
+        uid("Principal", &principal.arn)?,
+        action,
+        resource,
+        context,
+        Some(&SCHEMA),
+    )
+    .map_err(|e| format!("the request does not fit the schema: {e}"))?;
+    let entities = Entities::from_entities(entities, Some(&SCHEMA))
+        .map_err(|e| format!("the entities do not fit the schema: {e}"))?;
+    Ok((cedar_request, entities))
+}
+
+fn uid(kind: &str, id: &str) -> Result<EntityUid, String> {
+    let name = EntityTypeName::from_str(&format!("Trainyard::{kind}"))
+        .map_err(|e| format!("entity type {kind}: {e}"))?;
+    Ok(EntityUid::from_type_name_and_id(name, EntityId::new(id)))
+}
+
+fn string(value: &str) -> RestrictedExpression {
+    RestrictedExpression::new_string(value.to_owned())
+}
+
+fn long(value: u64) -> RestrictedExpression {
+    RestrictedExpression::new_long(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+fn entity(
+    uid: EntityUid,
+    attrs: &[(&str, RestrictedExpression)],
+    parents: &[&EntityUid],
+) -> Result<Entity, String> {
+    let attrs: HashMap<String, RestrictedExpression> = attrs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
+    let parents: HashSet<EntityUid> = parents.iter().map(|p| (*p).clone()).collect();
+    Entity::new(uid, attrs, parents).map_err(|e| e.to_string())
+}
+
+fn principal_entity(p: &Principal) -> Result<Entity, String> {
+    entity(
+        uid("Principal", &p.arn)?,
+        &[
+            ("arn", string(&p.arn)),
+            ("account", string(&p.account)),
+            ("kind", string(&p.kind)),
+            ("name", string(&p.name)),
+        ],
+        &[],
+    )
+}
+
+/// Adds the resource's entity and its parents to `out`; returns the resource's uid.
+fn resource_entities(resource: &Resource, out: &mut Vec<Entity>) -> Result<EntityUid, String> {
+    let service = uid("Service", "trainyard")?;
+    out.push(Entity::new_no_attrs(service.clone(), HashSet::new()));
+    let queue_entity = |name: &str, out: &mut Vec<Entity>| -> Result<EntityUid, String> {
+        let queue = uid("Queue", name)?;
+        out.push(entity(
+            queue.clone(),
+            &[("name", string(name))],
+            &[&service],
+        )?);
+        Ok(queue)
+    };
+    match resource {
+        Resource::Service => Ok(service.clone()),
+        Resource::Queue(name) => queue_entity(name, out),
+        Resource::Job(job) => {
+            let queue = queue_entity(&job.queue, out)?;
+            let this = uid("Job", &job.id)?;
+            out.push(entity(
+                this.clone(),
+                &[
+                    ("name", string(&job.name)),
+                    ("queue", string(&job.queue)),
+                    ("owner", string(&job.owner)),
+                    ("shareIdentifier", string(&job.share_identifier)),
+                    ("quotaShareName", string(&job.quota_share_name)),
+                    (
+                        "schedulingPriority",
+                        long(u64::from(job.scheduling_priority)),
+                    ),
+                ],
+                &[&queue],
+            )?);
+            Ok(this)
+        }
+        Resource::Environment(name) => {
+            let this = uid("Environment", name)?;
+            out.push(entity(
+                this.clone(),
+                &[("name", string(name))],
+                &[&service],
+            )?);
+            Ok(this)
+        }
+        Resource::SchedulingPolicy(name) => {
+            let this = uid("SchedulingPolicy", name)?;
+            out.push(entity(
+                this.clone(),
+                &[("name", string(name))],
+                &[&service],
+            )?);
+            Ok(this)
+        }
+        Resource::QuotaShare { queue, name } => {
+            let parent = queue_entity(queue, out)?;
+            let this = uid("QuotaShare", &format!("{queue}/{name}"))?;
+            out.push(entity(
+                this.clone(),
+                &[("name", string(name)), ("queue", string(queue))],
+                &[&parent],
+            )?);
+            Ok(this)
+        }
+    }
+}
+
+fn context(context: &Context) -> Result<CedarContext, String> {
+    let pairs: Vec<(String, RestrictedExpression)> = match context {
+        Context::None => Vec::new(),
+        Context::Submit(submit) => vec![
+            ("shareIdentifier".into(), string(&submit.share_identifier)),
+            ("quotaShareName".into(), string(&submit.quota_share_name)),
+            (
+                "schedulingPriority".into(),
+                long(u64::from(submit.scheduling_priority)),
+            ),
+            (
+                "instanceTypes".into(),
+                RestrictedExpression::new_set(submit.instance_types.iter().map(|t| string(t))),
+            ),
+            ("instanceCount".into(), long(submit.instance_count)),
+        ],
+        Context::Update {
+            scheduling_priority,
+        } => vec![(
+            "schedulingPriority".into(),
+            long(u64::from(*scheduling_priority)),
+        )],
+    };
+    CedarContext::from_pairs(pairs).map_err(|e| e.to_string())
+}
