@@ -96,6 +96,9 @@ pub struct JobsArgs {
     /// Only jobs of this share identifier or quota share.
     #[arg(long)]
     pub share: Option<String>,
+    /// Only jobs you submitted (the server's idea of you: `trainyard whoami`).
+    #[arg(long)]
+    pub mine: bool,
     /// At most this many jobs, the newest.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: Option<u64>,
@@ -262,6 +265,12 @@ fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
             .filter(|status| !status.is_terminal())
             .collect(),
     };
+    let me = if args.mine {
+        let me = client.call_trainyard("whoami", &json!({}))?;
+        Some(text(&me, "arn"))
+    } else {
+        None
+    };
     let mut jobs = Vec::new();
     for queue in &queues {
         for status in &statuses {
@@ -285,6 +294,9 @@ fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
             .is_none_or(|name| name_matches(name, &text(job, "jobName")))
             && args.share.as_deref().is_none_or(|share| {
                 text(job, "shareIdentifier") == share || text(job, "quotaShareName") == share
+            })
+            && me.as_deref().is_none_or(|me| {
+                job.pointer("/trainyard/owner").and_then(Value::as_str) == Some(me)
             })
     });
     sort_newest_first(&mut jobs);
@@ -1109,7 +1121,7 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_file_is_sent_compactly_and_names_the_job() {
+    fn a_payload_file_is_sent_compactly_in_its_own_key_order_and_names_the_job() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("job.json");
         std::fs::write(
@@ -1122,7 +1134,7 @@ mod tests {
         assert_eq!(request["jobName"], json!("from-file"));
         assert_eq!(
             request["serviceRequestPayload"],
-            json!(r#"{"RoleArn":"r","TrainingJobName":"from-file"}"#)
+            json!(r#"{"TrainingJobName":"from-file","RoleArn":"r"}"#)
         );
     }
 

@@ -117,6 +117,52 @@ pub async fn require_signature(
     }
 }
 
+/// The `Host` values a server listening on `address` answers to: for a loopback address, the
+/// loopback names of its port (a page that rebinds its own name to 127.0.0.1 sends its own name
+/// and is refused); for any other address none is enforced (`None`), since its names are not
+/// known here.
+pub fn allowed_hosts(address: std::net::SocketAddr) -> Option<Vec<String>> {
+    if !address.ip().is_loopback() {
+        return None;
+    }
+    let port = address.port();
+    Some(vec![
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        address.to_string(),
+    ])
+}
+
+/// Middleware: refuses a request whose `Host` is not one of `hosts` (DNS rebinding), with
+/// Batch's error shape. A request without `Host` (HTTP/1.0) passes.
+pub async fn require_host(
+    State(hosts): State<Arc<Vec<String>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok());
+    match host {
+        Some(host) if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) => {
+            tracing::info!(%host, "request for another host refused");
+            let message = format!(
+                "Host {host} is not served here: local mode answers only to {}",
+                hosts.join(", ")
+            );
+            (
+                StatusCode::FORBIDDEN,
+                [("x-amzn-ErrorType", "AccessDeniedException")],
+                axum::Json(json!({"__type": "AccessDeniedException", "message": message})),
+            )
+                .into_response()
+        }
+        _ => next.run(request).await,
+    }
+}
+
 /// The path of the event stream.
 pub const EVENTS_PATH: &str = "/trainyard/events";
 
@@ -269,6 +315,43 @@ impl http_body::Body for Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_loopback_server_answers_only_to_loopback_host_names() {
+        use tower::ServiceExt;
+        let address: std::net::SocketAddr = "127.0.0.1:8080".parse().expect("address");
+        let hosts = allowed_hosts(address).expect("loopback has a list");
+        let app = Router::new().route("/v1/x", get(|| async { "ok" })).layer(
+            axum::middleware::from_fn_with_state(Arc::new(hosts), require_host),
+        );
+        let cases = [
+            (Some("127.0.0.1:8080"), 200),
+            (Some("localhost:8080"), 200),
+            (Some("LOCALHOST:8080"), 200),
+            (Some("[::1]:8080"), 200),
+            (None, 200),
+            // A page on evil.example whose name now resolves to 127.0.0.1 (DNS rebinding).
+            (Some("evil.example:8080"), 403),
+            (Some("127.0.0.1:9999"), 403),
+        ];
+        for (host, status) in cases {
+            let mut request = axum::http::Request::builder().uri("/v1/x");
+            if let Some(host) = host {
+                request = request.header(header::HOST, host);
+            }
+            let response = app
+                .clone()
+                .oneshot(request.body(Body::empty()).expect("request"))
+                .await
+                .expect("response");
+            assert_eq!(response.status().as_u16(), status, "{host:?}");
+        }
+        let open: std::net::SocketAddr = "0.0.0.0:8080".parse().expect("address");
+        assert!(
+            allowed_hosts(open).is_none(),
+            "names of other addresses are not known"
+        );
+    }
 
     #[test]
     fn an_event_line_is_one_json_object_with_time_job_queue_and_status() {

@@ -247,6 +247,24 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
             "/",
             trainyard_emulator::http::router(shared.clone()).into_service::<axum::body::Body>(),
         );
+    let app = match crate::routes::allowed_hosts(address) {
+        Some(hosts) => app.layer(axum::middleware::from_fn_with_state(
+            Arc::new(hosts),
+            crate::routes::require_host,
+        )),
+        None => app,
+    };
+    if !address.ip().is_loopback() && signatures.is_none() {
+        tracing::warn!(
+            %address,
+            "listening beyond loopback without --credentials: anyone who can reach this \
+             address may do everything, as anonymous"
+        );
+        eprintln!(
+            "warning: {address} is reachable beyond this machine and no signature is checked; \
+             start with --credentials FILE (docs/local-mode.md#signatures)"
+        );
+    }
     let checked_by = signatures.as_ref().map(|check| check.keys.len());
     let app = match signatures {
         Some(check) => app.layer(axum::middleware::from_fn_with_state(

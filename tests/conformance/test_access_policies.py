@@ -6,6 +6,7 @@ nothing, and are counted in /metrics.
 
 The suite's shared server checks no signatures, so this module starts its own."""
 
+import json
 import os
 import subprocess
 import sys
@@ -115,6 +116,7 @@ def test_policies_set_with_the_cli_decide_what_each_signed_client_may_do(server)
     # Before any policy, everyone may do everything; then the platform team sets them.
     who = cli(server, "alice", "whoami")
     assert (who.returncode, who.stdout.strip()) == (0, ALICE), who.stderr
+    bobs_early = submit(bob, "before-the-policies")
     stored = cli(server, "platform", "access", "set", server["policies"])
     assert stored.returncode == 0, stored.stderr
     assert "stored 4 access policies" in stored.stdout
@@ -134,6 +136,12 @@ def test_policies_set_with_the_cli_decide_what_each_signed_client_may_do(server)
                   "TerminateServiceJob")
     assert alice.describe_service_job(jobId=job["jobId"])["isTerminated"] is False
     alice.terminate_service_job(jobId=job["jobId"], reason="done")
+
+    # `jobs --mine` lists what each caller submitted, by the owner the server recorded.
+    for profile, expected in [("alice", [job["jobId"]]), ("bob", [bobs_early["jobId"]])]:
+        mine = cli(server, profile, "jobs", "--mine", "--all", "--output", "json")
+        assert mine.returncode == 0, mine.stderr
+        assert [j["jobId"] for j in json.loads(mine.stdout)] == expected, profile
 
     # The AWS CLI as bob: not an administrator.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

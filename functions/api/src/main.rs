@@ -10,9 +10,9 @@ use trainyard_functions::{api, runtime, setup};
 async fn main() -> Result<(), lambda_http::Error> {
     let config = runtime::cold_start("api")?;
     let adapters = Adapters::load(&config).await;
-    // API calls cause none of the transitions the metrics count (dispatches and requeues
-    // happen in the other functions), so there is nothing to print per request.
-    let (service, _metrics) = adapters.service(&config);
+    // API calls cause none of the transitions the other metrics count (dispatches and requeues
+    // happen in the other functions); what the api function counts is its access refusals.
+    let (service, metrics) = adapters.service(&config);
     // Not fatal: requests that need no initial setup still work, and the next cold start
     // tries again.
     if let Err(error) =
@@ -21,5 +21,9 @@ async fn main() -> Result<(), lambda_http::Error> {
         tracing::warn!(%error, "creating the initial setup failed; the next cold start retries");
     }
     runtime::ready("api");
-    lambda_http::run(api::router(service)).await
+    lambda_http::run(api::router_with_metrics(
+        service,
+        metrics.stack().to_owned(),
+    ))
+    .await
 }

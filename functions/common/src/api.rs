@@ -23,6 +23,7 @@ use lambda_http::request::RequestContext;
 use trainyard_access::Principal;
 use trainyard_api::{Caller, Gate};
 use trainyard_app::{EventSink, Service, Store};
+use trainyard_aws::metrics::{EmfLine, Unit};
 
 /// The Batch router over `service`, with the caller read from API Gateway's request context.
 pub fn router<S: Store, E: EventSink>(service: Arc<Service<S, E>>) -> Router {
@@ -35,6 +36,44 @@ pub fn router_with_gate<S: Store, E: EventSink>(
     gate: Arc<Gate>,
 ) -> Router {
     trainyard_api::router_with_gate(service, gate).layer(middleware::from_fn(identify))
+}
+
+/// [`router`] as the `api` function serves it: each request's access refusals printed as EMF
+/// lines (`AccessDenied`, by `Stack` and `Action`: a fixed set of names, so the metric's cost is
+/// bounded), for CloudWatch.
+pub fn router_with_metrics<S: Store, E: EventSink>(
+    service: Arc<Service<S, E>>,
+    stack: String,
+) -> Router {
+    let gate = Arc::new(Gate::default());
+    let counted = gate.clone();
+    let clock = service.clone();
+    router_with_gate(service, gate).layer(middleware::from_fn(
+        move |request: Request, next: Next| {
+            let gate = counted.clone();
+            let stack = stack.clone();
+            let clock = clock.clone();
+            async move {
+                let response = next.run(request).await;
+                crate::metrics::print_lines(&denied_lines(&gate, &stack, clock.now_ms()));
+                response
+            }
+        },
+    ))
+}
+
+/// EMF lines for the refusals `gate` counted since the last call.
+pub fn denied_lines(gate: &Gate, stack: &str, now_ms: i64) -> Vec<String> {
+    gate.take_denied()
+        .into_iter()
+        .map(|(action, n)| {
+            EmfLine {
+                dimensions: vec![("Stack", stack.to_owned()), ("Action", action.to_owned())],
+                metrics: vec![("AccessDenied", Unit::Count, serde_json::json!(n))],
+            }
+            .render(now_ms)
+        })
+        .collect()
 }
 
 /// The IAM principal API Gateway verified, if the request came through its IAM authorizer.

@@ -165,7 +165,9 @@ async fn an_encoded_operation_name_does_not_skip_the_role_check() {
 #[tokio::test]
 async fn the_iam_caller_in_the_request_context_owns_the_job_and_is_who_policies_judge() {
     const ALICE: &str = "arn:aws:sts::123456789012:assumed-role/vision-researcher/alice";
-    let router = router().await;
+    let (service, _, _) = deployment(MemoryStore::new(), NoEvents, 4).await;
+    let gate = std::sync::Arc::new(trainyard_api::Gate::default());
+    let router = trainyard_functions::api::router_with_gate(service, gate.clone());
     let submit: Value = serde_json::from_str(&fixture_text("submit.json")).unwrap();
     assert_eq!(
         submit["requestContext"]["authorizer"]["iam"]["userArn"], ALICE,
@@ -200,6 +202,15 @@ async fn the_iam_caller_in_the_request_context_owns_the_job_and_is_who_policies_
             .starts_with(&format!("User: {ALICE} ")),
         "{body}"
     );
+    // The refusal becomes one EMF line, by action, and is counted once.
+    let lines = trainyard_functions::api::denied_lines(&gate, "stack-1", 0);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(
+        (&line["Action"], &line["AccessDenied"], &line["Stack"]),
+        (&json!("SubmitServiceJob"), &json!(1), &json!("stack-1"))
+    );
+    assert!(trainyard_functions::api::denied_lines(&gate, "stack-1", 0).is_empty());
     // Without the authorizer's identity the caller is anonymous, and refused too.
     let mut anonymous = submit.clone();
     anonymous["requestContext"]

@@ -21,6 +21,7 @@ pub mod request;
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::LazyLock;
 
 use cedar_policy::{
     Authorizer, Context as CedarContext, Entities, Entity, EntityId, EntityTypeName, EntityUid,
@@ -67,8 +68,8 @@ impl Decision {
 pub fn authorize(policies: &Policies, principal: &Principal, request: &AccessRequest) -> Decision {
     match build(principal, request) {
         Ok((cedar_request, entities)) => {
-            let response =
-                Authorizer::new().is_authorized(&cedar_request, &policies.set, &entities);
+            let set = policies.for_action(request.action.name());
+            let response = Authorizer::new().is_authorized(&cedar_request, set, &entities);
             let allowed = response.decision() == cedar_policy::Decision::Allow;
             let diagnostics = response.diagnostics();
             Decision {
@@ -88,27 +89,60 @@ pub fn authorize(policies: &Policies, principal: &Principal, request: &AccessReq
     }
 }
 
-/// The Cedar request and the entities it refers to (the principal, the resource and its
-/// parents; the action hierarchy comes from the schema).
+/// The schema's action entities (each action with its groups as parents), by uid, read once.
+static ACTION_ENTITIES: LazyLock<HashMap<EntityUid, Entity>> = LazyLock::new(|| {
+    SCHEMA
+        .action_entities()
+        .map(|entities| entities.iter().map(|e| (e.uid(), e.clone())).collect())
+        .unwrap_or_default()
+});
+
+/// The Cedar request and the entities it refers to: the principal, the resource and its
+/// parents, the action and its groups. Neither is validated against the schema here (that
+/// costs more than the evaluation): the shapes are this crate's own, and a test builds a
+/// request for every action and checks it against the schema.
 fn build(principal: &Principal, request: &AccessRequest) -> Result<(Request, Entities), String> {
     let mut entities = vec![principal_entity(principal)?];
     let resource = resource_entities(&request.resource, &mut entities)?;
     let action = uid("Action", request.action.name())?;
-    let context = context(&request.context)?;
+    entities.extend(ACTION_ENTITIES.get(&action).cloned());
+    for group in request::GROUPS {
+        entities.extend(ACTION_ENTITIES.get(&uid("Action", group)?).cloned());
+    }
     let cedar_request = Request::new(
         uid("Principal", &principal.arn)?,
         action,
         resource,
-        context,
-        Some(&SCHEMA),
+        context(&request.context)?,
+        None,
     )
-    .map_err(|e| format!("the request does not fit the schema: {e}"))?;
-    let entities = Entities::from_entities(entities, Some(&SCHEMA))
-        .map_err(|e| format!("the entities do not fit the schema: {e}"))?;
+    .map_err(|e| format!("the request cannot be built: {e}"))?;
+    let entities = Entities::from_entities(entities, None)
+        .map_err(|e| format!("the entities cannot be built: {e}"))?;
     Ok((cedar_request, entities))
 }
 
-fn uid(kind: &str, id: &str) -> Result<EntityUid, String> {
+/// The request [`authorize`] builds, checked against the schema: its context and the
+/// entities' attributes have the types the schema declares. For tests.
+pub fn fits_schema(principal: &Principal, request: &AccessRequest) -> Result<(), String> {
+    let (built, entities) = build(principal, request)?;
+    let entities: Vec<Entity> = entities.iter().cloned().collect();
+    Entities::from_entities(entities, Some(&SCHEMA))
+        .map_err(|e| format!("the entities do not fit the schema: {e}"))?;
+    let (Some(p), Some(a), Some(r), Some(c)) = (
+        built.principal(),
+        built.action(),
+        built.resource(),
+        built.context(),
+    ) else {
+        return Err("the request is partial".into());
+    };
+    Request::new(p.clone(), a.clone(), r.clone(), c.clone(), Some(&SCHEMA))
+        .map_err(|e| format!("the request does not fit the schema: {e}"))?;
+    Ok(())
+}
+
+pub(crate) fn uid(kind: &str, id: &str) -> Result<EntityUid, String> {
     let name = EntityTypeName::from_str(&format!("Trainyard::{kind}"))
         .map_err(|e| format!("entity type {kind}: {e}"))?;
     Ok(EntityUid::from_type_name_and_id(name, EntityId::new(id)))

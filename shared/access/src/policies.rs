@@ -1,9 +1,12 @@
 //! A set of access policies: Cedar text, parsed and validated against Trainyard's schema before
 //! it is accepted, with errors that name the line.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use cedar_policy::{PolicySet, Schema, ValidationMode, Validator};
+use cedar_policy::{ActionConstraint, EntityUid, PolicySet, Schema, ValidationMode, Validator};
+
+use crate::request::ACTIONS;
 use miette::Diagnostic;
 
 /// Trainyard's schema, in Cedar's schema language (`schema.cedarschema` beside this file).
@@ -52,6 +55,9 @@ pub struct PolicyErrors(pub Vec<PolicyError>);
 #[derive(Debug, Clone)]
 pub struct Policies {
     pub(crate) set: PolicySet,
+    /// For each action, the policies whose action scope can match it (directly or through a
+    /// group): Cedar evaluates every policy it is given, so each request gets only these.
+    by_action: HashMap<&'static str, PolicySet>,
     text: String,
 }
 
@@ -109,10 +115,23 @@ impl Policies {
             errors.sort_by_key(|e| (e.line, e.column));
             return Err(PolicyErrors(errors));
         }
+        let by_action = by_action(&set).map_err(|message| {
+            PolicyErrors(vec![PolicyError {
+                line: None,
+                column: None,
+                message,
+            }])
+        })?;
         Ok(Self {
             set,
+            by_action,
             text: text.to_owned(),
         })
+    }
+
+    /// The policies that can apply to `action`.
+    pub(crate) fn for_action(&self, action: &str) -> &PolicySet {
+        self.by_action.get(action).unwrap_or(&self.set)
     }
 
     /// The text as written.
@@ -129,6 +148,35 @@ impl Policies {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Each action's share of `set`, by the policies' action scopes (`action`, `action == A`,
+/// `action in [A, Group]`) and the schema's groups.
+fn by_action(set: &PolicySet) -> Result<HashMap<&'static str, PolicySet>, String> {
+    let actions = SCHEMA.action_entities().map_err(|e| e.to_string())?;
+    let mut out = HashMap::new();
+    for name in ACTIONS {
+        let action = crate::uid("Action", name)?;
+        let groups: Vec<EntityUid> = actions
+            .ancestors(&action)
+            .map(|a| a.cloned().collect())
+            .unwrap_or_default();
+        let mut subset = PolicySet::new();
+        for policy in set.policies() {
+            let applies = match policy.action_constraint() {
+                ActionConstraint::Any => true,
+                ActionConstraint::Eq(a) => a == action,
+                ActionConstraint::In(list) => {
+                    list.iter().any(|a| *a == action || groups.contains(a))
+                }
+            };
+            if applies {
+                subset.add(policy.clone()).map_err(|e| e.to_string())?;
+            }
+        }
+        out.insert(name, subset);
+    }
+    Ok(out)
 }
 
 /// A policy's name for people: its `@id("…")` annotation, or Cedar's own id (`policy0` is the

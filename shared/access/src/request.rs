@@ -3,7 +3,7 @@
 
 /// Every action, by its Cedar name (`Trainyard::Action::"NAME"`), which is the operation's name.
 /// Each is one operation of the HTTP API, except that `TerminateServiceJobs` is authorized as
-/// [`Action::TerminateServiceJob`] on each job it names.
+/// [`Action::TERMINATE_SERVICE_JOB`] on each job it names.
 pub const ACTIONS: [&str; 30] = [
     "SubmitServiceJob",
     "TerminateServiceJob",

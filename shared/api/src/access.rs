@@ -85,6 +85,12 @@ impl Gate {
         lock(&self.denied).clone()
     }
 
+    /// Refusals since the last call, by action, and forgets them (for metrics a host prints as
+    /// it goes, such as the Lambda function's EMF lines).
+    pub fn take_denied(&self) -> BTreeMap<&'static str, u64> {
+        std::mem::take(&mut *lock(&self.denied))
+    }
+
     /// The policies in force (`None`: none stored, everyone may do everything), read again
     /// when the cached copy is older than [`POLICY_CACHE_MS`].
     pub async fn policies<S: Store, E: EventSink>(

@@ -477,12 +477,17 @@ async fn list<S: Store, E: EventSink>(
     let page = service.list_jobs(query).await?;
     let arns = service.arns();
     let summaries: Vec<JobSummary<'_>> = page.items.iter().map(|j| job_summary(arns, j)).collect();
+    let mut summaries = to_value(&summaries)?;
+    // Trainyard's addition, as in DescribeServiceJob: who submitted each job.
+    if let Some(items) = summaries.as_array_mut() {
+        for (item, job) in items.iter_mut().zip(&page.items) {
+            if let Some(owner) = &job.owner {
+                item["trainyard"] = json!({ "owner": owner });
+            }
+        }
+    }
     let next = page.next.as_ref().map(paging::job_token);
-    Ok(paging::list_response(
-        "jobSummaryList",
-        to_value(&summaries)?,
-        next,
-    ))
+    Ok(paging::list_response("jobSummaryList", summaries, next))
 }
 
 // ---------------------------------------------------------------------------------------------

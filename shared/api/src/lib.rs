@@ -9,6 +9,7 @@
 //! # Layout
 //!
 //! - [`router`](mod@router): routes, body limits, dispatch by operation name.
+//! - [`edge`]: what a browser page could send, refused before any operation.
 //! - [`access`]: the caller, the stored access policies, and the check every operation passes.
 //! - [`error`]: [`ApiError`] and its mapping to Batch's error responses.
 //! - [`extract`]: decoding request bodies with messages that name the offending field.
@@ -19,6 +20,7 @@
 //! - [`paging`]: `nextToken` encoding for paginated operations.
 
 pub mod access;
+pub mod edge;
 pub mod environments;
 pub mod error;
 pub mod extract;

@@ -2,7 +2,8 @@
 //! operations under `POST /trainyard/v1/{operation}`, a body limit, and a `ClientException` for
 //! anything else. One router serves local mode and the Lambda function.
 //!
-//! Every operation passes the access [`Gate`] first, with the [`Caller`] the host put on the
+//! Every request passes the [edge](crate::edge) checks (JSON bodies only, nothing a browser marks
+//! as sent by another site's page), then every operation passes the access [`Gate`], with the [`Caller`] the host put on the
 //! request (anonymous when none), before anything is read for it or changed.
 
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub fn router_with_gate<S: Store, E: EventSink>(
             post(trainyard_operation::<S, E>),
         )
         .fallback(unknown)
+        .layer(axum::middleware::from_fn(crate::edge::guard))
         .with_state(Arc::new(Api { service, gate }))
 }
 

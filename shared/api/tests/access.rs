@@ -435,9 +435,51 @@ async fn no_operation_gets_past_the_gate_unasked() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    let operations = operations(&id, &arn);
+    for (op, body) in operations {
+        denied_as(&h, Some(ALICE), &format!("/v1/{op}"), body).await;
+    }
+    for path in [
+        "/trainyard/v1/getaccesspolicies",
+        "/trainyard/v1/putaccesspolicies",
+        "/trainyard/v1/deleteaccesspolicies",
+    ] {
+        denied_as(
+            &h,
+            Some(ALICE),
+            path,
+            json!({"policies": "permit(principal, action, resource);"}),
+        )
+        .await;
+    }
+    let tag_path = format!("/v1/tags/{}", arn.replace('/', "%2F"));
+    for method in ["GET", "POST", "DELETE"] {
+        let (status, error_type, _) = send_as(
+            &h,
+            Some(ALICE),
+            method,
+            &format!("{tag_path}?tagKeys=a"),
+            json!({"tags": {"a": "b"}}).to_string(),
+        )
+        .await;
+        assert_eq!(
+            (status, error_type.as_deref()),
+            (StatusCode::FORBIDDEN, Some("AccessDeniedException")),
+            "{method}"
+        );
+    }
+    // The job is as it was.
+    let described = ok_as(&h, PLATFORM, "describeservicejob", json!({"jobId": id})).await;
+    assert_eq!(described["isTerminated"], false);
+    assert!(described.get("schedulingPriority").is_none());
+}
+
+/// Every operation of the router with a plausible body, on the job `id` (`arn`) of queue
+/// research.
+fn operations(id: &Value, arn: &str) -> Vec<(&'static str, Value)> {
     let q = "arn:aws:batch:us-east-1:000000000000:job-queue/research";
     let share = format!("{q}/quota-share/s");
-    let operations = [
+    vec![
         ("submitservicejob", submit_body("k", "research")),
         ("describeservicejob", json!({"jobId": id})),
         ("describeservicejob", json!({"jobId": arn})),
@@ -489,41 +531,49 @@ async fn no_operation_gets_past_the_gate_unasked() {
         // Case and percent-encoding reach the same operation, and the same check.
         ("SubmitServiceJob", submit_body("k", "research")),
         ("submitservice%6Aob", submit_body("k", "research")),
-    ];
-    for (op, body) in operations {
-        denied_as(&h, Some(ALICE), &format!("/v1/{op}"), body).await;
+    ]
+}
+
+#[tokio::test]
+async fn every_question_the_gate_asks_fits_the_schema() {
+    let h = harness();
+    h.fifo_queue("gpus", "research", 10, 8).await;
+    let job = h.ok("submitservicejob", submit_body("j", "research")).await;
+    let arn = job["jobArn"].as_str().unwrap().to_owned();
+    let principal = Principal::from_arn(ALICE);
+    let mut asked = 0;
+    let own = [
+        "getaccesspolicies",
+        "putaccesspolicies",
+        "deleteaccesspolicies",
+    ]
+    .map(|op| (op, json!({})));
+    for (op, body) in operations(&job["jobId"], &arn).into_iter().chain(own) {
+        let op = op.replace("%6A", "j");
+        let requests =
+            trainyard_api::access::requests(&h.service, &op, body.to_string().as_bytes())
+                .await
+                .unwrap();
+        assert!(!requests.is_empty(), "{op} asks nothing");
+        for (request, _) in requests {
+            trainyard_access::fits_schema(&principal, &request)
+                .unwrap_or_else(|e| panic!("{op}: {e}"));
+            asked += 1;
+        }
     }
-    for path in [
-        "/trainyard/v1/getaccesspolicies",
-        "/trainyard/v1/putaccesspolicies",
-        "/trainyard/v1/deleteaccesspolicies",
-    ] {
-        denied_as(
-            &h,
-            Some(ALICE),
-            path,
-            json!({"policies": "permit(principal, action, resource);"}),
-        )
-        .await;
+    for action in ["TagResource", "UntagResource", "ListTagsForResource"] {
+        for resource in [
+            arn.as_str(),
+            "arn:aws:batch:us-east-1:000000000000:job-queue/research",
+        ] {
+            let requests = trainyard_api::access::tag_requests(&h.service, action, resource)
+                .await
+                .unwrap();
+            assert_eq!(requests.len(), 1);
+            trainyard_access::fits_schema(&principal, &requests[0].0)
+                .unwrap_or_else(|e| panic!("{action} {resource}: {e}"));
+            asked += 1;
+        }
     }
-    let tag_path = format!("/v1/tags/{}", arn.replace('/', "%2F"));
-    for method in ["GET", "POST", "DELETE"] {
-        let (status, error_type, _) = send_as(
-            &h,
-            Some(ALICE),
-            method,
-            &format!("{tag_path}?tagKeys=a"),
-            json!({"tags": {"a": "b"}}).to_string(),
-        )
-        .await;
-        assert_eq!(
-            (status, error_type.as_deref()),
-            (StatusCode::FORBIDDEN, Some("AccessDeniedException")),
-            "{method}"
-        );
-    }
-    // The job is as it was.
-    let described = ok_as(&h, PLATFORM, "describeservicejob", json!({"jobId": id})).await;
-    assert_eq!(described["isTerminated"], false);
-    assert!(described.get("schedulingPriority").is_none());
+    assert!(asked > 30, "{asked}");
 }

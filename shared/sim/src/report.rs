@@ -114,6 +114,7 @@ pub fn write_report(
 /// `summary.json`'s text: pretty-printed, keys sorted, floats rounded, newline-terminated.
 pub fn summary_json(summaries: &BTreeMap<String, PolicySummary>) -> Result<String, ReportError> {
     let mut value = serde_json::to_value(summaries)?;
+    value.sort_all_objects();
     round_floats(&mut value);
     let mut text = serde_json::to_string_pretty(&value)?;
     text.push('\n');
