@@ -205,6 +205,19 @@ impl Gate {
         Ok(())
     }
 
+    /// What `caller` may see of listed jobs: `None` when no policies are stored (everything).
+    pub async fn reader<S: Store, E: EventSink>(
+        &self,
+        service: &Service<S, E>,
+        caller: &Principal,
+    ) -> Result<Option<Reader>, ApiError> {
+        let (_, policies) = self.policies(service).await?;
+        Ok(policies.map(|policies| Reader {
+            policies,
+            caller: caller.clone(),
+        }))
+    }
+
     /// The stored policies as written, with their version (`None`: none stored).
     pub async fn stored<S: Store, E: EventSink>(
         &self,
@@ -283,6 +296,24 @@ impl Gate {
             )),
             Err(e) => Err(ApiError::from(trainyard_app::AppError::from(e))),
         }
+    }
+}
+
+/// Which listed jobs a caller may see: those it may describe.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    policies: Arc<Policies>,
+    caller: Principal,
+}
+
+impl Reader {
+    /// Whether the caller may `DescribeServiceJob` this job, and so see it listed.
+    pub fn may_see(&self, job: &ServiceJob) -> bool {
+        let request = AccessRequest::new(
+            Action::named("DescribeServiceJob").unwrap_or(Action::TERMINATE_SERVICE_JOB),
+            Resource::Job(job_resource(job)),
+        );
+        authorize(&self.policies, &self.caller, &request).allowed
     }
 }
 

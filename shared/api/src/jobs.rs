@@ -10,6 +10,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 use trainyard_access::Principal;
+
+use crate::access::Reader;
 use trainyard_app::ports::{JobQuery, NameFilter};
 use trainyard_app::service::jobs::{CapacityUsage, QueuePosition, QueueSnapshot, SubmitJob};
 use trainyard_app::{EventSink, Service, Store};
@@ -34,13 +36,14 @@ use crate::{extract, paging, validate};
 pub async fn handle<S: Store, E: EventSink>(
     service: &Service<S, E>,
     caller: &Principal,
+    reader: Option<&Reader>,
     op: &str,
     body: &[u8],
 ) -> Option<Result<Value, ApiError>> {
     let result = match op {
         "submitservicejob" => submit(service, caller, body).await,
         "describeservicejob" => describe(service, body).await,
-        "listservicejobs" => list(service, body).await,
+        "listservicejobs" => list(service, reader, body).await,
         "terminateservicejob" => terminate(service, body).await,
         "terminateservicejobs" => terminate_bulk(service, body).await,
         "updateservicejob" => update(service, body).await,
@@ -469,12 +472,18 @@ pub fn list_query(req: ListRequest) -> Result<JobQuery, ApiError> {
     Ok(query)
 }
 
+/// `ListServiceJobs`. With a `reader`, only the jobs it may see are listed (a page may then
+/// hold fewer than `maxResults`; `nextToken` still continues after the last job read).
 async fn list<S: Store, E: EventSink>(
     service: &Service<S, E>,
+    reader: Option<&Reader>,
     body: &[u8],
 ) -> Result<Value, ApiError> {
     let query = list_query(extract::json(body)?)?;
-    let page = service.list_jobs(query).await?;
+    let mut page = service.list_jobs(query).await?;
+    if let Some(reader) = reader {
+        page.items.retain(|job| reader.may_see(job));
+    }
     let arns = service.arns();
     let summaries: Vec<JobSummary<'_>> = page.items.iter().map(|j| job_summary(arns, j)).collect();
     let mut summaries = to_value(&summaries)?;

@@ -88,7 +88,12 @@ async fn operation<S: Store, E: EventSink>(
         let service = api.service.as_ref();
         let op = operation.as_str();
         api.gate.check(service, &caller, op, &body).await?;
-        let handled = match jobs::handle(service, &caller, op, &body).await {
+        let reader = if op == "listservicejobs" {
+            api.gate.reader(service, &caller).await?
+        } else {
+            None
+        };
+        let handled = match jobs::handle(service, &caller, reader.as_ref(), op, &body).await {
             Some(r) => Some(r),
             None => match environments::handle(service, op, &body).await {
                 Some(r) => Some(r),

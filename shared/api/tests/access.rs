@@ -577,3 +577,58 @@ async fn every_question_the_gate_asks_fits_the_schema() {
     }
     assert!(asked > 30, "{asked}");
 }
+
+#[tokio::test]
+async fn a_listing_shows_only_the_jobs_the_caller_may_describe() {
+    let h = harness();
+    h.fifo_queue("gpus", "research", 10, 8).await;
+    let alices = ok_as(&h, ALICE, "submitservicejob", submit_body("a", "research")).await;
+    ok_as(&h, BOB, "submitservicejob", submit_body("b", "research")).await;
+    // Anyone may list, but a job may be described only by its owner (and the platform team).
+    let policies = format!(
+        "permit(principal, action == Trainyard::Action::\"ListServiceJobs\", resource);\n\
+         permit(principal, action == Trainyard::Action::\"DescribeServiceJob\", resource)\n\
+           when {{ resource.owner == principal.arn }};\n\
+         permit(principal == Trainyard::Principal::\"{PLATFORM}\", action, resource);"
+    );
+    let (status, _, body) = call_as(
+        &h,
+        Some(PLATFORM),
+        "/trainyard/v1/putaccesspolicies",
+        json!({ "policies": policies }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let list = json!({"jobQueue": "research", "filters": [{"name": "JOB_NAME", "values": ["*"]}]});
+    let names = |listed: &Value| -> Vec<String> {
+        let mut names: Vec<String> = listed["jobSummaryList"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["jobName"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(&ok_as(&h, ALICE, "listservicejobs", list.clone()).await),
+        ["a"]
+    );
+    assert_eq!(
+        names(&ok_as(&h, BOB, "listservicejobs", list.clone()).await),
+        ["b"]
+    );
+    assert_eq!(
+        names(&ok_as(&h, PLATFORM, "listservicejobs", list.clone()).await),
+        ["a", "b"]
+    );
+    let (status, _, _) = call_as(&h, None, "/v1/listservicejobs", list).await;
+    assert_eq!(status, StatusCode::OK);
+    denied_as(
+        &h,
+        Some(BOB),
+        "/v1/describeservicejob",
+        json!({"jobId": alices["jobId"]}),
+    )
+    .await;
+}
