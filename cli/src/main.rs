@@ -10,6 +10,7 @@
 //!   SageMaker, scheduling loop, signals, and the demo setup created on first start.
 //! - [`emulator`]: `trainyard emulator`, the SageMaker emulator's HTTP face on its own.
 //! - [`routes`]: `/metrics` and `/trainyard/events` beside the Batch API.
+//! - [`serve`]: the HTTP server, with a connection cap and header timeouts.
 //! - [`events`]: `trainyard events`, which follows job state changes.
 //! - [`client`]: a small blocking client for the Batch API, with errors people can act on.
 //! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`, `environments`.
@@ -30,6 +31,7 @@ mod events;
 mod payload;
 mod process;
 mod routes;
+mod serve;
 mod sigv4;
 mod simulate;
 mod table;

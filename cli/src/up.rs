@@ -105,6 +105,14 @@ pub struct UpArgs {
     /// `aws_secret_access_key`). Without it, signatures are not read.
     #[arg(long, value_name = "FILE")]
     credentials: Option<PathBuf>,
+    /// Connections served at once; one more is closed as soon as it is accepted (idle
+    /// connections cannot use up the process's file descriptors).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    max_connections: u64,
+    /// Seconds a client has to send a request's headers; a connection that stalls, or stays
+    /// idle that long between requests, is closed.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_timeout_s: u64,
     #[command(flatten)]
     emulator: EmulatorOptions,
     /// Log line format (the level comes from RUST_LOG, default `info`).
@@ -276,9 +284,11 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     let mut server = tokio::spawn({
         let stopping = stopping.clone();
         async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped(stopping))
-                .await
+            let limits = crate::serve::Limits {
+                max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+                header_read: Duration::from_secs(args.header_timeout_s),
+            };
+            crate::serve::serve(listener, app, limits, stopped(stopping)).await
         }
     });
     let loop_config = LoopConfig {

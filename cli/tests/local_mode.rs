@@ -590,3 +590,66 @@ fn jobs_show_each_waiting_jobs_position_in_its_queue() {
         assert_eq!(cell, (place + 1).to_string(), "{table}");
     }
 }
+
+/// Idle connections cannot take the server down: past `--max-connections` a connection is
+/// closed at once, and a connection that sends no request headers within `--header-timeout-s`
+/// is closed, after which the server answers again.
+#[test]
+fn idle_connections_are_capped_and_closed_and_the_server_keeps_answering() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    let (_tmp, dir) = data_dir();
+    let mut server = Server::start(
+        &dir,
+        &[
+            "--no-dispatch",
+            "--max-connections",
+            "4",
+            "--header-timeout-s",
+            "1",
+        ],
+    );
+    let address = server.url.trim_start_matches("http://").to_owned();
+    // Closed by the server: a read returns end of file (or a reset) before `within`.
+    let closed_within = |stream: &mut TcpStream, within: Duration| -> bool {
+        stream.set_read_timeout(Some(within)).expect("read timeout");
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            ),
+        }
+    };
+    let mut idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&address).expect("connect"))
+        .collect();
+    // Give the server time to take all four before the fifth arrives.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fifth = TcpStream::connect(&address).expect("connect");
+    assert!(
+        closed_within(&mut fifth, Duration::from_millis(800)),
+        "the connection over the cap is closed at once"
+    );
+    let started = Instant::now();
+    for stream in &mut idle {
+        assert!(
+            closed_within(stream, Duration::from_secs(5)),
+            "an idle connection is closed after the header timeout"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The server answers again.
+    let queues = server.api("describejobqueues", &json!({}));
+    assert!(queues["jobQueues"].is_array(), "{queues}");
+    assert!(
+        server.stderr().contains("too many open connections"),
+        "{}",
+        server.stderr()
+    );
+    assert!(server.terminate().success());
+}
