@@ -111,7 +111,7 @@ pub struct UpArgs {
     max_connections: u64,
     /// Seconds a client has to send a request's headers; a connection that stalls, or stays
     /// idle that long between requests, is closed.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     header_timeout_s: u64,
     #[command(flatten)]
     emulator: EmulatorOptions,
