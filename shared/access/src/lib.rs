@@ -182,69 +182,68 @@ fn principal_entity(p: &Principal) -> Result<Entity, String> {
     )
 }
 
+/// Adds the entity `kind::id` with `attrs`, in `parents`, to `out`; returns its uid.
+fn add(
+    out: &mut Vec<Entity>,
+    kind: &str,
+    id: &str,
+    attrs: &[(&str, RestrictedExpression)],
+    parents: &[&EntityUid],
+) -> Result<EntityUid, String> {
+    let this = uid(kind, id)?;
+    out.push(entity(this.clone(), attrs, parents)?);
+    Ok(this)
+}
+
 /// Adds the resource's entity and its parents to `out`; returns the resource's uid.
 fn resource_entities(resource: &Resource, out: &mut Vec<Entity>) -> Result<EntityUid, String> {
     let service = uid("Service", "trainyard")?;
     out.push(Entity::new_no_attrs(service.clone(), HashSet::new()));
-    let queue_entity = |name: &str, out: &mut Vec<Entity>| -> Result<EntityUid, String> {
-        let queue = uid("Queue", name)?;
-        out.push(entity(
-            queue.clone(),
-            &[("name", string(name))],
-            &[&service],
-        )?);
-        Ok(queue)
+    let queue = |name: &str, out: &mut Vec<Entity>| {
+        add(out, "Queue", name, &[("name", string(name))], &[&service])
     };
     match resource {
         Resource::Service => Ok(service.clone()),
-        Resource::Queue(name) => queue_entity(name, out),
+        Resource::Queue(name) => queue(name, out),
         Resource::Job(job) => {
-            let queue = queue_entity(&job.queue, out)?;
-            let this = uid("Job", &job.id)?;
-            out.push(entity(
-                this.clone(),
-                &[
-                    ("name", string(&job.name)),
-                    ("queue", string(&job.queue)),
-                    ("owner", string(&job.owner)),
-                    ("shareIdentifier", string(&job.share_identifier)),
-                    ("quotaShareName", string(&job.quota_share_name)),
-                    (
-                        "schedulingPriority",
-                        long(u64::from(job.scheduling_priority)),
-                    ),
-                ],
-                &[&queue],
-            )?);
-            Ok(this)
+            let parent = queue(&job.queue, out)?;
+            let attrs = [
+                ("name", string(&job.name)),
+                ("queue", string(&job.queue)),
+                ("owner", string(&job.owner)),
+                ("shareIdentifier", string(&job.share_identifier)),
+                ("quotaShareName", string(&job.quota_share_name)),
+                (
+                    "schedulingPriority",
+                    long(u64::from(job.scheduling_priority)),
+                ),
+            ];
+            add(out, "Job", &job.id, &attrs, &[&parent])
         }
-        Resource::Environment(name) => {
-            let this = uid("Environment", name)?;
-            out.push(entity(
-                this.clone(),
-                &[("name", string(name))],
-                &[&service],
-            )?);
-            Ok(this)
-        }
-        Resource::SchedulingPolicy(name) => {
-            let this = uid("SchedulingPolicy", name)?;
-            out.push(entity(
-                this.clone(),
-                &[("name", string(name))],
-                &[&service],
-            )?);
-            Ok(this)
-        }
-        Resource::QuotaShare { queue, name } => {
-            let parent = queue_entity(queue, out)?;
-            let this = uid("QuotaShare", &format!("{queue}/{name}"))?;
-            out.push(entity(
-                this.clone(),
-                &[("name", string(name)), ("queue", string(queue))],
+        Resource::Environment(name) => add(
+            out,
+            "Environment",
+            name,
+            &[("name", string(name))],
+            &[&service],
+        ),
+        Resource::SchedulingPolicy(name) => add(
+            out,
+            "SchedulingPolicy",
+            name,
+            &[("name", string(name))],
+            &[&service],
+        ),
+        Resource::QuotaShare { queue: q, name } => {
+            let parent = queue(q, out)?;
+            let attrs = [("name", string(name)), ("queue", string(q))];
+            add(
+                out,
+                "QuotaShare",
+                &format!("{q}/{name}"),
+                &attrs,
                 &[&parent],
-            )?);
-            Ok(this)
+            )
         }
     }
 }

@@ -6,14 +6,10 @@
 
 mod support;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use serde_json::{Value, json};
 use support::{Harness, harness, submit_body};
-use tower::ServiceExt;
 use trainyard_access::Principal;
-use trainyard_api::Caller;
 
 const EXAMPLES: &str = include_str!("../../../docs/examples/access-policies.cedar");
 
@@ -29,40 +25,7 @@ async fn call_as(
     path: &str,
     body: Value,
 ) -> (StatusCode, Option<String>, Value) {
-    send_as(h, caller, "POST", path, body.to_string()).await
-}
-
-async fn send_as(
-    h: &Harness,
-    caller: Option<&str>,
-    method: &str,
-    path: &str,
-    body: String,
-) -> (StatusCode, Option<String>, Value) {
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    if let Some(arn) = caller {
-        request
-            .extensions_mut()
-            .insert(Caller(Principal::from_arn(arn)));
-    }
-    let response = h.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let error_type = response
-        .headers()
-        .get("x-amzn-ErrorType")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap()
-    };
-    (status, error_type, value)
+    h.send_as(caller, "POST", path, body.to_string()).await
 }
 
 async fn ok_as(h: &Harness, caller: &str, op: &str, body: Value) -> Value {
@@ -320,7 +283,9 @@ async fn the_example_policies_hold_through_the_router_and_a_refusal_changes_noth
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _, tags) = send_as(&h, Some(ALICE), "GET", &tag_path, String::new()).await;
+    let (status, _, tags) = h
+        .send_as(Some(ALICE), "GET", &tag_path, String::new())
+        .await;
     assert_eq!(
         (status, &tags["tags"]),
         (StatusCode::OK, &json!({"team": "all"}))
@@ -454,14 +419,14 @@ async fn no_operation_gets_past_the_gate_unasked() {
     }
     let tag_path = format!("/v1/tags/{}", arn.replace('/', "%2F"));
     for method in ["GET", "POST", "DELETE"] {
-        let (status, error_type, _) = send_as(
-            &h,
-            Some(ALICE),
-            method,
-            &format!("{tag_path}?tagKeys=a"),
-            json!({"tags": {"a": "b"}}).to_string(),
-        )
-        .await;
+        let (status, error_type, _) = h
+            .send_as(
+                Some(ALICE),
+                method,
+                &format!("{tag_path}?tagKeys=a"),
+                json!({"tags": {"a": "b"}}).to_string(),
+            )
+            .await;
         assert_eq!(
             (status, error_type.as_deref()),
             (StatusCode::FORBIDDEN, Some("AccessDeniedException")),

@@ -7,14 +7,9 @@
 
 mod support;
 
-use axum::body::Body;
-use axum::http::Request;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::{Harness, harness, submit_body};
-use tower::ServiceExt;
-use trainyard_access::Principal;
-use trainyard_api::Caller;
 
 const EXAMPLES: &str = include_str!("../../../docs/examples/access-policies.cedar");
 const PLATFORM: &str = "arn:aws:sts::000000000000:assumed-role/platform-admin/dana";
@@ -80,25 +75,10 @@ fn a_try() -> impl Strategy<Value = Try> {
 }
 
 async fn call(h: &Harness, caller: &str, path: &str, body: Value) -> (u16, Value) {
-    let mut request = Request::builder()
-        .method("POST")
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    request
-        .extensions_mut()
-        .insert(Caller(Principal::from_arn(caller)));
-    let response = h.router.clone().oneshot(request).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    let (status, _, value) = h
+        .send_as(Some(caller), "POST", path, body.to_string())
+        .await;
+    (status.as_u16(), value)
 }
 
 /// What alice may not change: every queue, the environment, bob's job, the policies.

@@ -13,6 +13,8 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
+use trainyard_access::Principal;
+use trainyard_api::Caller;
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::NoEvents;
@@ -76,6 +78,41 @@ impl Harness {
             serde_json::from_slice(&bytes).unwrap()
         };
         (status, value)
+    }
+
+    /// `method path` with a raw body as `caller` (an ARN; `None`: anonymous), as a host puts
+    /// the verified caller on the request: status, the `x-amzn-ErrorType` and the parsed body.
+    pub async fn send_as(
+        &self,
+        caller: Option<&str>,
+        method: &str,
+        path: &str,
+        body: String,
+    ) -> (StatusCode, Option<String>, Value) {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        if let Some(arn) = caller {
+            request
+                .extensions_mut()
+                .insert(Caller(Principal::from_arn(arn)));
+        }
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let error_type = response
+            .headers()
+            .get("x-amzn-ErrorType")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        (status, error_type, value)
     }
 
     /// Calls `op` and asserts success.
