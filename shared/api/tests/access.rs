@@ -59,18 +59,7 @@ fn vision_submit(name: &str, queue: &str, priority: i64) -> Value {
 async fn with_examples() -> Harness {
     let h = harness();
     h.fifo_queue("gpus", "production", 900, 8).await;
-    h.ok(
-        "createschedulingpolicy",
-        json!({"name": "fair", "fairsharePolicy": {"shareDistribution": [{"shareIdentifier": "vision"}]}}),
-    )
-    .await;
-    h.ok(
-        "createjobqueue",
-        json!({"jobQueueName": "research", "priority": 10, "jobQueueType": "SAGEMAKER_TRAINING",
-               "schedulingPolicyArn": "arn:aws:batch:us-east-1:000000000000:scheduling-policy/fair",
-               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "gpus"}]}),
-    )
-    .await;
+    h.fair_share_queues("gpus", &[("research", 10)]).await;
     let (status, _, body) = call_as(
         &h,
         Some(PLATFORM),

@@ -104,20 +104,8 @@ async fn protected(h: &Harness, bobs_job: &Value) -> Value {
 async fn run(tries: Vec<Try>) -> Result<(), TestCaseError> {
     let h = harness();
     h.fifo_queue("gpus", "production", 900, 8).await;
-    h.ok(
-        "createschedulingpolicy",
-        json!({"name": "fair", "fairsharePolicy": {"shareDistribution": [{"shareIdentifier": "vision"}]}}),
-    )
-    .await;
-    for (queue, priority) in [("research", 500), ("sweeps", 100)] {
-        h.ok(
-            "createjobqueue",
-            json!({"jobQueueName": queue, "priority": priority, "jobQueueType": "SAGEMAKER_TRAINING",
-                   "schedulingPolicyArn": "arn:aws:batch:us-east-1:000000000000:scheduling-policy/fair",
-                   "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "gpus"}]}),
-        )
+    h.fair_share_queues("gpus", &[("research", 500), ("sweeps", 100)])
         .await;
-    }
     let (status, _) = call(
         &h,
         PLATFORM,

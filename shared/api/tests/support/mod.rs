@@ -147,6 +147,27 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// A fair-share scheduling policy `fair` (share `vision`), and `queues` (name, priority)
+    /// under it on the existing environment `env`.
+    pub async fn fair_share_queues(&self, env: &str, queues: &[(&str, i64)]) {
+        self.ok(
+            "createschedulingpolicy",
+            json!({"name": "fair", "fairsharePolicy": {"shareDistribution": [{"shareIdentifier": "vision"}]}}),
+        )
+        .await;
+        for (queue, priority) in queues {
+            self.ok(
+                "createjobqueue",
+                json!({"jobQueueName": queue, "priority": priority, "jobQueueType": "SAGEMAKER_TRAINING",
+                       "schedulingPolicyArn": "arn:aws:batch:us-east-1:000000000000:scheduling-policy/fair",
+                       "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": env}]}),
+            )
+            .await;
+        }
+    }
+}
+
 /// A valid SageMaker CreateTrainingJob request.
 pub fn training_payload(name: &str, instance_type: &str, count: u32) -> String {
     json!({
