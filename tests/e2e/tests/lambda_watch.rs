@@ -190,8 +190,12 @@ impl Stand {
     /// Calls a Batch operation through the `api` function with an HTTP API (v2) event built
     /// from the `submit.json` sample; (HTTP status, body).
     fn api(&mut self, operation: &str, body: &Value) -> (u16, Value) {
+        self.api_at(&format!("/v1/{operation}"), body)
+    }
+
+    /// [`Stand::api`] for any path (Trainyard's own operations are under `/trainyard/v1/`).
+    fn api_at(&mut self, path: &str, body: &Value) -> (u16, Value) {
         let mut event = fixture("api", "submit.json");
-        let path = format!("/v1/{operation}");
         event["rawPath"] = json!(path);
         event["requestContext"]["http"]["path"] = json!(path);
         event["body"] = json!(body.to_string());
@@ -516,6 +520,29 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
         s.invoke("scheduler", &fixture("scheduler", "invalid.json"))["outcome"],
         "ignored"
     );
+
+    // Access policies, written and read by the api function as its own role and enforced by
+    // it: under a set that lets the sample's caller read and administer only, its submit is
+    // refused; deleting the set lets every caller do everything again.
+    let text = "permit(principal, action in \
+                [Trainyard::Action::\"Read\", Trainyard::Action::\"Administer\"], resource);";
+    let (status, body) = s.api_at(
+        "/trainyard/v1/putaccesspolicies",
+        &json!({"policies": text}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s.api_at("/trainyard/v1/getaccesspolicies", &json!({}));
+    assert_eq!((status, &body["policies"]), (200, &json!(text)), "{body}");
+    let (status, body) = s.api("submitservicejob", &json!({"jobName": "refused"}));
+    assert_eq!(
+        (status, &body["__type"]),
+        (403, &json!("AccessDeniedException")),
+        "{body}"
+    );
+    let (status, body) = s.api_at("/trainyard/v1/deleteaccesspolicies", &json!({}));
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s.api_at("/trainyard/v1/getaccesspolicies", &json!({}));
+    assert_eq!((status, &body["policies"]), (200, &Value::Null), "{body}");
 
     // Every function ran as its own role, and no call any of them made was refused.
     let audit = s.audit();
