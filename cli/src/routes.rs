@@ -152,12 +152,7 @@ pub async fn require_host(
                 "Host {host} is not served here: local mode answers only to {}",
                 hosts.join(", ")
             );
-            (
-                StatusCode::FORBIDDEN,
-                [("x-amzn-ErrorType", "AccessDeniedException")],
-                axum::Json(json!({"__type": "AccessDeniedException", "message": message})),
-            )
-                .into_response()
+            trainyard_api::ApiError::access_denied(message).into_response()
         }
         _ => next.run(request).await,
     }

@@ -52,6 +52,8 @@ impl Action {
     pub const SUBMIT_SERVICE_JOB: Action = Action("SubmitServiceJob");
     /// `TerminateServiceJob`.
     pub const TERMINATE_SERVICE_JOB: Action = Action("TerminateServiceJob");
+    /// `DescribeServiceJob`.
+    pub const DESCRIBE_SERVICE_JOB: Action = Action("DescribeServiceJob");
     /// `UpdateServiceJob`.
     pub const UPDATE_SERVICE_JOB: Action = Action("UpdateServiceJob");
     /// `PutAccessPolicies`.

@@ -310,7 +310,7 @@ impl Reader {
     /// Whether the caller may `DescribeServiceJob` this job, and so see it listed.
     pub fn may_see(&self, job: &ServiceJob) -> bool {
         let request = AccessRequest::new(
-            Action::named("DescribeServiceJob").unwrap_or(Action::TERMINATE_SERVICE_JOB),
+            Action::DESCRIBE_SERVICE_JOB,
             Resource::Job(job_resource(job)),
         );
         authorize(&self.policies, &self.caller, &request).allowed
@@ -449,7 +449,7 @@ pub async fn requests<S: Store, E: EventSink>(
         }
         "SubmitServiceJob" => {
             let resource = queue("jobQueue");
-            let arn = arns.queue_arn(&name_str(&resource));
+            let arn = resource_arn(service, &resource);
             let request = AccessRequest {
                 action,
                 resource,
@@ -539,15 +539,6 @@ pub async fn tag_requests<S: Store, E: EventSink>(
         AccessRequest::new(action, resource),
         resource_arn.to_owned(),
     )])
-}
-
-fn name_str(resource: &Resource) -> String {
-    match resource {
-        Resource::Queue(n) | Resource::Environment(n) | Resource::SchedulingPolicy(n) => n.clone(),
-        Resource::Job(j) => j.id.clone(),
-        Resource::QuotaShare { queue, name } => format!("{queue}/{name}"),
-        Resource::Service => String::new(),
-    }
 }
 
 /// A resource's ARN, for messages.

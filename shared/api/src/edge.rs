@@ -37,14 +37,14 @@ pub fn refusal(headers: &HeaderMap) -> Option<ApiError> {
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
         && matches!(site, "cross-site" | "same-site")
     {
-        return Some(forbidden(format!(
+        return Some(ApiError::access_denied(format!(
             "Requests from another site's pages are refused (Sec-Fetch-Site: {site})"
         )));
     }
     if let Some(origin) = text(header::ORIGIN) {
         let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
         if text(header::HOST).is_none_or(|host| !host.eq_ignore_ascii_case(origin_host)) {
-            return Some(forbidden(format!(
+            return Some(ApiError::access_denied(format!(
                 "Requests from pages of {origin} are refused: the API serves no other origin"
             )));
         }
@@ -74,10 +74,6 @@ fn unsupported(content_type: &str) -> ApiError {
             "Content-Type {content_type} is not accepted: send the request body as application/json"
         ),
     }
-}
-
-fn forbidden(message: String) -> ApiError {
-    ApiError::access_denied(message)
 }
 
 #[cfg(test)]

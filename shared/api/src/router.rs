@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
-use axum::{Json, Router};
 use serde_json::{Value, json};
 use trainyard_access::Principal;
 use trainyard_app::{EventSink, Service, Store};
@@ -178,10 +178,7 @@ async fn trainyard_operation<S: Store, E: EventSink>(
         let service = api.service.as_ref();
         let op = operation.to_ascii_lowercase();
         if op == "whoami" {
-            return Ok(json!({
-                "arn": caller.arn, "account": caller.account,
-                "kind": caller.kind, "name": caller.name,
-            }));
+            return extract::to_value(&caller);
         }
         if !matches!(
             op.as_str(),
@@ -215,7 +212,7 @@ async fn trainyard_operation<S: Store, E: EventSink>(
     }
     .await;
     match result {
-        Ok(value) => Json(value).into_response(),
+        Ok(value) => ok_json(value),
         Err(err) => err.into_response(),
     }
 }
