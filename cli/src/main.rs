@@ -85,6 +85,11 @@ enum Command {
     Access(access::AccessArgs),
     /// Print the identity the server takes you for (the ARN access policies judge).
     Whoami(ClientArgs),
+    /// List the audit trail: every call that asked to change something, who made it, whether
+    /// the access policies allowed it (and which), and how it ended; newest first.
+    ///
+    /// Example: trainyard audit --since 1h --denied
+    Audit(access::AuditArgs),
     /// Replay a GPU-cluster trace through the real scheduler over virtual time and compare
     /// policies (fifo, batch-fair-share, trainyard, quota-shares, static-partition).
     Simulate(Box<simulate::SimulateArgs>),
@@ -142,6 +147,7 @@ fn main() -> ExitCode {
         Command::Environments(args) => commands::environments_command(&args),
         Command::Access(args) => access::access(&args),
         Command::Whoami(args) => access::whoami(&args),
+        Command::Audit(args) => access::audit(&args),
         Command::Simulate(args) => simulate::run_simulate(&args),
     };
     match result {

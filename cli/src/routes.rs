@@ -232,8 +232,9 @@ fn access_denied_text(gate: &Gate) -> String {
     text
 }
 
-/// One line of the event stream.
-pub fn event_line(event: &Event, time_ms: i64) -> String {
+/// One line of the event stream: job events only (audit records are read through
+/// `ListAuditRecords`, which the access policies guard).
+pub fn event_line(event: &Event, time_ms: i64) -> Option<String> {
     let (job_id, job_queue, status) = match event {
         Event::JobSubmitted { job_id, job_queue } => (job_id, job_queue, JobStatus::Submitted),
         Event::JobStatusChanged {
@@ -242,6 +243,7 @@ pub fn event_line(event: &Event, time_ms: i64) -> String {
             status,
             ..
         } => (job_id, job_queue, *status),
+        Event::Audited(_) => return None,
     };
     let mut line = json!({
         "time": time_ms,
@@ -251,7 +253,7 @@ pub fn event_line(event: &Event, time_ms: i64) -> String {
     })
     .to_string();
     line.push('\n');
-    line
+    Some(line)
 }
 
 async fn follow<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S, E>>>) -> Response {
@@ -266,7 +268,10 @@ async fn follow<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S, E>>>)
                 event = feed.recv() => event,
             };
             let line = match event {
-                Ok(event) => event_line(&event, SystemClock.now_ms()),
+                Ok(event) => match event_line(&event, SystemClock.now_ms()) {
+                    Some(line) => line,
+                    None => continue,
+                },
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     format!("{}\n", json!({ "missed": missed }))
                 }
@@ -377,7 +382,7 @@ mod tests {
             ),
         ];
         for (event, status) in cases {
-            let line = event_line(&event, 42);
+            let line = event_line(&event, 42).expect("a job event");
             assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
             let value: serde_json::Value = serde_json::from_str(&line).expect("json");
             assert_eq!(

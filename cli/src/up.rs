@@ -113,6 +113,11 @@ pub struct UpArgs {
     /// idle that long between requests, is closed.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     header_timeout_s: u64,
+    /// Days the audit trail (every call that asked to change something) is kept; older records
+    /// are deleted as new ones come.
+    #[arg(long, default_value_t = trainyard_api::access::DEFAULT_AUDIT_RETENTION_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..=400))]
+    audit_retention_days: u32,
     #[command(flatten)]
     emulator: EmulatorOptions,
     /// Log line format (the level comes from RUST_LOG, default `info`).
@@ -239,7 +244,10 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
 
     let (stop, stopping) = watch::channel(false);
     let metrics = Arc::new(Metrics::new());
-    let gate = Arc::new(trainyard_api::Gate::default());
+    let gate = Arc::new(
+        trainyard_api::Gate::with_audit_retention_days(args.audit_retention_days)
+            .map_err(anyhow::Error::msg)?,
+    );
     let app = trainyard_api::router_with_gate(service.clone(), gate.clone())
         .merge(crate::routes::routes(
             service.clone(),

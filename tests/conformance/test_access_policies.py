@@ -2,7 +2,8 @@
 `trainyard` CLI stores a Cedar policy set as the platform team, then boto3 and the AWS CLI, each
 signing as a different principal (`up --credentials` maps every access key to one), are allowed
 or refused as the policies say, refusals arrive as `AccessDeniedException` (HTTP 403), change
-nothing, and are counted in /metrics.
+nothing, are counted in /metrics, and every change asked for is in the audit trail that
+`trainyard audit` lists for those the policies let read it.
 
 The suite's shared server checks no signatures, so this module starts its own."""
 
@@ -48,7 +49,7 @@ POLICIES = """
 permit(principal, action in Trainyard::Action::"Read", resource);
 
 @id("platform-administers")
-permit(principal, action in Trainyard::Action::"Administer", resource)
+permit(principal, action in [Trainyard::Action::"Administer", Trainyard::Action::"ListAuditRecords"], resource)
 when { principal.name like "platform-*" };
 
 @id("vision-submits")
@@ -173,3 +174,43 @@ def test_policies_set_with_the_cli_decide_what_each_signed_client_may_do(server)
     assert 'trainyard_access_denied_total{action="SubmitServiceJob"} 3' in metrics, metrics
     assert 'trainyard_access_denied_total{action="TerminateServiceJob"} 1' in metrics
     assert 'trainyard_access_denied_total{action="UpdateJobQueue"} 1' in metrics
+
+
+def test_the_audit_trail_lists_every_change_asked_for_to_those_allowed_to_read_it(server):
+    """Runs after the test above (pytest keeps a module's order): its calls are the trail."""
+    refused = cli(server, "alice", "audit")
+    assert refused.returncode != 0 and "AccessDeniedException" in refused.stderr, refused.stderr
+
+    listed = cli(server, "platform", "audit", "--denied", "--since", "1h", "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    denied = [(r["principal"], r["action"]) for r in json.loads(listed.stdout)]
+    # Newest first: alice's clear, the AWS CLI's update as bob, bob's terminate and submit,
+    # alice's two refused submits. Refused reads (alice's own `audit` just now) are not changes.
+    assert denied == [
+        (ALICE, "DeleteAccessPolicies"),
+        (BOB, "UpdateJobQueue"),
+        (BOB, "TerminateServiceJob"),
+        (BOB, "SubmitServiceJob"),
+        (ALICE, "SubmitServiceJob"),
+        (ALICE, "SubmitServiceJob"),
+    ], listed.stdout
+    for record in json.loads(listed.stdout):
+        assert record["allowed"] is False and record["outcome"] == "AccessDeniedException"
+        assert record["decidedBy"] == "no policy permits it"
+
+    alices = cli(server, "platform", "audit", "--principal", ALICE, "--action", "SubmitServiceJob",
+                 "--output", "json")
+    assert alices.returncode == 0, alices.stderr
+    records = json.loads(alices.stdout)
+    assert [r["allowed"] for r in records] == [False, False, True], alices.stdout
+    assert records[2]["decidedBy"] == "permitted by vision-submits"
+    assert ":service-job/" in records[2]["detail"], records[2]
+    assert records[2]["resource"].endswith(":job-queue/research")
+
+    # The table for people: one line per record, refusals marked.
+    table = cli(server, "platform", "audit", "--limit", "3")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.strip().splitlines()
+    assert lines[0].split()[:3] == ["TIME", "PRINCIPAL", "ACTION"], table.stdout
+    assert len(lines) == 4, table.stdout
+    assert "DENIED" in table.stdout and "DeleteAccessPolicies" in table.stdout

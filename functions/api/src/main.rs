@@ -20,9 +20,13 @@ async fn main() -> Result<(), lambda_http::Error> {
     {
         tracing::warn!(%error, "creating the initial setup failed; the next cold start retries");
     }
+    // The configuration checked the retention's range already.
+    let gate = api::Gate::with_audit_retention_days(config.audit_retention_days)
+        .map_err(lambda_http::Error::from)?;
     runtime::ready("api");
     lambda_http::run(api::router_with_metrics(
         service,
+        gate,
         metrics.stack().to_owned(),
     ))
     .await

@@ -21,7 +21,8 @@ use axum::response::Response;
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 use trainyard_access::Principal;
-use trainyard_api::{Caller, Gate};
+use trainyard_api::Caller;
+pub use trainyard_api::Gate;
 use trainyard_app::{EventSink, Service, Store};
 use trainyard_aws::metrics::{EmfLine, Unit};
 
@@ -38,14 +39,16 @@ pub fn router_with_gate<S: Store, E: EventSink>(
     trainyard_api::router_with_gate(service, gate).layer(middleware::from_fn(identify))
 }
 
-/// [`router`] as the `api` function serves it: each request's access refusals printed as EMF
+/// [`router`] as the `api` function serves it, with `gate` (its audit retention configured):
+/// each request's access refusals printed as EMF
 /// lines (`AccessDenied`, by `Stack` and `Action`: a fixed set of names, so the metric's cost is
 /// bounded), for CloudWatch.
 pub fn router_with_metrics<S: Store, E: EventSink>(
     service: Arc<Service<S, E>>,
+    gate: Gate,
     stack: String,
 ) -> Router {
-    let gate = Arc::new(Gate::default());
+    let gate = Arc::new(gate);
     let counted = gate.clone();
     let clock = service.clone();
     router_with_gate(service, gate).layer(middleware::from_fn(

@@ -32,6 +32,9 @@ pub const BACKOFF_SCALE: &str = "TRAINYARD_BACKOFF_SCALE";
 /// `TRAINYARD_RECONCILE_QUIET_SECONDS`: how long an attempt may go without an event before the
 /// retry function describes it (default 300).
 pub const RECONCILE_QUIET_SECONDS: &str = "TRAINYARD_RECONCILE_QUIET_SECONDS";
+/// `TRAINYARD_AUDIT_RETENTION_DAYS`: how long the api function's audit records are kept (1 to
+/// 400 days; default 90).
+pub const AUDIT_RETENTION_DAYS: &str = "TRAINYARD_AUDIT_RETENTION_DAYS";
 /// `TRAINYARD_STRICT_FIFO`: Batch's strict head-of-line FIFO instead of backfill (default false).
 pub const STRICT_FIFO: &str = "TRAINYARD_STRICT_FIFO";
 
@@ -58,6 +61,8 @@ pub const DEFAULT_RECONCILE_QUIET_SECONDS: u32 = 300;
 /// Batch's limits on the initial setup (the template's `MaxValue`s say the same).
 const MAX_INSTANCES_LIMIT: u32 = 10_000;
 const MAX_QUEUE_PRIORITY: u32 = 1_000;
+/// The longest audit retention (`trainyard_app::ports::MAX_AUDIT_RETENTION_MS`, in days).
+const MAX_AUDIT_RETENTION_DAYS: u32 = 400;
 
 /// The service environment and queue created the first time the API function starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +96,8 @@ pub struct Config {
     pub reconcile_quiet_ms: i64,
     /// Strict FIFO instead of backfill.
     pub strict_fifo: bool,
+    /// Days audit records are kept.
+    pub audit_retention_days: u32,
     /// The `Stack` dimension of metrics.
     pub stack: String,
 }
@@ -194,6 +201,14 @@ impl Config {
             DEFAULT_RECONCILE_QUIET_SECONDS,
             u32::MAX,
         );
+        let audit_retention_days = number(
+            AUDIT_RETENTION_DAYS,
+            trainyard_api::access::DEFAULT_AUDIT_RETENTION_DAYS,
+            MAX_AUDIT_RETENTION_DAYS,
+        );
+        if audit_retention_days == 0 {
+            problems.push(format!("{AUDIT_RETENTION_DAYS} must be at least 1"));
+        }
 
         let mut name = |var: &str, default: &str| {
             let value = get(var).unwrap_or_else(|| default.to_owned());
@@ -258,6 +273,7 @@ impl Config {
             },
             backoff_scale,
             reconcile_quiet_ms: i64::from(quiet_s) * 1000,
+            audit_retention_days,
             strict_fifo,
             stack,
         })
@@ -386,6 +402,7 @@ mod tests {
             }
         );
         assert_eq!(config.reconcile_quiet_ms, 300_000);
+        assert_eq!(config.audit_retention_days, 90);
         assert!(!config.strict_fifo);
         assert_eq!(config.stack, "trainyard");
         assert_eq!(config.cycle(), CycleConfig::default());
@@ -416,8 +433,13 @@ mod tests {
                 &[
                     (INITIAL_MAX_INSTANCES, "10001"),
                     (INITIAL_QUEUE_PRIORITY, "-1"),
+                    (AUDIT_RETENTION_DAYS, "401"),
                 ],
-                &[INITIAL_MAX_INSTANCES, INITIAL_QUEUE_PRIORITY],
+                &[
+                    INITIAL_MAX_INSTANCES,
+                    INITIAL_QUEUE_PRIORITY,
+                    AUDIT_RETENTION_DAYS,
+                ],
             ),
             (
                 "bad names and flags",
@@ -426,12 +448,14 @@ mod tests {
                     (INITIAL_ENVIRONMENT, "a b"),
                     (STRICT_FIFO, "yes"),
                     (BACKOFF_SCALE, "NaN"),
+                    (AUDIT_RETENTION_DAYS, "0"),
                 ],
                 &[
                     INITIAL_QUEUE,
                     INITIAL_ENVIRONMENT,
                     STRICT_FIFO,
                     BACKOFF_SCALE,
+                    AUDIT_RETENTION_DAYS,
                 ],
             ),
             (

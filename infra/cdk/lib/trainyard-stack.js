@@ -87,6 +87,11 @@ class TrainyardStack extends cdk.Stack {
       type: 'Number', default: 3600, minValue: 60,
       description: 'Alarm when the oldest RUNNABLE job has waited longer than this.',
     });
+    const auditRetentionDays = param('AuditRetentionDays', {
+      type: 'Number', default: 90, minValue: 1, maxValue: 400,
+      description: 'How long the audit trail (every call that asked to change something: who, what, '
+        + 'allowed or refused, by which policy) is kept in the table; DynamoDB\'s TTL deletes older records.',
+    });
     const alarmEmail = param('AlarmEmail', {
       type: 'String', default: '', description: 'Optional e-mail address subscribed to the alarm topic.',
     });
@@ -181,6 +186,7 @@ class TrainyardStack extends cdk.Stack {
       TRAINYARD_INITIAL_MAX_INSTANCES: initialMaxInstances.valueAsString,
       TRAINYARD_INITIAL_QUEUE: initialQueue.valueAsString,
       TRAINYARD_INITIAL_QUEUE_PRIORITY: initialQueuePriority.valueAsString,
+      TRAINYARD_AUDIT_RETENTION_DAYS: auditRetentionDays.valueAsString,
       TRAINYARD_STACK_NAME: Aws.STACK_NAME,
       TRAINYARD_ACCOUNT_ID: Aws.ACCOUNT_ID,
     };

@@ -4,7 +4,7 @@
 /// Every action, by its Cedar name (`Trainyard::Action::"NAME"`), which is the operation's name.
 /// Each is one operation of the HTTP API, except that `TerminateServiceJobs` is authorized as
 /// [`Action::TERMINATE_SERVICE_JOB`] on each job it names.
-pub const ACTIONS: [&str; 30] = [
+pub const ACTIONS: [&str; 31] = [
     "SubmitServiceJob",
     "TerminateServiceJob",
     "UpdateServiceJob",
@@ -35,6 +35,24 @@ pub const ACTIONS: [&str; 30] = [
     "DeleteQuotaShare",
     "PutAccessPolicies",
     "DeleteAccessPolicies",
+    "ListAuditRecords",
+];
+
+/// The actions that change nothing: the schema's `Read` group, and `ListAuditRecords` (in no
+/// group). Every other action asks to change something, and is recorded in the audit trail.
+const READS: [&str; 12] = [
+    "DescribeServiceJob",
+    "ListServiceJobs",
+    "GetJobQueueSnapshot",
+    "ListQuotaShares",
+    "DescribeQuotaShare",
+    "DescribeJobQueues",
+    "DescribeServiceEnvironments",
+    "DescribeSchedulingPolicies",
+    "ListSchedulingPolicies",
+    "GetAccessPolicies",
+    "ListTagsForResource",
+    "ListAuditRecords",
 ];
 
 /// The action groups, for `action in Trainyard::Action::"Read"`: never the action of a request.
@@ -73,9 +91,17 @@ impl Action {
             .map(|a| Action(a))
     }
 
+    /// `ListAuditRecords`.
+    pub const LIST_AUDIT_RECORDS: Action = Action("ListAuditRecords");
+
     /// Its name.
     pub fn name(self) -> &'static str {
         self.0
+    }
+
+    /// Whether it asks to change something (anything but a read).
+    pub fn changes_state(self) -> bool {
+        !READS.contains(&self.0)
     }
 }
 

@@ -248,3 +248,46 @@ fn every_action_fits_the_schema_with_some_resource_and_not_with_others() {
     };
     assert!(trainyard_access::fits_schema(&anyone, &wrong).is_err());
 }
+
+/// `Action::changes_state` is the complement of the schema's `Read` group, apart from
+/// `ListAuditRecords`, which reads but sits in no group: asked under a policy that permits the
+/// group, each action is allowed exactly when it changes nothing.
+#[test]
+fn the_actions_that_change_nothing_are_the_read_group_and_list_audit_records() {
+    let reads =
+        Policies::parse("permit(principal, action in Trainyard::Action::\"Read\", resource);")
+            .expect("valid");
+    let anyone = Principal::from_arn(ALICE);
+    let resources = [
+        Resource::Service,
+        Resource::Queue("q".into()),
+        job(ALICE),
+        Resource::Environment("e".into()),
+        Resource::SchedulingPolicy("p".into()),
+        Resource::QuotaShare {
+            queue: "q".into(),
+            name: "s".into(),
+        },
+    ];
+    for name in trainyard_access::ACTIONS {
+        let action = Action::named(name).expect("listed");
+        let context = match action {
+            Action::SUBMIT_SERVICE_JOB => Context::Submit(SubmitContext::default()),
+            Action::UPDATE_SERVICE_JOB => Context::Update {
+                scheduling_priority: 1,
+            },
+            _ => Context::None,
+        };
+        let in_read_group = resources.iter().any(|resource| {
+            let request = AccessRequest {
+                action,
+                resource: resource.clone(),
+                context: context.clone(),
+            };
+            trainyard_access::fits_schema(&anyone, &request).is_ok()
+                && authorize(&reads, &anyone, &request).allowed
+        });
+        let reads_only = in_read_group || action == Action::LIST_AUDIT_RECORDS;
+        assert_eq!(action.changes_state(), !reads_only, "{name}");
+    }
+}

@@ -29,6 +29,43 @@ use crate::error::ApiError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller(pub Principal);
 
+/// What the gate decided about one question a call asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The action asked about.
+    pub action: Action,
+    /// The resource's ARN (`*` for the service as a whole).
+    pub resource: String,
+    /// Whether it may go ahead.
+    pub allowed: bool,
+    /// Which policies decided, for people.
+    pub decided_by: String,
+}
+
+/// The gate's answer for one call.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Every question asked, in order, up to the first denied.
+    pub verdicts: Vec<Verdict>,
+    /// Whether the call asks to change something, and so goes in the audit trail.
+    pub audited: bool,
+    /// The refusal, when a question was denied.
+    pub refusal: Option<ApiError>,
+}
+
+impl Checked {
+    /// The call's refusal, if it was refused.
+    pub fn refused(&self) -> Result<(), ApiError> {
+        match &self.refusal {
+            Some(refusal) => Err(refusal.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How a verdict reads when no access policies are stored.
+const NO_POLICIES: &str = "no access policies are stored: every caller is allowed";
+
 /// The access policies as stored: one document, replaced whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -62,12 +99,27 @@ struct Cached {
     policies: Option<Arc<Policies>>,
 }
 
-/// The check every operation passes, with the policies cached and refusals counted.
-#[derive(Default)]
+/// The check every operation passes, with the policies cached and refusals counted; it also
+/// keeps the audit trail of what it decided ([`Gate::record`]).
 pub struct Gate {
     cached: Mutex<Option<Cached>>,
     denied: Mutex<BTreeMap<&'static str, u64>>,
+    audit_retention_ms: i64,
 }
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            cached: Mutex::default(),
+            denied: Mutex::default(),
+            audit_retention_ms: i64::from(DEFAULT_AUDIT_RETENTION_DAYS) * DAY_MS,
+        }
+    }
+}
+
+/// How long audit records are kept unless a host says otherwise.
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 90;
+const DAY_MS: i64 = 86_400_000;
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,6 +132,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Gate {
+    /// A gate whose audit records are kept `days` days (1 to 400).
+    pub fn with_audit_retention_days(days: u32) -> Result<Self, String> {
+        let retention_ms = i64::from(days) * DAY_MS;
+        if days == 0 || retention_ms > trainyard_app::ports::MAX_AUDIT_RETENTION_MS {
+            return Err(format!(
+                "the audit retention must be 1 to {} days, got {days}",
+                trainyard_app::ports::MAX_AUDIT_RETENTION_MS / DAY_MS
+            ));
+        }
+        Ok(Self {
+            audit_retention_ms: retention_ms,
+            ..Self::default()
+        })
+    }
+
+    /// How long audit records are kept (ms).
+    pub fn audit_retention_ms(&self) -> i64 {
+        self.audit_retention_ms
+    }
+
     /// Refusals so far, by action (for `/metrics`).
     pub fn denied(&self) -> BTreeMap<&'static str, u64> {
         lock(&self.denied).clone()
@@ -139,20 +211,24 @@ impl Gate {
         *lock(&self.cached) = None;
     }
 
-    /// Refuses `operation` with `body` unless the policies in force let `caller` do it. Runs
+    /// Decides whether the policies in force let `caller` do `operation` with `body`. Runs
     /// before the operation; reads only what it needs to name the resource (the job, for
-    /// operations on a job).
+    /// operations on a job). The answer carries the refusal, if any, and for a call that asks to
+    /// change something every question asked, for the audit trail ([`Gate::record`]).
     pub async fn check<S: Store, E: EventSink>(
         &self,
         service: &Service<S, E>,
         caller: &Principal,
         operation: &str,
         body: &[u8],
-    ) -> Result<(), ApiError> {
-        let (_, Some(policies)) = self.policies(service).await? else {
-            return Ok(());
-        };
-        self.decide(&policies, caller, requests(service, operation, body).await?)
+    ) -> Result<Checked, ApiError> {
+        let (_, policies) = self.policies(service).await?;
+        let action = action_of(operation);
+        if policies.is_none() && !action.is_some_and(Action::changes_state) {
+            return Ok(Checked::default());
+        }
+        let requests = requests(service, operation, body).await?;
+        Ok(self.decide(policies.as_deref(), caller, action, requests))
     }
 
     /// [`Gate::check`] for a tag operation (`TagResource`, `UntagResource`,
@@ -163,26 +239,57 @@ impl Gate {
         caller: &Principal,
         action: &str,
         resource_arn: &str,
-    ) -> Result<(), ApiError> {
-        let (_, Some(policies)) = self.policies(service).await? else {
-            return Ok(());
-        };
-        self.decide(
-            &policies,
-            caller,
-            tag_requests(service, action, resource_arn).await?,
-        )
+    ) -> Result<Checked, ApiError> {
+        let (_, policies) = self.policies(service).await?;
+        let action = Action::named(action);
+        if policies.is_none() && !action.is_some_and(Action::changes_state) {
+            return Ok(Checked::default());
+        }
+        let requests = tag_requests(service, action, resource_arn).await?;
+        Ok(self.decide(policies.as_deref(), caller, action, requests))
     }
 
-    /// Refuses at the first request the policies deny, counting and logging the refusal.
+    /// Asks each request in turn, stopping at the first the policies deny (counted and logged).
+    /// Without policies every request is allowed.
     fn decide(
         &self,
-        policies: &Policies,
+        policies: Option<&Policies>,
         caller: &Principal,
+        action: Option<Action>,
         requests: Vec<(AccessRequest, String)>,
-    ) -> Result<(), ApiError> {
+    ) -> Checked {
+        let mut checked = Checked {
+            audited: action.is_some_and(Action::changes_state),
+            ..Checked::default()
+        };
+        if requests.is_empty()
+            && let Some(action) = action
+        {
+            // It names nothing that exists: the operation refuses it as such.
+            checked.verdicts.push(Verdict {
+                action,
+                resource: "*".to_owned(),
+                allowed: true,
+                decided_by: "nothing to check: it names nothing that exists".to_owned(),
+            });
+        }
         for (request, arn) in requests {
+            let Some(policies) = policies else {
+                checked.verdicts.push(Verdict {
+                    action: request.action,
+                    resource: arn,
+                    allowed: true,
+                    decided_by: NO_POLICIES.to_owned(),
+                });
+                continue;
+            };
             let decision = authorize(policies, caller, &request);
+            checked.verdicts.push(Verdict {
+                action: request.action,
+                resource: arn.clone(),
+                allowed: decision.allowed,
+                decided_by: decision.explain(),
+            });
             if decision.allowed {
                 continue;
             }
@@ -195,14 +302,15 @@ impl Gate {
                 errors = ?decision.errors,
                 "access denied"
             );
-            return Err(ApiError::access_denied(format!(
+            checked.refusal = Some(ApiError::access_denied(format!(
                 "User: {} is not authorized to perform: batch:{} on resource: {arn} ({})",
                 caller.arn,
                 request.action,
                 decision.explain()
             )));
+            break;
         }
-        Ok(())
+        checked
     }
 
     /// What `caller` may see of listed jobs: `None` when no policies are stored (everything).
@@ -399,6 +507,16 @@ fn submit_context(body: &Value) -> SubmitContext {
     }
 }
 
+/// The action of an HTTP operation: its own, except that the bulk terminate is authorized as a
+/// terminate of each job it names.
+fn action_of(operation: &str) -> Option<Action> {
+    Action::of_operation(operation).or_else(|| {
+        operation
+            .eq_ignore_ascii_case("TerminateServiceJobs")
+            .then_some(Action::TERMINATE_SERVICE_JOB)
+    })
+}
+
 /// The questions `operation` with `body` asks of the policies, each with the ARN of its
 /// resource for the refusal's message. An operation on a job that does not exist asks nothing
 /// (the operation says it does not exist); an unknown operation asks nothing (it is refused as
@@ -408,12 +526,9 @@ pub async fn requests<S: Store, E: EventSink>(
     operation: &str,
     body: &[u8],
 ) -> Result<Vec<(AccessRequest, String)>, ApiError> {
-    // The bulk terminate is authorized as a terminate of each job it names.
     let bulk = operation.eq_ignore_ascii_case("TerminateServiceJobs");
-    let action = match Action::of_operation(operation) {
-        Some(action) => action,
-        None if bulk => Action::TERMINATE_SERVICE_JOB,
-        None => return Ok(Vec::new()),
+    let Some(action) = action_of(operation) else {
+        return Ok(Vec::new());
     };
     // The operation decodes the body strictly after this; a body that is not JSON asks about
     // nothing in particular, so only a policy allowing the action on anything lets it through.
@@ -514,10 +629,10 @@ pub async fn requests<S: Store, E: EventSink>(
 /// `resource_arn` asks of the policies.
 pub async fn tag_requests<S: Store, E: EventSink>(
     service: &Service<S, E>,
-    action: &str,
+    action: Option<Action>,
     resource_arn: &str,
 ) -> Result<Vec<(AccessRequest, String)>, ApiError> {
-    let Some(action) = Action::named(action) else {
+    let Some(action) = action else {
         return Ok(Vec::new());
     };
     let arns = service.arns();

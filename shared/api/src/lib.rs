@@ -11,6 +11,7 @@
 //! - [`router`](mod@router): routes, body limits, dispatch by operation name.
 //! - [`edge`]: what a browser page could send, refused before any operation.
 //! - [`access`]: the caller, the stored access policies, and the check every operation passes.
+//! - [`audit`]: the audit trail of calls that asked to change something.
 //! - [`error`]: [`ApiError`] and its mapping to Batch's error responses.
 //! - [`extract`]: decoding request bodies with messages that name the offending field.
 //! - [`validate`]: range, name and tag checks shared by the operations.
@@ -20,6 +21,7 @@
 //! - [`paging`]: `nextToken` encoding for paginated operations.
 
 pub mod access;
+pub mod audit;
 pub mod edge;
 pub mod environments;
 pub mod error;

@@ -87,36 +87,52 @@ async fn operation<S: Store, E: EventSink>(
         let body = read_body(body).await?;
         let service = api.service.as_ref();
         let op = operation.as_str();
-        api.gate.check(service, &caller, op, &body).await?;
-        let reader = if op == "listservicejobs" {
-            api.gate.reader(service, &caller).await?
-        } else {
-            None
+        let checked = api.gate.check(service, &caller, op, &body).await?;
+        let result = match checked.refused() {
+            Ok(()) => run_operation(&api, &caller, op, &body).await,
+            Err(refused) => Err(refused),
         };
-        let handled = match jobs::handle(service, &caller, reader.as_ref(), op, &body).await {
-            Some(r) => Some(r),
-            None => match environments::handle(service, op, &body).await {
-                Some(r) => Some(r),
-                None => match queues::handle(service, op, &body).await {
-                    Some(r) => Some(r),
-                    None => match policies::handle(service, op, &body).await {
-                        Some(r) => Some(r),
-                        None => quota_shares::handle(service, op, &body).await,
-                    },
-                },
-            },
-        };
-        handled.unwrap_or_else(|| {
-            Err(ApiError::client(format!(
-                "Unknown operation: POST /v1/{op} is not part of the AWS Batch service-job API"
-            )))
-        })
+        api.gate.record(service, &caller, &checked, &result).await;
+        result
     }
     .await;
     match result {
         Ok(value) => ok_json(value),
         Err(err) => err.into_response(),
     }
+}
+
+/// Runs a Batch operation the gate let through.
+async fn run_operation<S: Store, E: EventSink>(
+    api: &Api<S, E>,
+    caller: &Principal,
+    op: &str,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let service = api.service.as_ref();
+    let reader = if op == "listservicejobs" {
+        api.gate.reader(service, caller).await?
+    } else {
+        None
+    };
+    let handled = match jobs::handle(service, caller, reader.as_ref(), op, body).await {
+        Some(r) => Some(r),
+        None => match environments::handle(service, op, body).await {
+            Some(r) => Some(r),
+            None => match queues::handle(service, op, body).await {
+                Some(r) => Some(r),
+                None => match policies::handle(service, op, body).await {
+                    Some(r) => Some(r),
+                    None => quota_shares::handle(service, op, body).await,
+                },
+            },
+        },
+    };
+    handled.unwrap_or_else(|| {
+        Err(ApiError::client(format!(
+            "Unknown operation: POST /v1/{op} is not part of the AWS Batch service-job API"
+        )))
+    })
 }
 
 async fn tag_route<S: Store, E: EventSink>(
@@ -136,19 +152,23 @@ async fn tag_route<S: Store, E: EventSink>(
             Method::DELETE => "UntagResource",
             _ => "ListTagsForResource",
         };
-        api.gate
+        let checked = api
+            .gate
             .check_tags(service, &caller, action, &resource_arn)
             .await?;
-        match method {
-            Method::POST => tags::tag_resource(service, &resource_arn, &body).await,
-            Method::DELETE => {
+        let result = match (checked.refused(), method) {
+            (Err(refused), _) => Err(refused),
+            (Ok(()), Method::POST) => tags::tag_resource(service, &resource_arn, &body).await,
+            (Ok(()), Method::DELETE) => {
                 tags::untag_resource(service, &resource_arn, query.as_deref().unwrap_or("")).await
             }
-            Method::GET => tags::list_tags_for_resource(service, &resource_arn).await,
-            other => Err(ApiError::client(format!(
+            (Ok(()), Method::GET) => tags::list_tags_for_resource(service, &resource_arn).await,
+            (Ok(()), other) => Err(ApiError::client(format!(
                 "Unknown operation: {other} /v1/tags/{{resourceArn}} (use GET, POST or DELETE)"
             ))),
-        }
+        };
+        api.gate.record(service, &caller, &checked, &result).await;
+        result
     }
     .await;
     match result {
@@ -182,38 +202,56 @@ async fn trainyard_operation<S: Store, E: EventSink>(
         }
         if !matches!(
             op.as_str(),
-            "getaccesspolicies" | "putaccesspolicies" | "deleteaccesspolicies"
+            "getaccesspolicies" | "putaccesspolicies" | "deleteaccesspolicies" | "listauditrecords"
         ) {
             return Err(ApiError::client(format!(
                 "Unknown operation: POST /trainyard/v1/{operation} (Trainyard's operations are \
-                 WhoAmI, GetAccessPolicies, PutAccessPolicies and DeleteAccessPolicies)"
+                 WhoAmI, GetAccessPolicies, PutAccessPolicies, DeleteAccessPolicies and \
+                 ListAuditRecords)"
             )));
         }
-        api.gate.check(service, &caller, &op, &body).await?;
-        match op.as_str() {
-            "putaccesspolicies" => {
-                let req: PutPoliciesRequest = extract::json(&body)?;
-                let text = crate::validate::required("policies", req.policies)?;
-                let count = api.gate.put(service, &caller, text).await?;
-                Ok(json!({ "policies": count }))
-            }
-            "deleteaccesspolicies" => {
-                api.gate.delete(service, &caller).await?;
-                Ok(json!({}))
-            }
-            _ => Ok(match api.gate.stored(service).await? {
-                Some((stored, version)) => json!({
-                    "policies": stored.text, "updatedAt": stored.updated_at,
-                    "updatedBy": stored.updated_by, "version": version,
-                }),
-                None => json!({ "policies": null }),
-            }),
-        }
+        let checked = api.gate.check(service, &caller, &op, &body).await?;
+        let result = match checked.refused() {
+            Ok(()) => run_trainyard_operation(&api, &caller, &op, &body).await,
+            Err(refused) => Err(refused),
+        };
+        api.gate.record(service, &caller, &checked, &result).await;
+        result
     }
     .await;
     match result {
         Ok(value) => ok_json(value),
         Err(err) => err.into_response(),
+    }
+}
+
+/// Runs one of Trainyard's own operations the gate let through.
+async fn run_trainyard_operation<S: Store, E: EventSink>(
+    api: &Api<S, E>,
+    caller: &Principal,
+    op: &str,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let service = api.service.as_ref();
+    match op {
+        "putaccesspolicies" => {
+            let req: PutPoliciesRequest = extract::json(body)?;
+            let text = crate::validate::required("policies", req.policies)?;
+            let count = api.gate.put(service, caller, text).await?;
+            Ok(json!({ "policies": count }))
+        }
+        "deleteaccesspolicies" => {
+            api.gate.delete(service, caller).await?;
+            Ok(json!({}))
+        }
+        "listauditrecords" => crate::audit::list(service, &api.gate, body).await,
+        _ => Ok(match api.gate.stored(service).await? {
+            Some((stored, version)) => json!({
+                "policies": stored.text, "updatedAt": stored.updated_at,
+                "updatedBy": stored.updated_by, "version": version,
+            }),
+            None => json!({ "policies": null }),
+        }),
     }
 }
 

@@ -520,9 +520,13 @@ async fn every_question_the_gate_asks_fits_the_schema() {
             arn.as_str(),
             "arn:aws:batch:us-east-1:000000000000:job-queue/research",
         ] {
-            let requests = trainyard_api::access::tag_requests(&h.service, action, resource)
-                .await
-                .unwrap();
+            let requests = trainyard_api::access::tag_requests(
+                &h.service,
+                trainyard_access::Action::named(action),
+                resource,
+            )
+            .await
+            .unwrap();
             assert_eq!(requests.len(), 1);
             trainyard_access::fits_schema(&principal, &requests[0].0)
                 .unwrap_or_else(|e| panic!("{action} {resource}: {e}"));

@@ -8,7 +8,7 @@ mod support;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::json;
-use support::harness;
+use support::{harness, submit_body};
 use tower::ServiceExt;
 
 #[tokio::test]
@@ -89,4 +89,58 @@ async fn requests_a_page_can_make_a_browser_send_are_refused_and_change_nothing(
         json!({"jobQueue": "research", "state": "DISABLED"}),
     )
     .await;
+}
+
+/// Well-formed JSON of the wrong shape is refused with the member at fault named: a wrong type
+/// anywhere (an enum given a number, a list given an object), and a structure given as a list
+/// (serde would otherwise read `[3, ...]` positionally into `retryStrategy`).
+#[tokio::test]
+async fn wrong_types_and_structures_given_as_lists_are_refused_naming_the_member() {
+    let h = harness();
+    h.fifo_queue("gpus", "research", 10, 4).await;
+    let mut retry_as_list = submit_body("a", "research");
+    retry_as_list["retryStrategy"] = json!([3, []]);
+    let mut attempts_as_text = submit_body("b", "research");
+    attempts_as_text["retryStrategy"] = json!({"attempts": "three"});
+    let mut tags_as_list = submit_body("c", "research");
+    tags_as_list["tags"] = json!(["a", "b"]);
+    let mut timeout_as_list = submit_body("d", "research");
+    timeout_as_list["timeoutConfig"] = json!([60]);
+    let cases = [
+        (
+            "updatejobqueue",
+            json!({"jobQueue": "research", "state": 1}),
+            "state",
+        ),
+        (
+            "updatejobqueue",
+            json!({"jobQueue": "research", "serviceEnvironmentOrder": {"order": 1}}),
+            "serviceEnvironmentOrder",
+        ),
+        ("submitservicejob", retry_as_list, "retryStrategy"),
+        (
+            "submitservicejob",
+            attempts_as_text,
+            "retryStrategy.attempts",
+        ),
+        ("submitservicejob", tags_as_list, "tags"),
+        ("submitservicejob", timeout_as_list, "timeoutConfig"),
+        (
+            "createserviceenvironment",
+            json!({"serviceEnvironmentName": "x", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+                "capacityLimits": [[4, "NUM_INSTANCES"]]}),
+            "capacityLimits[0]",
+        ),
+    ];
+    for (op, body, member) in cases {
+        let message = h.client_error(op, body.clone()).await;
+        assert!(
+            message.contains(member) && !message.contains("Malformed JSON"),
+            "{op} {body}: {message}"
+        );
+    }
+    let listed = h
+        .ok("listservicejobs", json!({"jobQueue": "research"}))
+        .await;
+    assert_eq!(listed["jobSummaryList"], json!([]), "nothing was submitted");
 }

@@ -34,9 +34,9 @@ use trainyard_domain::quota_share::{
 use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
-    CapacityHolder, ClientTokenRecord, Document, EnvironmentUsage, Fence, InsertJob, JobCursor,
-    JobQuery, NameFilter, Resource, RunnableHead, ShareUsageRecord, Store, StoreError, Versioned,
-    Write, quota_share_key,
+    AuditCursor, AuditQuery, AuditRecord, CapacityHolder, ClientTokenRecord, Document,
+    EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery, NameFilter, Resource, RunnableHead,
+    ShareUsageRecord, Store, StoreError, Versioned, Write, quota_share_key,
 };
 
 /// Defines, from one list of cases, both the exported `store_contract_tests!` and [`run_all`],
@@ -99,6 +99,9 @@ contract_cases!($;
     capacity_holders_summarise_the_dispatched_jobs,
     runnable_heads_summarise_the_runnable_jobs,
     a_status_reason_is_set_alone_and_version_checked,
+    audit_pages_cover_every_record_once_newest_first_across_days,
+    audit_filters_match_every_set_field,
+    expired_audit_records_are_left_out,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1464,4 +1467,210 @@ pub async fn a_status_reason_is_set_alone_and_version_checked<S: Store>(store: &
     let stored = store.get_job("r").await.unwrap().unwrap();
     assert_eq!((stored.value.status_reason, stored.version), (None, 3));
     assert_eq!(store.capacity_holders().await.unwrap(), holders_before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The audit trail
+// ---------------------------------------------------------------------------------------------
+
+const DAY_MS: i64 = 86_400_000;
+/// A day well inside the epoch-ms range real records use (2024-10-14), on a 30-day boundary, so
+/// that a store partitioning the trail by time (DynamoDB's, in 30-day buckets) is read across one.
+const AUDIT_DAY: i64 = 20_010 * DAY_MS;
+
+/// An allowed submit by `principal` at `at_ms`, kept for a year.
+pub fn audit_record(id: &str, at_ms: i64, principal: &str) -> AuditRecord {
+    AuditRecord {
+        id: id.to_owned(),
+        at_ms,
+        principal: principal.to_owned(),
+        action: "SubmitServiceJob".to_owned(),
+        resource: "arn:aws:batch:us-east-1:123456789012:job-queue/q".to_owned(),
+        allowed: true,
+        decided_by: "permitted by submit-own".to_owned(),
+        outcome: "OK".to_owned(),
+        detail: Some(format!(
+            "arn:aws:batch:us-east-1:123456789012:service-job/{id}"
+        )),
+        expires_at_ms: at_ms + 365 * DAY_MS,
+    }
+}
+
+/// A query over every unexpired record, `limit` at a time.
+pub fn audit_query(limit: usize) -> AuditQuery {
+    AuditQuery {
+        since_ms: 0,
+        until_ms: i64::MAX,
+        now_ms: AUDIT_DAY,
+        limit,
+        ..AuditQuery::default()
+    }
+}
+
+async fn audit_pages<S: Store>(store: &S, mut query: AuditQuery) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    loop {
+        let page = store.list_audit(&query).await.unwrap();
+        assert!(
+            page.records.len() <= query.limit,
+            "a page holds at most its limit"
+        );
+        pages.push(page.records.iter().map(|r| r.id.clone()).collect());
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return pages,
+        }
+        assert!(pages.len() < 100, "paging does not end");
+    }
+}
+
+pub async fn audit_pages_cover_every_record_once_newest_first_across_days<S: Store>(store: &S) {
+    // Seven records over three days, two at the same millisecond (ids break the tie).
+    let times = [
+        ("a", AUDIT_DAY - DAY_MS + 5),
+        ("b", AUDIT_DAY - 1),
+        ("c", AUDIT_DAY),
+        ("d", AUDIT_DAY + 7),
+        ("e", AUDIT_DAY + 7),
+        ("f", AUDIT_DAY + DAY_MS + 1),
+        ("g", AUDIT_DAY + 2 * DAY_MS - 1),
+    ];
+    for (id, at) in times {
+        store
+            .append_audit(&audit_record(
+                id,
+                at,
+                "arn:aws:iam::123456789012:user/alice",
+            ))
+            .await
+            .unwrap();
+    }
+    let newest_first = ["g", "f", "e", "d", "c", "b", "a"];
+    let first = store.list_audit(&audit_query(100)).await.unwrap();
+    assert_eq!(
+        first
+            .records
+            .iter()
+            .map(|r| r.id.as_str())
+            .collect::<Vec<_>>(),
+        newest_first,
+        "newest first, id descending within a millisecond"
+    );
+    assert_eq!(first.next, None, "one page holds them all");
+    assert_eq!(
+        first.records[0],
+        audit_record(
+            "g",
+            AUDIT_DAY + 2 * DAY_MS - 1,
+            "arn:aws:iam::123456789012:user/alice"
+        ),
+        "a record reads back as written"
+    );
+    for limit in [1, 2, 3, 7] {
+        let pages = audit_pages(store, audit_query(limit)).await;
+        let flat: Vec<String> = pages.concat();
+        assert_eq!(
+            flat, newest_first,
+            "limit {limit}: every record once, in order"
+        );
+    }
+    // A window: [since, until).
+    let window = AuditQuery {
+        since_ms: AUDIT_DAY,
+        until_ms: AUDIT_DAY + DAY_MS + 1,
+        ..audit_query(2)
+    };
+    assert_eq!(audit_pages(store, window).await.concat(), ["e", "d", "c"]);
+}
+
+pub async fn audit_filters_match_every_set_field<S: Store>(store: &S) {
+    let alice = "arn:aws:iam::123456789012:user/alice";
+    let bob = "arn:aws:iam::123456789012:user/bob";
+    let mut records = vec![
+        audit_record("1", AUDIT_DAY + 1, alice),
+        audit_record("2", AUDIT_DAY + 2, bob),
+        audit_record("3", AUDIT_DAY + 3, alice),
+        audit_record("4", AUDIT_DAY + 4, bob),
+    ];
+    records[2].action = "DeleteJobQueue".into();
+    records[2].allowed = false;
+    records[2].outcome = "AccessDeniedException".into();
+    records[2].detail = None;
+    records[3].allowed = false;
+    for r in &records {
+        store.append_audit(r).await.unwrap();
+    }
+    let ids = |q: AuditQuery| async move { audit_pages(store, q).await.concat() };
+    assert_eq!(
+        ids(AuditQuery {
+            principal: Some(alice.into()),
+            ..audit_query(1)
+        })
+        .await,
+        ["3", "1"]
+    );
+    assert_eq!(
+        ids(AuditQuery {
+            action: Some("SubmitServiceJob".into()),
+            ..audit_query(1)
+        })
+        .await,
+        ["4", "2", "1"]
+    );
+    assert_eq!(
+        ids(AuditQuery {
+            denied_only: true,
+            ..audit_query(1)
+        })
+        .await,
+        ["4", "3"]
+    );
+    assert_eq!(
+        ids(AuditQuery {
+            denied_only: true,
+            principal: Some(bob.into()),
+            action: Some("SubmitServiceJob".into()),
+            ..audit_query(5)
+        })
+        .await,
+        ["4"]
+    );
+    let read = store.list_audit(&audit_query(10)).await.unwrap();
+    assert_eq!(
+        read.records[1], records[2],
+        "a refusal reads back as written"
+    );
+    assert_eq!(
+        ids(AuditQuery {
+            after: Some(AuditCursor {
+                at_ms: AUDIT_DAY + 3,
+                id: "3".into(),
+            }),
+            ..audit_query(10)
+        })
+        .await,
+        ["2", "1"],
+        "strictly after the cursor"
+    );
+}
+
+pub async fn expired_audit_records_are_left_out<S: Store>(store: &S) {
+    let alice = "arn:aws:iam::123456789012:user/alice";
+    let mut short = audit_record("short", AUDIT_DAY - 10, alice);
+    short.expires_at_ms = AUDIT_DAY;
+    store.append_audit(&short).await.unwrap();
+    store
+        .append_audit(&audit_record("long", AUDIT_DAY - 5, alice))
+        .await
+        .unwrap();
+    let before = AuditQuery {
+        now_ms: AUDIT_DAY - 1,
+        ..audit_query(10)
+    };
+    assert_eq!(audit_pages(store, before).await.concat(), ["long", "short"]);
+    assert_eq!(
+        audit_pages(store, audit_query(10)).await.concat(),
+        ["long"],
+        "expired at now_ms: left out"
+    );
 }

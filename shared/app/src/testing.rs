@@ -142,4 +142,18 @@ mod interleaving_store {
             self.inner.dispatched_jobs().await
         }
     }
+
+    impl<S: crate::ports::AuditStore> crate::ports::AuditStore for Interleaving<S> {
+        async fn append_audit(&self, record: &crate::ports::AuditRecord) -> Result<(), StoreError> {
+            YieldOnce(false).await;
+            self.inner.append_audit(record).await
+        }
+        async fn list_audit(
+            &self,
+            query: &crate::ports::AuditQuery,
+        ) -> Result<crate::ports::AuditPage, StoreError> {
+            YieldOnce(false).await;
+            self.inner.list_audit(query).await
+        }
+    }
 }

@@ -32,6 +32,7 @@
 //! only a collision on every resend is a [`StoreError::Conflict`]. Throttling, 5xx, timeouts and everything else (after the SDK's own
 //! retries) are [`StoreError::Unavailable`] with the SDK error kept.
 
+mod audit;
 mod interceptor;
 mod schema;
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! | `JobSubmitted` | [`JOB_SUBMITTED`] | `{"jobId", "jobQueue"}` (queue name) |
 //! | `JobStatusChanged` | [`JOB_STATE_CHANGE`] | `DescribeServiceJob`'s shape without `tags` and `serviceRequestPayload`, plus `trainyard` |
 //! | `JobStatusChanged` that gave capacity back | [`CAPACITY_RELEASED`] | `{"jobId", "jobQueue", "status"}` |
+//! | `Audited` | [`AUDIT_RECORD`] | the audit record (`principal`, `action`, `resource`, `allowed`, `decidedBy`, `outcome`, …) |
 //!
 //! "Job Submitted" and "Capacity Released" are internal: rules on the bus send them to the
 //! scheduler function, so a cycle runs one event hop after work or capacity appears. "Batch
@@ -37,6 +38,10 @@ pub const JOB_SUBMITTED: &str = "Job Submitted";
 pub const JOB_STATE_CHANGE: &str = "Batch Service Job State Change";
 /// Detail-type of a status change that gave instances back.
 pub const CAPACITY_RELEASED: &str = "Capacity Released";
+/// Detail-type of a call that asked to change something, as the audit trail records it. No
+/// rule of the stack's routes it; a team's own rules may (to a log group, a SIEM, an alarm on
+/// refusals).
+pub const AUDIT_RECORD: &str = "Trainyard Audit Record";
 
 /// One entry to publish, before it becomes the SDK's type: plain data, so that the mapping from
 /// events is a pure function with offline tests.
@@ -82,6 +87,15 @@ pub fn entries(arns: &ArnContext, event: &Event) -> Vec<Entry> {
             }
             out
         }
+        Event::Audited(record) => vec![Entry {
+            detail_type: AUDIT_RECORD,
+            detail: json!(record),
+            resources: if record.resource.starts_with("arn:") {
+                vec![record.resource.clone()]
+            } else {
+                Vec::new()
+            },
+        }],
     }
 }
 
@@ -269,6 +283,36 @@ mod tests {
                 resources: vec!["arn:aws:batch:eu-west-1:123456789012:service-job/j1".into()],
             }]
         );
+    }
+
+    #[test]
+    fn an_audit_record_is_one_entry_about_its_resource() {
+        let mut record = trainyard_app::contract::audit_record(
+            "a1",
+            5_000,
+            "arn:aws:iam::123456789012:user/alice",
+        );
+        let got = entries(&arns(), &Event::Audited(Box::new(record.clone())));
+        assert_eq!(
+            got,
+            vec![Entry {
+                detail_type: "Trainyard Audit Record",
+                detail: json!({
+                    "id": "a1", "atMs": 5_000,
+                    "principal": "arn:aws:iam::123456789012:user/alice",
+                    "action": "SubmitServiceJob",
+                    "resource": "arn:aws:batch:us-east-1:123456789012:job-queue/q",
+                    "allowed": true, "decidedBy": "permitted by submit-own", "outcome": "OK",
+                    "detail": "arn:aws:batch:us-east-1:123456789012:service-job/a1",
+                    "expiresAtMs": record.expires_at_ms,
+                }),
+                resources: vec!["arn:aws:batch:us-east-1:123456789012:job-queue/q".into()],
+            }]
+        );
+        // About the service as a whole: no resource to name.
+        record.resource = "*".into();
+        let got = entries(&arns(), &Event::Audited(Box::new(record)));
+        assert!(got[0].resources.is_empty());
     }
 
     #[test]

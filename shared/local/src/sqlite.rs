@@ -26,6 +26,7 @@
 //! they take microseconds, less than the hop to a blocking thread would. The work of each is a
 //! synchronous method named after it with `_sync` (`get_job_sync` for `get_job`).
 
+mod audit;
 mod schema;
 
 use std::path::{Path, PathBuf};

@@ -63,9 +63,9 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, ClientTokenRecord, Clock, Document, EnvironmentUsage, InsertJob, JobQuery,
-    NoEvents, Page, Resource, StoreError, TrainingBackend, TrainingJobState, Versioned, Write,
-    described,
+    AuditPage, AuditQuery, AuditRecord, AuditStore, BackendError, ClientTokenRecord, Clock,
+    Document, EnvironmentUsage, InsertJob, JobQuery, NoEvents, Page, Resource, StoreError,
+    TrainingBackend, TrainingJobState, Versioned, Write, described,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::environments::ServiceEnvironmentUpdate;
@@ -551,6 +551,16 @@ impl<S: ConfigStore> ConfigStore for FaultyStore<S> {
         expected_version: u64,
     ) -> Result<(), StoreError> {
         self.inner.delete_resource::<R>(key, expected_version).await
+    }
+}
+
+/// The audit trail is the API's; the simulator drives no API calls, so it passes through.
+impl<S: AuditStore> AuditStore for FaultyStore<S> {
+    async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        self.inner.append_audit(record).await
+    }
+    async fn list_audit(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
+        self.inner.list_audit(query).await
     }
 }
 

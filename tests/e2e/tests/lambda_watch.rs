@@ -521,6 +521,38 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
         "ignored"
     );
 
+    // A team's own rule for the audit trail's events (the stack routes none of them), to a
+    // queue this test reads.
+    let audit_queue = s.aws(
+        "sqs",
+        "AmazonSQS.CreateQueue",
+        &json!({"QueueName": "e2e-audit-records"}),
+    )["QueueUrl"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let audit_queue_arn = s.aws(
+        "sqs",
+        "AmazonSQS.GetQueueAttributes",
+        &json!({"QueueUrl": audit_queue, "AttributeNames": ["QueueArn"]}),
+    )["Attributes"]["QueueArn"]
+        .clone();
+    let bus = var("TRAINYARD_EVENT_BUS");
+    s.aws(
+        "events",
+        "AWSEvents.PutRule",
+        &json!({"Name": "e2e-audit", "EventBusName": bus,
+            "EventPattern": json!({"source": ["trainyard"],
+                "detail-type": ["Trainyard Audit Record"]}).to_string()}),
+    );
+    let targets = s.aws(
+        "events",
+        "AWSEvents.PutTargets",
+        &json!({"Rule": "e2e-audit", "EventBusName": bus,
+            "Targets": [{"Id": "queue", "Arn": audit_queue_arn}]}),
+    );
+    assert_eq!(targets["FailedEntryCount"], 0, "{targets}");
+
     // Access policies, written and read by the api function as its own role and enforced by
     // it: under a set that lets the sample's caller read and administer only, its submit is
     // refused; deleting the set lets every caller do everything again.
@@ -543,6 +575,66 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
     assert_eq!(status, 200, "{body}");
     let (status, body) = s.api_at("/trainyard/v1/getaccesspolicies", &json!({}));
     assert_eq!((status, &body["policies"]), (200, &Value::Null), "{body}");
+
+    // The audit trail, kept in DynamoDB by the api function: the put, the refused submit and
+    // the delete, newest first, each as the sample's caller.
+    let (status, body) = s.api_at(
+        "/trainyard/v1/listauditrecords",
+        &json!({"action": "SubmitServiceJob", "deniedOnly": true}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let refused = &body["auditRecords"][0];
+    assert_eq!(
+        (&refused["outcome"], &refused["decidedBy"]),
+        (
+            &json!("AccessDeniedException"),
+            &json!("no policy permits it")
+        ),
+        "{body}"
+    );
+    let caller = refused["principal"].as_str().unwrap().to_owned();
+    assert!(caller.starts_with("arn:aws:sts::"), "{refused}");
+    let (status, body) = s.api_at(
+        "/trainyard/v1/listauditrecords",
+        &json!({"principal": caller, "maxResults": 3}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let actions: Vec<&str> = body["auditRecords"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "DeleteAccessPolicies",
+            "SubmitServiceJob",
+            "PutAccessPolicies"
+        ],
+        "{body}"
+    );
+    // And published: the team's rule delivered the refusal.
+    let delivered = s.aws(
+        "sqs",
+        "AmazonSQS.ReceiveMessage",
+        &json!({"QueueUrl": audit_queue, "MaxNumberOfMessages": 10}),
+    );
+    let published: Vec<Value> = delivered["Messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| serde_json::from_str(m["Body"].as_str().unwrap()).unwrap())
+        .collect();
+    assert!(
+        published
+            .iter()
+            .any(|e: &Value| e["detail-type"] == "Trainyard Audit Record"
+                && e["detail"]["action"] == "SubmitServiceJob"
+                && e["detail"]["allowed"] == false),
+        "no refused submit among the audit events the rule delivered: {published:?}"
+    );
 
     // Every function ran as its own role, and no call any of them made was refused.
     let audit = s.audit();

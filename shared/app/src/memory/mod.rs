@@ -19,9 +19,9 @@ use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
 
 use crate::ports::{
-    CapacityHolder, ClientTokenRecord, ConfigStore, Document, InsertJob, JobCursor, JobQuery,
-    JobStore, NameFilter, Page, Resource, RunnableHead, SchedulingStore, StoreError, Versioned,
-    Write,
+    AuditCursor, AuditPage, AuditQuery, AuditRecord, AuditStore, CapacityHolder, ClientTokenRecord,
+    ConfigStore, Document, InsertJob, JobCursor, JobQuery, JobStore, NameFilter, Page, Resource,
+    RunnableHead, SchedulingStore, StoreError, Versioned, Write,
 };
 use indexes::{Indexes, same_index_entries};
 use stored::{Decoded, Json, Stored, corrupt};
@@ -37,6 +37,8 @@ struct Inner {
     /// up without building an owned one).
     documents: BTreeMap<&'static str, BTreeMap<String, Stored>>,
     index: Indexes,
+    /// The audit trail in time order (listed from the newest end).
+    audit: BTreeMap<AuditCursor, AuditRecord>,
 }
 
 impl Inner {
@@ -122,6 +124,41 @@ pub fn job_matches(job: &ServiceJob, query: &JobQuery) -> bool {
             .is_none_or(|s| Some(s) == job.quota_share_name.as_ref())
         && query.created_before.is_none_or(|t| job.created_at < t)
         && query.created_after.is_none_or(|t| job.created_at > t)
+}
+
+impl AuditStore for MemoryStore {
+    async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        // Forget from the oldest end what has expired by this record's time (records kept for
+        // the same period expire in the order they were made).
+        while let Some(entry) = inner.audit.first_entry() {
+            if entry.get().expires_at_ms > record.at_ms {
+                break;
+            }
+            entry.remove();
+        }
+        inner.audit.insert(record.cursor(), record.clone());
+        Ok(())
+    }
+
+    async fn list_audit(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
+        let inner = self.lock();
+        let mut records: Vec<AuditRecord> = inner
+            .audit
+            .values()
+            .rev()
+            .filter(|r| query.matches(r))
+            .take(query.limit.max(1) + 1)
+            .cloned()
+            .collect();
+        let next = if records.len() > query.limit.max(1) {
+            records.truncate(query.limit.max(1));
+            records.last().map(AuditRecord::cursor)
+        } else {
+            None
+        };
+        Ok(AuditPage { records, next })
+    }
 }
 
 impl JobStore for MemoryStore {

@@ -4,6 +4,8 @@ use std::future::Future;
 
 use trainyard_domain::job::{JobStatus, ServiceJob};
 
+use super::audit::AuditRecord;
+
 /// Something happened that other parts of the loop react to. Internal events drive the
 /// scheduler; they are not Batch's public events.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +29,9 @@ pub enum Event {
         /// for sinks that publish it, such as EventBridge's "Batch Service Job State Change".
         job: Box<ServiceJob>,
     },
+    /// A call that asked to change something was decided and ended (boxed: the records are
+    /// larger than the job events). Published for audit, on AWS as an EventBridge event.
+    Audited(Box<AuditRecord>),
 }
 
 impl Event {

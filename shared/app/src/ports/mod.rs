@@ -5,16 +5,21 @@
 //!   three), versioned values, documents and atomic writes.
 //! - [`records`]: what the store ports take and return (queries, pages, usage documents, the
 //!   summaries a cycle reads).
+//! - [`audit`]: [`AuditStore`], the audit trail of calls that asked to change something.
 //! - [`backend`]: the training backend (SageMaker, or the emulator).
 //! - [`events`]: the event sink.
 //! - [`time`]: the clock and id minting.
 
+pub mod audit;
 pub mod backend;
 pub mod events;
 pub mod records;
 pub mod store;
 pub mod time;
 
+pub use audit::{
+    AuditCursor, AuditPage, AuditQuery, AuditRecord, AuditStore, MAX_AUDIT_RETENTION_MS,
+};
 pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatus, described};
 pub use events::{Event, EventSink, NoEvents};
 pub use records::{

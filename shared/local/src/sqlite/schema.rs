@@ -85,6 +85,21 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (kind, key)
     ) WITHOUT ROWID;
     ",
+    // 3: the audit trail: every call that asked to change something, newest first, with the
+    // columns its listing filters on; rows past their expiry are deleted as new ones come.
+    r"
+    CREATE TABLE audit (
+        at_ms          INTEGER NOT NULL,
+        id             TEXT    NOT NULL,
+        principal      TEXT    NOT NULL,
+        action         TEXT    NOT NULL,
+        allowed        INTEGER NOT NULL,
+        expires_at_ms  INTEGER NOT NULL,
+        doc            TEXT    NOT NULL,
+        PRIMARY KEY (at_ms, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX audit_expiry ON audit (expires_at_ms);
+    ",
 ];
 
 /// The schema version this code writes: the number of migration steps it knows.

@@ -20,6 +20,7 @@ use trainyard_domain::quota_share::QuotaShare;
 
 pub use write::{DocumentValue, Write};
 
+use super::audit::AuditStore;
 use super::records::{
     CapacityHolder, ClientTokenRecord, InsertJob, JobQuery, Page, RunnableHead, quota_share_key,
 };
@@ -274,11 +275,11 @@ pub trait SchedulingStore: JobStore {
 }
 
 /// Durable state: every store port at once, for hosts and the API router, which use them all.
-/// A use-case names the narrowest of [`JobStore`], [`ConfigStore`] and [`SchedulingStore`] it
-/// needs instead.
-pub trait Store: JobStore + ConfigStore + SchedulingStore {}
+/// A use-case names the narrowest of [`JobStore`], [`ConfigStore`], [`SchedulingStore`] and
+/// [`AuditStore`] it needs instead.
+pub trait Store: JobStore + ConfigStore + SchedulingStore + AuditStore {}
 
-impl<T: JobStore + ConfigStore + SchedulingStore> Store for T {}
+impl<T: JobStore + ConfigStore + SchedulingStore + AuditStore> Store for T {}
 
 /// [`SchedulingStore::set_status_reason`] by reading the job and writing it whole (the default).
 async fn set_status_reason_whole<S: JobStore + ?Sized>(

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use trainyard_domain::job::ServiceJob;
 
+use crate::ports::audit::{AuditPage, AuditQuery, AuditRecord, AuditStore};
+
 use super::{
     CapacityHolder, ClientTokenRecord, ConfigStore, Document, InsertJob, JobQuery, JobStore, Page,
     Resource, RunnableHead, SchedulingStore, StoreError, Versioned, Write,
@@ -104,5 +106,14 @@ impl<S: SchedulingStore> SchedulingStore for Arc<S> {
         (**self)
             .set_status_reason(job_id, expected_version, reason)
             .await
+    }
+}
+
+impl<S: AuditStore> AuditStore for Arc<S> {
+    async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        (**self).append_audit(record).await
+    }
+    async fn list_audit(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
+        (**self).list_audit(query).await
     }
 }

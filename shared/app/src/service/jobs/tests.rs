@@ -93,6 +93,21 @@ impl ConfigStore for RacingStore {
     }
 }
 
+impl crate::ports::AuditStore for RacingStore {
+    fn append_audit(
+        &self,
+        record: &crate::ports::AuditRecord,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.append_audit(record)
+    }
+    fn list_audit(
+        &self,
+        query: &crate::ports::AuditQuery,
+    ) -> impl Future<Output = Result<crate::ports::AuditPage, StoreError>> + Send {
+        self.inner.list_audit(query)
+    }
+}
+
 impl SchedulingStore for RacingStore {
     fn get_document<D: Document>(
         &self,
