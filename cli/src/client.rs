@@ -22,6 +22,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// than Batch's limits allow in one queue, so hitting it means the server is looping.
 pub const MAX_PAGES: usize = 10_000;
 
+/// How many times a call refused for its caller's rate limit is sent again.
+pub const THROTTLE_RETRIES: u32 = 5;
+
 /// Why a call failed.
 #[derive(Debug)]
 pub enum ClientError {
@@ -184,12 +187,31 @@ impl Client {
         self.call_under("/trainyard/v1", operation, body)
     }
 
+    /// One call, sent again after a pause while the server says the caller is over its rate
+    /// limit (`ThrottlingException`, HTTP 429), as the AWS SDKs do: up to
+    /// [`THROTTLE_RETRIES`] times, waiting 0.1 s, 0.2 s, 0.4 s, … (with jitter) in between.
     fn call_under(
         &self,
         prefix: &str,
         operation: &str,
         body: &Value,
     ) -> Result<Value, ClientError> {
+        let mut attempt = 0;
+        loop {
+            match self.send(prefix, operation, body) {
+                Err(ClientError::Api { status: 429, .. }) if attempt < THROTTLE_RETRIES => {
+                    let base_ms = 100_u64 << attempt;
+                    let jitter_ms =
+                        u64::from(std::process::id()).wrapping_mul(2_654_435_761) % base_ms.max(1);
+                    std::thread::sleep(std::time::Duration::from_millis(base_ms + jitter_ms));
+                    attempt += 1;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    fn send(&self, prefix: &str, operation: &str, body: &Value) -> Result<Value, ClientError> {
         let url = format!("{}{prefix}/{operation}", self.endpoint);
         let body = body.to_string().into_bytes();
         let content_type = ("content-type", "application/json");

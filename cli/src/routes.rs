@@ -218,7 +218,8 @@ async fn metrics_text<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S,
     }
 }
 
-/// `trainyard_access_denied_total`, by action (a bounded label: the actions are a fixed set).
+/// `trainyard_access_denied_total`, by action (a bounded label: the actions are a fixed set), and
+/// `trainyard_throttled_total`.
 fn access_denied_text(gate: &Gate) -> String {
     let mut text = String::from(
         "# HELP trainyard_access_denied_total Requests the access policies refused, by action.\n\
@@ -229,6 +230,12 @@ fn access_denied_text(gate: &Gate) -> String {
             "trainyard_access_denied_total{{action=\"{action}\"}} {n}\n"
         ));
     }
+    text.push_str(&format!(
+        "# HELP trainyard_throttled_total Requests refused because their caller was over its rate limit.\n\
+         # TYPE trainyard_throttled_total counter\n\
+         trainyard_throttled_total {}\n",
+        gate.throttled()
+    ));
     text
 }
 

@@ -118,6 +118,11 @@ pub struct UpArgs {
     #[arg(long, default_value_t = trainyard_api::access::DEFAULT_AUDIT_RETENTION_DAYS,
           value_parser = clap::value_parser!(u32).range(1..=400))]
     audit_retention_days: u32,
+    /// Requests per second each caller (each access key's principal; every unsigned client
+    /// together, as `anonymous`) may make, in bursts of twice that; over it a request is
+    /// refused with `ThrottlingException` (HTTP 429), which AWS clients retry. 0: no limit.
+    #[arg(long, default_value_t = trainyard_api::throttle::DEFAULT_RATE_LIMIT)]
+    rate_limit: u32,
     #[command(flatten)]
     emulator: EmulatorOptions,
     /// Log line format (the level comes from RUST_LOG, default `info`).
@@ -246,7 +251,8 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let gate = Arc::new(
         trainyard_api::Gate::with_audit_retention_days(args.audit_retention_days)
-            .map_err(anyhow::Error::msg)?,
+            .map_err(anyhow::Error::msg)?
+            .with_rate_limit(args.rate_limit),
     );
     let app = trainyard_api::router_with_gate(service.clone(), gate.clone())
         .merge(crate::routes::routes(

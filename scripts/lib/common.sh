@@ -83,13 +83,15 @@ cargo_target_dir() {
 SERVER_PID=""
 SERVER_URL=""
 
-# start_server BIN DATA_DIR LOG [DEADLINE_S] — starts `BIN up` on 127.0.0.1:0, waits until the
+# start_server BIN DATA_DIR LOG [DEADLINE_S [UP_ARGS...]] — starts `BIN up` on 127.0.0.1:0 (with
+# UP_ARGS), waits until the
 # printed address answers HTTP, and sets SERVER_PID and SERVER_URL. Fails (after stopping the
 # server) if no address is printed or the server does not answer before the deadline.
 start_server() {
   local bin=$1 data_dir=$2 log=$3 deadline_s=${4:-60}
+  shift 4 2>/dev/null || shift $#
   mkdir -p "$data_dir"
-  "$bin" up --listen 127.0.0.1:0 --data-dir "$data_dir" </dev/null >"$log" 2>&1 &
+  "$bin" up --listen 127.0.0.1:0 --data-dir "$data_dir" "$@" </dev/null >"$log" 2>&1 &
   SERVER_PID=$!
   local start port=""
   start=$(date +%s)

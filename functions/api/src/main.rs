@@ -22,7 +22,8 @@ async fn main() -> Result<(), lambda_http::Error> {
     }
     // The configuration checked the retention's range already.
     let gate = api::Gate::with_audit_retention_days(config.audit_retention_days)
-        .map_err(lambda_http::Error::from)?;
+        .map_err(lambda_http::Error::from)?
+        .with_rate_limit(config.rate_limit);
     runtime::ready("api");
     lambda_http::run(api::router_with_metrics(
         service,

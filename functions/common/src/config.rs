@@ -35,6 +35,9 @@ pub const RECONCILE_QUIET_SECONDS: &str = "TRAINYARD_RECONCILE_QUIET_SECONDS";
 /// `TRAINYARD_AUDIT_RETENTION_DAYS`: how long the api function's audit records are kept (1 to
 /// 400 days; default 90).
 pub const AUDIT_RETENTION_DAYS: &str = "TRAINYARD_AUDIT_RETENTION_DAYS";
+/// `TRAINYARD_RATE_LIMIT`: requests per second each caller may make to one instance of the api
+/// function, in bursts of twice that (0: no limit; default 200).
+pub const RATE_LIMIT: &str = "TRAINYARD_RATE_LIMIT";
 /// `TRAINYARD_STRICT_FIFO`: Batch's strict head-of-line FIFO instead of backfill (default false).
 pub const STRICT_FIFO: &str = "TRAINYARD_STRICT_FIFO";
 
@@ -98,6 +101,8 @@ pub struct Config {
     pub strict_fifo: bool,
     /// Days audit records are kept.
     pub audit_retention_days: u32,
+    /// Requests per second per caller per instance (0: no limit).
+    pub rate_limit: u32,
     /// The `Stack` dimension of metrics.
     pub stack: String,
 }
@@ -206,6 +211,11 @@ impl Config {
             trainyard_api::access::DEFAULT_AUDIT_RETENTION_DAYS,
             MAX_AUDIT_RETENTION_DAYS,
         );
+        let rate_limit = number(
+            RATE_LIMIT,
+            trainyard_api::throttle::DEFAULT_RATE_LIMIT,
+            1_000_000,
+        );
         if audit_retention_days == 0 {
             problems.push(format!("{AUDIT_RETENTION_DAYS} must be at least 1"));
         }
@@ -274,6 +284,7 @@ impl Config {
             backoff_scale,
             reconcile_quiet_ms: i64::from(quiet_s) * 1000,
             audit_retention_days,
+            rate_limit,
             strict_fifo,
             stack,
         })
@@ -403,6 +414,7 @@ mod tests {
         );
         assert_eq!(config.reconcile_quiet_ms, 300_000);
         assert_eq!(config.audit_retention_days, 90);
+        assert_eq!(config.rate_limit, 200);
         assert!(!config.strict_fifo);
         assert_eq!(config.stack, "trainyard");
         assert_eq!(config.cycle(), CycleConfig::default());

@@ -23,6 +23,7 @@ use trainyard_domain::job::ServiceJob;
 use trainyard_domain::payload::parse_training_request;
 
 use crate::error::ApiError;
+use crate::throttle::Throttle;
 
 /// Who is calling: an extension of the request, set by the host before the router runs. A
 /// request without one is anonymous.
@@ -105,6 +106,7 @@ pub struct Gate {
     cached: Mutex<Option<Cached>>,
     denied: Mutex<BTreeMap<&'static str, u64>>,
     audit_retention_ms: i64,
+    throttle: Throttle,
 }
 
 impl Default for Gate {
@@ -113,6 +115,7 @@ impl Default for Gate {
             cached: Mutex::default(),
             denied: Mutex::default(),
             audit_retention_ms: i64::from(DEFAULT_AUDIT_RETENTION_DAYS) * DAY_MS,
+            throttle: Throttle::new(0),
         }
     }
 }
@@ -145,6 +148,24 @@ impl Gate {
             audit_retention_ms: retention_ms,
             ..Self::default()
         })
+    }
+
+    /// This gate, limiting each caller to `per_second` requests per second (in bursts of twice
+    /// that; 0: no limit, the default).
+    pub fn with_rate_limit(mut self, per_second: u32) -> Self {
+        self.throttle = Throttle::new(per_second);
+        self
+    }
+
+    /// Takes one request of `caller` at `now_ms` from its rate limit, or refuses it with a
+    /// `ThrottlingException`.
+    pub fn admit(&self, caller: &Principal, now_ms: i64) -> Result<(), ApiError> {
+        self.throttle.admit(&caller.arn, now_ms)
+    }
+
+    /// Requests refused by the rate limit so far.
+    pub fn throttled(&self) -> u64 {
+        self.throttle.refused()
     }
 
     /// How long audit records are kept (ms).

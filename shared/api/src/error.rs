@@ -1,7 +1,8 @@
 //! Batch's two errors. `ClientException` (400) for anything the caller can fix, with a message
 //! that names the field or resource; `ServerException` (500) only for Trainyard's own failures.
-//! And the one AWS gives every service: `AccessDeniedException` (403), when the access policies
-//! refuse the caller (boto3 raises it as a `ClientError` with that code, the AWS CLI prints it).
+//! And the ones AWS gives every service: `AccessDeniedException` (403), when the access policies
+//! refuse the caller (boto3 raises it as a `ClientError` with that code, the AWS CLI prints it),
+//! and `ThrottlingException` (429), when the caller is over its rate limit (botocore retries it).
 //!
 //! botocore reads the code from the `x-amzn-ErrorType` header and the message from the body's
 //! `message`, so `e.response["Error"]["Message"]` and `e.response["message"]` both work.
@@ -13,7 +14,8 @@ use trainyard_app::AppError;
 /// An error response in Batch's shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
-    /// 400 (`ClientException`), 403 (`AccessDeniedException`) or 500 (`ServerException`).
+    /// 400 (`ClientException`), 403 (`AccessDeniedException`), 429 (`ThrottlingException`) or
+    /// 500 (`ServerException`).
     pub status: StatusCode,
     /// Shown to the caller.
     pub message: String,
@@ -44,12 +46,22 @@ impl ApiError {
         }
     }
 
-    /// `ClientException`, `AccessDeniedException` or `ServerException`.
+    /// A `ThrottlingException` (HTTP 429): the caller is over its rate limit.
+    pub fn throttled(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: message.into(),
+        }
+    }
+
+    /// `ClientException`, `AccessDeniedException`, `ThrottlingException` or `ServerException`.
     pub fn error_type(&self) -> &'static str {
         if self.status.is_server_error() {
             "ServerException"
         } else if self.status == StatusCode::FORBIDDEN {
             "AccessDeniedException"
+        } else if self.status == StatusCode::TOO_MANY_REQUESTS {
+            "ThrottlingException"
         } else {
             "ClientException"
         }

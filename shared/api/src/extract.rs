@@ -1,5 +1,5 @@
 //! Decoding request bodies in two steps: the text into a JSON value (a syntax error is
-//! "Malformed JSON"), then the value into the request's type through [`Strict`], which refuses a
+//! "Malformed JSON"), then the value into the request's type through `Strict`, which refuses a
 //! structure given as a list. Messages name the member at fault (`retryStrategy.attempts:
 //! invalid type …`) using the path serde was at when it failed.
 

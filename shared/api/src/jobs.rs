@@ -23,7 +23,7 @@ use trainyard_domain::job::{
 };
 use trainyard_domain::limits::{
     CLIENT_TOKEN_LEN, JOB_PRIORITY, MAX_BULK_TERMINATE, MAX_EVALUATE_ON_EXIT, MAX_PAYLOAD_BYTES,
-    MAX_SHARE_IDENTIFIER, MAX_STATUS_REASON_PATTERN, RETRY_ATTEMPTS,
+    MAX_STATUS_REASON_PATTERN, RETRY_ATTEMPTS,
 };
 
 use trainyard_domain::wire::{JobSummary, capacity, job_detail, job_summary};
@@ -180,7 +180,7 @@ pub fn submit_command(req: SubmitRequest) -> Result<SubmitJob, ApiError> {
         )));
     }
     if let Some(share) = &req.share_identifier {
-        validate::length("shareIdentifier", share, 1..=MAX_SHARE_IDENTIFIER)?;
+        validate::share_identifier("shareIdentifier", share)?;
     }
     if let Some(share) = &req.quota_share_name {
         validate::name("quotaShareName", share)?;

@@ -18,6 +18,7 @@
 //! - [`jobs`]: service-job operations and `GetJobQueueSnapshot`.
 //! - [`environments`], [`queues`], [`policies`], [`quota_shares`], [`tags`]: configuration
 //!   resources and tagging.
+//! - [`throttle`]: per-caller rate limits.
 //! - [`paging`]: `nextToken` encoding for paginated operations.
 
 pub mod access;
@@ -33,6 +34,7 @@ pub mod queues;
 pub mod quota_shares;
 pub mod router;
 pub mod tags;
+pub mod throttle;
 pub mod validate;
 
 pub use access::{Caller, Gate};

@@ -84,8 +84,9 @@ async fn operation<S: Store, E: EventSink>(
 ) -> Response {
     let caller = principal(caller);
     let result = async {
-        let body = read_body(body).await?;
         let service = api.service.as_ref();
+        api.gate.admit(&caller, service.now_ms())?;
+        let body = read_body(body).await?;
         let op = operation.as_str();
         let checked = api.gate.check(service, &caller, op, &body).await?;
         let result = match checked.refused() {
@@ -145,8 +146,9 @@ async fn tag_route<S: Store, E: EventSink>(
 ) -> Response {
     let caller = principal(caller);
     let result = async {
-        let body = read_body(body).await?;
         let service = api.service.as_ref();
+        api.gate.admit(&caller, service.now_ms())?;
+        let body = read_body(body).await?;
         let action = match method {
             Method::POST => "TagResource",
             Method::DELETE => "UntagResource",
@@ -194,8 +196,9 @@ async fn trainyard_operation<S: Store, E: EventSink>(
 ) -> Response {
     let caller = principal(caller);
     let result = async {
-        let body = read_body(body).await?;
         let service = api.service.as_ref();
+        api.gate.admit(&caller, service.now_ms())?;
+        let body = read_body(body).await?;
         let op = operation.to_ascii_lowercase();
         if op == "whoami" {
             return extract::to_value(&caller);

@@ -5,7 +5,7 @@ use std::ops::RangeInclusive;
 
 use trainyard_domain::Tags;
 use trainyard_domain::limits::{MAX_TAG_VALUE_LEN, MAX_TAGS, TAG_KEY_LEN};
-use trainyard_domain::names::check_name;
+use trainyard_domain::names::{check_name, check_share_identifier};
 
 use crate::error::ApiError;
 
@@ -30,6 +30,11 @@ pub fn required<T>(field: &str, value: Option<T>) -> Result<T, ApiError> {
 /// A Batch name (letters, digits, `-`, `_`; 1–128).
 pub fn name(field: &str, value: &str) -> Result<(), ApiError> {
     check_name(value).map_err(|e| ApiError::client(format!("{field} {e}")))
+}
+
+/// A job's share identifier.
+pub fn share_identifier(field: &str, value: &str) -> Result<(), ApiError> {
+    check_share_identifier(value, false).map_err(|e| ApiError::client(format!("{field} {e}")))
 }
 
 /// A string's length (in characters) must lie in `range`.

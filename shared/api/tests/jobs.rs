@@ -378,7 +378,7 @@ async fn share_identifiers_and_quota_shares_follow_the_queue_policy() {
         ),
         (
             "fair share with a share",
-            body("fair", json!({"shareIdentifier": "team-a"})),
+            body("fair", json!({"shareIdentifier": "teama"})),
             Ok(()),
         ),
         (

@@ -32,6 +32,11 @@ pub struct Harness {
 }
 
 pub fn harness() -> Harness {
+    harness_with_gate(trainyard_api::Gate::default())
+}
+
+/// [`harness`] with the router's access gate configured (a rate limit, say).
+pub fn harness_with_gate(gate: trainyard_api::Gate) -> Harness {
     let clock = Arc::new(ManualClock::new(T0_MS));
     let service = Arc::new(Service::new(
         MemoryStore::new(),
@@ -41,7 +46,7 @@ pub fn harness() -> Harness {
         ArnContext::default(),
     ));
     Harness {
-        router: trainyard_api::router(service.clone()),
+        router: trainyard_api::router_with_gate(service.clone(), Arc::new(gate)),
         clock,
         service,
     }

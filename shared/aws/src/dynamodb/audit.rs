@@ -13,7 +13,7 @@ use trainyard_app::ports::{
 };
 
 use super::schema::{self, Item, n, s, sortable_time};
-use super::{DynamoStore, classify};
+use super::{DynamoStore, classify, item_collided, resending};
 
 /// How much time one audit partition covers.
 const BUCKET_MS: i64 = 30 * 86_400_000;
@@ -79,11 +79,13 @@ fn record_of(item: &Item) -> Result<AuditRecord, StoreError> {
 impl AuditStore for DynamoStore {
     async fn append_audit(&self, record: &AuditRecord) -> Result<(), StoreError> {
         // Unconditional: ids are unique, and a retry after a lost answer writes the same item.
-        self.client
+        // One that met a transaction in progress is sent again, as every single-item write is.
+        let request = self
+            .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item(record)?))
-            .send()
+            .set_item(Some(item(record)?));
+        resending(|| request.clone().send(), item_collided)
             .await
             .map_err(classify)?;
         Ok(())

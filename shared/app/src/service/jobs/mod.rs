@@ -30,6 +30,7 @@ use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{
     JobPreemptionConfiguration, JobStatus, RetryStrategy, ServiceJob, ServiceJobType, TimeoutConfig,
 };
+use trainyard_domain::limits::MAX_ACTIVE_SHARES;
 use trainyard_domain::payload::{parse_training_request, role_arn};
 use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::{JobQueue, JobQueueType};

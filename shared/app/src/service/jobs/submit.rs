@@ -14,7 +14,40 @@ pub(super) fn request_hash(queue: &str, cmd: &SubmitJob) -> String {
     format!("{:x}", hasher.finalize())
 }
 
-impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
+impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
+    /// Refuses a submit that would add a share identifier to a fair-share queue that already
+    /// has [`MAX_ACTIVE_SHARES`] active ones, as Batch does ("submissions of any jobs that add a
+    /// new share identifier fail"). A share counts as active while it has RUNNABLE jobs or jobs
+    /// holding capacity in the queue. Reads one index entry when the share is active already
+    /// (the usual case); the count only for a share that is not.
+    ///
+    /// Two submits of new shares racing at the limit may both pass: the limit is Batch's guard
+    /// against unbounded fan-out, and one over it changes nothing that matters.
+    async fn check_active_shares(&self, queue: &str, share: &str) -> Result<(), AppError> {
+        if !self.store.runnable_heads(queue, share, 1).await?.is_empty() {
+            return Ok(());
+        }
+        let holders = self.store.capacity_holders().await?;
+        let mut active: std::collections::BTreeSet<String> = holders
+            .iter()
+            .filter(|h| &*h.job_queue == queue && !h.share.is_empty())
+            .map(|h| h.share.to_string())
+            .collect();
+        if active.contains(share) {
+            return Ok(());
+        }
+        active.extend(self.store.runnable_shares(queue).await?);
+        if active.len() >= MAX_ACTIVE_SHARES && !active.contains(share) {
+            return Err(AppError::Invalid(format!(
+                "shareIdentifier {share} would be a new active share of job queue {queue}, which \
+                 has {} already, the most it may have ({MAX_ACTIVE_SHARES}); submit under one of \
+                 them, or wait until one has no waiting or running jobs",
+                active.len()
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks `shareIdentifier` / `quotaShareName` against the queue's policy.
     pub(super) async fn check_share(
         &self,
@@ -47,11 +80,12 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
                         "quotaShareName is not allowed: job queue {queue_name} has a fair-share scheduling policy; use shareIdentifier"
                     )));
                 }
-                if cmd.share_identifier.is_none() {
+                let Some(share) = &cmd.share_identifier else {
                     return Err(AppError::Invalid(format!(
                         "shareIdentifier is required: job queue {queue_name} has a fair-share scheduling policy"
                     )));
-                }
+                };
+                self.check_active_shares(queue_name, share).await?;
             }
             QueueOrdering::QuotaShare => {
                 if cmd.share_identifier.is_some() {
