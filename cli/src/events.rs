@@ -86,10 +86,24 @@ pub fn run(args: &EventsArgs) -> anyhow::Result<()> {
         )
     })?;
     if response.status() != 200 {
-        bail!(
-            "{url} answered HTTP {} (events are served by `trainyard up`, not by AWS Batch)",
-            response.status().as_u16()
-        );
+        let status = response.status().as_u16();
+        let kind = response
+            .headers()
+            .get("x-amzn-errortype")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = response.into_body().read_to_string().unwrap_or_default();
+        let message = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned));
+        match (kind, message) {
+            // Trainyard refused the caller (the access policies, the rate limit).
+            (Some(kind), Some(message)) => bail!("{kind} (HTTP {status}): {message}"),
+            _ => bail!(
+                "{url} answered HTTP {status} (events are served by `trainyard up`, not by AWS \
+                 Batch)"
+            ),
+        }
     }
     eprintln!("Following job state changes from {endpoint} (Ctrl-C to stop).");
     let reader = BufReader::new(response.into_body().into_reader());

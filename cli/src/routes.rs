@@ -3,7 +3,10 @@
 //!
 //! Both live outside Batch's `/v1/` namespace, so no Batch client can mistake them for an
 //! operation. The event stream ends when the server stops, so a follower never holds up a
-//! graceful shutdown.
+//! graceful shutdown. It names every job, so it is served only to callers the access policies
+//! let list every queue's jobs (`ListServiceJobs` on the service as a whole), within their rate
+//! limit. `/metrics` is rendered at most once per [`METRICS_CACHE_MS`]: scrapes in between get
+//! the same text, so no rate of scrapes makes the server read every job more often.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -171,6 +174,7 @@ struct Shared<S: Store, E: EventSink> {
     gate: Arc<Gate>,
     events: LocalEvents,
     stopping: watch::Receiver<bool>,
+    rendered: RenderedMetrics,
 }
 
 /// The routes, to merge into the API router. `stopping` ends open event streams.
@@ -187,6 +191,7 @@ pub fn routes<S: Store, E: EventSink>(
         gate,
         events,
         stopping,
+        rendered: RenderedMetrics::default(),
     });
     Router::new()
         .route("/metrics", get(metrics_text::<S, E>))
@@ -194,8 +199,43 @@ pub fn routes<S: Store, E: EventSink>(
         .with_state(shared)
 }
 
+/// How long a rendering of `/metrics` is served again. Rendering reads every job (the
+/// `trainyard_jobs` gauge), which takes about a second at tens of thousands of jobs.
+pub const METRICS_CACHE_MS: i64 = 5_000;
+
+/// The last rendering of `/metrics` and when it was made; the lock is held while rendering, so
+/// scrapes that arrive meanwhile wait for it instead of rendering again.
+#[derive(Default)]
+struct RenderedMetrics(tokio::sync::Mutex<Option<(i64, String)>>);
+
+impl RenderedMetrics {
+    async fn get_or_render<F>(&self, now_ms: i64, render: F) -> Result<String, String>
+    where
+        F: std::future::Future<Output = Result<String, String>>,
+    {
+        let mut last = self.0.lock().await;
+        if let Some((at, text)) = last.as_ref()
+            && (0..METRICS_CACHE_MS).contains(&(now_ms - at))
+        {
+            return Ok(text.clone());
+        }
+        let text = render.await?;
+        *last = Some((now_ms, text.clone()));
+        Ok(text)
+    }
+}
+
 async fn metrics_text<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S, E>>>) -> Response {
-    match metrics::render(&shared.metrics, shared.service.store()).await {
+    let render = async {
+        metrics::render(&shared.metrics, shared.service.store())
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match shared
+        .rendered
+        .get_or_render(shared.service.now_ms(), render)
+        .await
+    {
         Ok(mut text) => {
             text.push_str(&access_denied_text(&shared.gate));
             (
@@ -263,7 +303,26 @@ pub fn event_line(event: &Event, time_ms: i64) -> Option<String> {
     Some(line)
 }
 
-async fn follow<S: Store, E: EventSink>(State(shared): State<Arc<Shared<S, E>>>) -> Response {
+async fn follow<S: Store, E: EventSink>(
+    State(shared): State<Arc<Shared<S, E>>>,
+    caller: Option<axum::extract::Extension<Caller>>,
+) -> Response {
+    let caller = caller.map_or_else(
+        Principal::anonymous,
+        |axum::extract::Extension(Caller(p))| p,
+    );
+    let service = shared.service.as_ref();
+    let allowed = async {
+        shared.gate.admit(&caller, service.now_ms())?;
+        shared
+            .gate
+            .check(service, &caller, "listservicejobs", b"{}")
+            .await?
+            .refused()
+    };
+    if let Err(refused) = allowed.await {
+        return refused.into_response();
+    }
     let mut feed = shared.events.subscribe();
     let mut stopping = shared.stopping.clone();
     let (lines, rx) = mpsc::channel::<Bytes>(FOLLOWER_BUFFER);
@@ -358,6 +417,39 @@ mod tests {
             allowed_hosts(open).is_none(),
             "names of other addresses are not known"
         );
+    }
+
+    #[tokio::test]
+    async fn metrics_are_rendered_at_most_once_per_period_however_often_scraped() {
+        let rendered = RenderedMetrics::default();
+        let renders = std::sync::atomic::AtomicUsize::new(0);
+        let render = |label: &'static str| {
+            let renders = &renders;
+            async move {
+                renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, String>(label.to_owned())
+            }
+        };
+        for now in [0, 1, 2_500, METRICS_CACHE_MS - 1] {
+            assert_eq!(
+                rendered.get_or_render(now, render("first")).await.unwrap(),
+                "first"
+            );
+        }
+        assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let later = rendered.get_or_render(METRICS_CACHE_MS, render("second"));
+        assert_eq!(later.await.unwrap(), "second");
+        // A clock stepped back renders again rather than serving a future rendering.
+        let stepped = rendered.get_or_render(0, render("third"));
+        assert_eq!(stepped.await.unwrap(), "third");
+        assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 3);
+        // A failed rendering is not kept.
+        let failed = rendered
+            .get_or_render(100_000, async { Err::<String, _>("store down".to_owned()) })
+            .await;
+        assert!(failed.is_err());
+        let after = rendered.get_or_render(100_001, render("fourth"));
+        assert_eq!(after.await.unwrap(), "fourth");
     }
 
     #[test]

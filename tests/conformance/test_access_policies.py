@@ -59,6 +59,10 @@ when { principal.name like "vision-*" && context.schedulingPriority <= 50 };
 @id("owners-terminate")
 permit(principal, action == Trainyard::Action::"TerminateServiceJob", resource)
 when { resource.owner == principal.arn };
+
+@id("bob-lists-by-queue")
+forbid(principal, action == Trainyard::Action::"ListServiceJobs", resource == Trainyard::Service::"trainyard")
+when { principal.name == "bob" };
 """
 
 
@@ -120,7 +124,7 @@ def test_policies_set_with_the_cli_decide_what_each_signed_client_may_do(server)
     bobs_early = submit(bob, "before-the-policies")
     stored = cli(server, "platform", "access", "set", server["policies"])
     assert stored.returncode == 0, stored.stderr
-    assert "stored 4 access policies" in stored.stdout
+    assert "stored 5 access policies" in stored.stdout
     shown = cli(server, "bob", "access", "show")
     assert shown.returncode == 0 and PLATFORM in shown.stdout and "vision-submits" in shown.stdout
 
@@ -167,6 +171,12 @@ def test_policies_set_with_the_cli_decide_what_each_signed_client_may_do(server)
     refused = cli(server, "platform", "access", "set", bad)
     bad_line = POLICIES.count("\n") + 2
     assert refused.returncode != 0 and f"line {bad_line}" in refused.stderr, refused.stderr
+
+    # The event stream names every job: only those who may list every queue's jobs follow it.
+    followed = cli(server, "alice", "events", "--limit", "0")
+    assert followed.returncode == 0, followed.stderr
+    refused = cli(server, "bob", "events", "--limit", "0")
+    assert refused.returncode != 0 and "AccessDeniedException" in refused.stderr, refused.stderr
 
     # Refusals are counted by action.
     with urllib.request.urlopen(server["url"] + "/metrics", timeout=10) as response:
