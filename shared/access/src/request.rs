@@ -93,6 +93,14 @@ impl Action {
 
     /// `ListAuditRecords`.
     pub const LIST_AUDIT_RECORDS: Action = Action("ListAuditRecords");
+    /// `DescribeJobQueues`.
+    pub const DESCRIBE_JOB_QUEUES: Action = Action("DescribeJobQueues");
+    /// `DescribeServiceEnvironments`.
+    pub const DESCRIBE_SERVICE_ENVIRONMENTS: Action = Action("DescribeServiceEnvironments");
+    /// `DescribeSchedulingPolicies`.
+    pub const DESCRIBE_SCHEDULING_POLICIES: Action = Action("DescribeSchedulingPolicies");
+    /// `DescribeQuotaShare`.
+    pub const DESCRIBE_QUOTA_SHARE: Action = Action("DescribeQuotaShare");
 
     /// Its name.
     pub fn name(self) -> &'static str {

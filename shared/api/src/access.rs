@@ -18,7 +18,7 @@ use trainyard_access::{
 };
 use trainyard_app::ports::{Document, Write};
 use trainyard_app::{EventSink, Service, Store};
-use trainyard_domain::arn::ResourceKind;
+use trainyard_domain::arn::{ArnContext, ResourceKind};
 use trainyard_domain::job::ServiceJob;
 use trainyard_domain::payload::parse_training_request;
 
@@ -248,7 +248,7 @@ impl Gate {
         if policies.is_none() && !action.is_some_and(Action::changes_state) {
             return Ok(Checked::default());
         }
-        let requests = requests(service, operation, body).await?;
+        let requests = requests_for(service, operation, body, policies.is_some()).await?;
         Ok(self.decide(policies.as_deref(), caller, action, requests))
     }
 
@@ -438,13 +438,79 @@ pub struct Reader {
 impl Reader {
     /// Whether the caller may `DescribeServiceJob` this job, and so see it listed.
     pub fn may_see(&self, job: &ServiceJob) -> bool {
-        let request = AccessRequest::new(
+        self.allows(
             Action::DESCRIBE_SERVICE_JOB,
             Resource::Job(job_resource(job)),
-        );
-        authorize(&self.policies, &self.caller, &request).allowed
+        )
+    }
+
+    fn allows(&self, action: Action, resource: Resource) -> bool {
+        authorize(
+            &self.policies,
+            &self.caller,
+            &AccessRequest::new(action, resource),
+        )
+        .allowed
+    }
+
+    /// Drops from the answer of a configuration listing (`DescribeJobQueues`,
+    /// `DescribeServiceEnvironments`, `DescribeSchedulingPolicies`, `ListSchedulingPolicies`,
+    /// `ListQuotaShares`) the items the caller may not describe; other answers are left as they
+    /// are. An item that cannot be named is dropped. A page may then hold fewer items than
+    /// `maxResults`; its `nextToken` still continues after the last item read.
+    pub fn filter_listing(&self, arns: &ArnContext, operation: &str, answer: &mut Value) {
+        type Naming = fn(&ArnContext, &Value) -> Option<Resource>;
+        let (key, action, name): (&str, Action, Naming) = match operation {
+            "describejobqueues" => ("jobQueues", Action::DESCRIBE_JOB_QUEUES, |_, item| {
+                item_text(item, "jobQueueName").map(Resource::Queue)
+            }),
+            "describeserviceenvironments" => (
+                "serviceEnvironments",
+                Action::DESCRIBE_SERVICE_ENVIRONMENTS,
+                |_, item| item_text(item, "serviceEnvironmentName").map(Resource::Environment),
+            ),
+            "describeschedulingpolicies" | "listschedulingpolicies" => (
+                "schedulingPolicies",
+                Action::DESCRIBE_SCHEDULING_POLICIES,
+                |arns, item| {
+                    item_text(item, "name")
+                        .or_else(|| {
+                            let arn = item_text(item, "arn")?;
+                            arns.resolve(ResourceKind::SchedulingPolicy, &arn).ok()
+                        })
+                        .map(Resource::SchedulingPolicy)
+                },
+            ),
+            "listquotashares" => ("quotaShares", Action::DESCRIBE_QUOTA_SHARE, |arns, item| {
+                let id = arns
+                    .resolve_quota_share(&item_text(item, "quotaShareArn")?)
+                    .ok()?;
+                Some(Resource::QuotaShare {
+                    queue: id.queue,
+                    name: id.name,
+                })
+            }),
+            _ => return,
+        };
+        if let Some(items) = answer.get_mut(key).and_then(Value::as_array_mut) {
+            items.retain(|item| name(arns, item).is_some_and(|r| self.allows(action, r)));
+        }
     }
 }
+
+fn item_text(item: &Value, member: &str) -> Option<String> {
+    item.get(member).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The operations whose answers [`Reader`] filters item by item.
+pub const FILTERED_LISTINGS: [&str; 6] = [
+    "listservicejobs",
+    "describejobqueues",
+    "describeserviceenvironments",
+    "describeschedulingpolicies",
+    "listschedulingpolicies",
+    "listquotashares",
+];
 
 /// A member of a JSON body as text ("" when absent or not text).
 fn text<'a>(body: &'a Value, member: &str) -> &'a str {
@@ -547,6 +613,17 @@ pub async fn requests<S: Store, E: EventSink>(
     operation: &str,
     body: &[u8],
 ) -> Result<Vec<(AccessRequest, String)>, ApiError> {
+    requests_for(service, operation, body, true).await
+}
+
+/// [`requests`], with a submit's context read from its payload only `with_context` (the audit
+/// trail of a deployment without policies names the resource, and asks nothing of the payload).
+async fn requests_for<S: Store, E: EventSink>(
+    service: &Service<S, E>,
+    operation: &str,
+    body: &[u8],
+    with_context: bool,
+) -> Result<Vec<(AccessRequest, String)>, ApiError> {
     let bulk = operation.eq_ignore_ascii_case("TerminateServiceJobs");
     let Some(action) = action_of(operation) else {
         return Ok(Vec::new());
@@ -586,10 +663,15 @@ pub async fn requests<S: Store, E: EventSink>(
         "SubmitServiceJob" => {
             let resource = queue("jobQueue");
             let arn = resource_arn(service, &resource);
+            let context = if with_context {
+                submit_context(&body)
+            } else {
+                SubmitContext::default()
+            };
             let request = AccessRequest {
                 action,
                 resource,
-                context: Context::Submit(submit_context(&body)),
+                context: Context::Submit(context),
             };
             return Ok(vec![(request, arn)]);
         }

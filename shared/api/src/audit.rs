@@ -66,7 +66,7 @@ impl Gate {
                     "the audit record could not be stored"
                 );
             }
-            if service.events().listening() {
+            if service.events().publishes_audit() {
                 service
                     .events()
                     .publish(Event::Audited(Box::new(record)))

@@ -111,7 +111,7 @@ async fn run_operation<S: Store, E: EventSink>(
     body: &[u8],
 ) -> Result<Value, ApiError> {
     let service = api.service.as_ref();
-    let reader = if op == "listservicejobs" {
+    let reader = if crate::access::FILTERED_LISTINGS.contains(&op) {
         api.gate.reader(service, caller).await?
     } else {
         None
@@ -129,11 +129,15 @@ async fn run_operation<S: Store, E: EventSink>(
             },
         },
     };
-    handled.unwrap_or_else(|| {
+    let mut answer = handled.unwrap_or_else(|| {
         Err(ApiError::client(format!(
             "Unknown operation: POST /v1/{op} is not part of the AWS Batch service-job API"
         )))
-    })
+    })?;
+    if let Some(reader) = &reader {
+        reader.filter_listing(service.arns(), op, &mut answer);
+    }
+    Ok(answer)
 }
 
 async fn tag_route<S: Store, E: EventSink>(

@@ -590,3 +590,89 @@ async fn a_listing_shows_only_the_jobs_the_caller_may_describe() {
     )
     .await;
 }
+
+/// The configuration listings hide what the caller may not describe: a forbid on one queue,
+/// environment, scheduling policy or quota share takes it out of the caller's listings, and
+/// only the caller's.
+#[tokio::test]
+async fn configuration_listings_show_only_what_the_caller_may_describe() {
+    let h = harness();
+    h.fifo_queue("gpus", "production", 10, 8).await;
+    h.fair_share_queues("gpus", &[("research", 1), ("secret", 5)]).await;
+    h.ok(
+        "createserviceenvironment",
+        json!({"serviceEnvironmentName": "hidden", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+            "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "NUM_INSTANCES"}]}),
+    )
+    .await;
+    let policies = format!(
+        "permit(principal, action in Trainyard::Action::\"Read\", resource);\n\
+         permit(principal == Trainyard::Principal::\"{PLATFORM}\", action, resource);\n\
+         forbid(principal, action, resource == Trainyard::Queue::\"secret\")\n\
+           when {{ principal.name like \"vision-*\" }};\n\
+         forbid(principal, action, resource == Trainyard::Environment::\"hidden\")\n\
+           when {{ principal.name like \"vision-*\" }};\n\
+         forbid(principal, action, resource == Trainyard::SchedulingPolicy::\"fair\")\n\
+           when {{ principal.name like \"vision-*\" }};"
+    );
+    let (status, _, body) = call_as(
+        &h,
+        Some(PLATFORM),
+        "/trainyard/v1/putaccesspolicies",
+        json!({ "policies": policies }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let names = |answer: &Value, key: &str, member: &str| -> Vec<String> {
+        let mut names: Vec<String> = answer[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item[member].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let h = &h;
+    let queues = |caller| async move {
+        names(
+            &ok_as(h, caller, "describejobqueues", json!({})).await,
+            "jobQueues",
+            "jobQueueName",
+        )
+    };
+    assert_eq!(queues(ALICE).await, ["production", "research"]);
+    assert_eq!(queues(PLATFORM).await, ["production", "research", "secret"]);
+    let environments = |caller| async move {
+        names(
+            &ok_as(h, caller, "describeserviceenvironments", json!({})).await,
+            "serviceEnvironments",
+            "serviceEnvironmentName",
+        )
+    };
+    assert_eq!(environments(ALICE).await, ["gpus"]);
+    assert_eq!(environments(PLATFORM).await, ["gpus", "hidden"]);
+    for op in ["describeschedulingpolicies", "listschedulingpolicies"] {
+        let body = if op == "describeschedulingpolicies" {
+            json!({"arns": ["arn:aws:batch:us-east-1:000000000000:scheduling-policy/fair"]})
+        } else {
+            json!({})
+        };
+        let alices = ok_as(h, ALICE, op, body.clone()).await;
+        assert_eq!(alices["schedulingPolicies"], json!([]), "{op}: {alices}");
+        let platforms = ok_as(h, PLATFORM, op, body).await;
+        assert_eq!(
+            platforms["schedulingPolicies"].as_array().unwrap().len(),
+            1,
+            "{op}: {platforms}"
+        );
+    }
+    // Naming a hidden queue outright is refused, as before.
+    denied_as(
+        h,
+        Some(ALICE),
+        "/v1/getjobqueuesnapshot",
+        json!({"jobQueue": "secret"}),
+    )
+    .await;
+}

@@ -218,6 +218,10 @@ impl EventBridgeSink {
 }
 
 impl EventSink for EventBridgeSink {
+    fn publishes_audit(&self) -> bool {
+        true
+    }
+
     async fn publish(&self, event: Event) {
         let batch = entries(&self.arns, &event);
         let failed = self.put(&batch).await;

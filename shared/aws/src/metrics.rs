@@ -333,6 +333,10 @@ impl<E: EventSink> EventSink for MetricsSink<E> {
         self.recorder.record(&event);
         self.inner.publish(event).await;
     }
+
+    fn publishes_audit(&self) -> bool {
+        self.inner.publishes_audit()
+    }
 }
 
 /// Instances in use against the limit for one environment.

@@ -141,6 +141,8 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     /// Checkpoints the WAL off the request path (file-backed stores only); stopped on drop.
     _checkpointer: Option<Checkpointer>,
+    /// When the audit trail's expired rows were last deleted (record time, epoch ms).
+    audit_pruned_at: std::sync::atomic::AtomicI64,
 }
 
 /// A thread with its own connection that checkpoints the WAL every [`CHECKPOINT_EVERY`].
@@ -253,6 +255,7 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             _checkpointer: None,
+            audit_pruned_at: std::sync::atomic::AtomicI64::new(i64::MIN),
         })
     }
 

@@ -57,6 +57,13 @@ pub trait EventSink: Send + Sync + 'static {
     fn listening(&self) -> bool {
         true
     }
+
+    /// Whether [`Event::Audited`] goes anywhere. Only a sink that publishes beyond the process
+    /// (EventBridge) says yes: in-process listeners drive the loop and have no use for audit
+    /// records, which would only crowd their channel.
+    fn publishes_audit(&self) -> bool {
+        false
+    }
 }
 
 /// An event sink that drops everything (for tests and tools that need no loop).

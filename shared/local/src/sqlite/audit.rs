@@ -1,19 +1,30 @@
 //! The audit trail in SQLite: one row per record, keyed by (time, id), with the columns its
-//! listing filters on. Expired rows are deleted as new ones are appended.
+//! listing filters on. Expired rows are deleted as new ones are appended, at most once a second.
 
 use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 use trainyard_app::ports::{AuditPage, AuditQuery, AuditRecord, AuditStore, StoreError};
 
+use std::sync::atomic::Ordering;
+
 use super::{SqliteStore, classify, cooperate, encode};
+
+/// How often (in record time) an append first deletes the expired rows.
+const PRUNE_EVERY_MS: i64 = 1_000;
 
 impl SqliteStore {
     fn append_audit_sync(&self, record: &AuditRecord) -> Result<(), StoreError> {
         let doc = encode(&record.id, record)?;
         let conn = self.lock();
-        conn.prepare_cached("DELETE FROM audit WHERE expires_at_ms <= ?1")
-            .and_then(|mut stmt| stmt.execute([record.at_ms]))
-            .map_err(classify)?;
+        // Forget what has expired, at most once a second of record time (listings leave
+        // expired rows out meanwhile).
+        let pruned = self.audit_pruned_at.load(Ordering::Relaxed);
+        if record.at_ms >= pruned.saturating_add(PRUNE_EVERY_MS) || record.at_ms < pruned {
+            conn.prepare_cached("DELETE FROM audit WHERE expires_at_ms <= ?1")
+                .and_then(|mut stmt| stmt.execute([record.at_ms]))
+                .map_err(classify)?;
+            self.audit_pruned_at.store(record.at_ms, Ordering::Relaxed);
+        }
         conn.prepare_cached(
             "INSERT INTO audit (at_ms, id, principal, action, allowed, expires_at_ms, doc) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
