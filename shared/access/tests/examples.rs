@@ -206,26 +206,10 @@ fn a_decision_names_the_policies_that_made_it() {
 #[test]
 fn every_action_fits_the_schema_with_some_resource_and_not_with_others() {
     let anyone = Principal::from_arn(ALICE);
-    let resources = [
-        Resource::Service,
-        Resource::Queue("q".into()),
-        job(ALICE),
-        Resource::Environment("e".into()),
-        Resource::SchedulingPolicy("p".into()),
-        Resource::QuotaShare {
-            queue: "q".into(),
-            name: "s".into(),
-        },
-    ];
+    let resources = one_of_each_resource();
     for name in trainyard_access::ACTIONS {
         let action = Action::named(name).expect("listed");
-        let context = match action {
-            Action::SUBMIT_SERVICE_JOB => Context::Submit(SubmitContext::default()),
-            Action::UPDATE_SERVICE_JOB => Context::Update {
-                scheduling_priority: 1,
-            },
-            _ => Context::None,
-        };
+        let context = context_of(action);
         let fits: Vec<bool> = resources
             .iter()
             .map(|resource| {
@@ -258,26 +242,10 @@ fn the_actions_that_change_nothing_are_the_read_group_and_list_audit_records() {
         Policies::parse("permit(principal, action in Trainyard::Action::\"Read\", resource);")
             .expect("valid");
     let anyone = Principal::from_arn(ALICE);
-    let resources = [
-        Resource::Service,
-        Resource::Queue("q".into()),
-        job(ALICE),
-        Resource::Environment("e".into()),
-        Resource::SchedulingPolicy("p".into()),
-        Resource::QuotaShare {
-            queue: "q".into(),
-            name: "s".into(),
-        },
-    ];
+    let resources = one_of_each_resource();
     for name in trainyard_access::ACTIONS {
         let action = Action::named(name).expect("listed");
-        let context = match action {
-            Action::SUBMIT_SERVICE_JOB => Context::Submit(SubmitContext::default()),
-            Action::UPDATE_SERVICE_JOB => Context::Update {
-                scheduling_priority: 1,
-            },
-            _ => Context::None,
-        };
+        let context = context_of(action);
         let in_read_group = resources.iter().any(|resource| {
             let request = AccessRequest {
                 action,
@@ -289,5 +257,31 @@ fn the_actions_that_change_nothing_are_the_read_group_and_list_audit_records() {
         });
         let reads_only = in_read_group || action == Action::LIST_AUDIT_RECORDS;
         assert_eq!(action.changes_state(), !reads_only, "{name}");
+    }
+}
+
+/// One resource of every kind.
+fn one_of_each_resource() -> [Resource; 6] {
+    [
+        Resource::Service,
+        Resource::Queue("q".into()),
+        job(ALICE),
+        Resource::Environment("e".into()),
+        Resource::SchedulingPolicy("p".into()),
+        Resource::QuotaShare {
+            queue: "q".into(),
+            name: "s".into(),
+        },
+    ]
+}
+
+/// A context of the shape `action` takes.
+fn context_of(action: Action) -> Context {
+    match action {
+        Action::SUBMIT_SERVICE_JOB => Context::Submit(SubmitContext::default()),
+        Action::UPDATE_SERVICE_JOB => Context::Update {
+            scheduling_priority: 1,
+        },
+        _ => Context::None,
     }
 }

@@ -68,6 +68,14 @@ async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
     })
 }
 
+/// The answer as Batch's wire shape: the JSON value, or the error.
+fn respond(result: Result<Value, ApiError>) -> Response {
+    match result {
+        Ok(value) => ok_json(value),
+        Err(err) => err.into_response(),
+    }
+}
+
 fn ok_json(value: Value) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
@@ -97,10 +105,7 @@ async fn operation<S: Store, E: EventSink>(
         result
     }
     .await;
-    match result {
-        Ok(value) => ok_json(value),
-        Err(err) => err.into_response(),
-    }
+    respond(result)
 }
 
 /// Runs a Batch operation the gate let through.
@@ -177,10 +182,7 @@ async fn tag_route<S: Store, E: EventSink>(
         result
     }
     .await;
-    match result {
-        Ok(value) => ok_json(value),
-        Err(err) => err.into_response(),
-    }
+    respond(result)
 }
 
 /// `PutAccessPolicies` input.
@@ -226,10 +228,7 @@ async fn trainyard_operation<S: Store, E: EventSink>(
         result
     }
     .await;
-    match result {
-        Ok(value) => ok_json(value),
-        Err(err) => err.into_response(),
-    }
+    respond(result)
 }
 
 /// Runs one of Trainyard's own operations the gate let through.

@@ -598,7 +598,8 @@ async fn a_listing_shows_only_the_jobs_the_caller_may_describe() {
 async fn configuration_listings_show_only_what_the_caller_may_describe() {
     let h = harness();
     h.fifo_queue("gpus", "production", 10, 8).await;
-    h.fair_share_queues("gpus", &[("research", 1), ("secret", 5)]).await;
+    h.fair_share_queues("gpus", &[("research", 1), ("secret", 5)])
+        .await;
     h.ok(
         "createserviceenvironment",
         json!({"serviceEnvironmentName": "hidden", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
