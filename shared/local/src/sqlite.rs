@@ -143,6 +143,8 @@ pub struct SqliteStore {
     _checkpointer: Option<Checkpointer>,
     /// When the audit trail's expired rows were last deleted (record time, epoch ms).
     audit_pruned_at: std::sync::atomic::AtomicI64,
+    /// Audit appends waiting to be committed together.
+    audit_waiting: Mutex<Vec<audit::Waiting>>,
 }
 
 /// A thread with its own connection that checkpoints the WAL every [`CHECKPOINT_EVERY`].
@@ -256,6 +258,7 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             _checkpointer: None,
             audit_pruned_at: std::sync::atomic::AtomicI64::new(i64::MIN),
+            audit_waiting: Mutex::new(Vec::new()),
         })
     }
 

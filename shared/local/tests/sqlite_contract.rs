@@ -34,3 +34,33 @@ mod in_a_file {
 
     trainyard_app::store_contract_tests!(fresh_file);
 }
+
+/// Appends that arrive together are committed together, and every caller returns only once its
+/// own record is stored: fifty appends made at once all read back.
+#[tokio::test]
+async fn audit_appends_made_together_are_all_stored() {
+    use trainyard_app::ports::AuditStore;
+    let store = std::sync::Arc::new(SqliteStore::open_in_memory().expect("store"));
+    let records: Vec<_> = (0..50)
+        .map(|i| {
+            trainyard_app::contract::audit_record(
+                &format!("r{i:02}"),
+                1_728_864_000_000 + i,
+                "arn:aws:iam::123456789012:user/alice",
+            )
+        })
+        .collect();
+    let mut appends = tokio::task::JoinSet::new();
+    for record in records.clone() {
+        let store = store.clone();
+        appends.spawn(async move { store.append_audit(&record).await });
+    }
+    while let Some(done) = appends.join_next().await {
+        done.expect("joined").expect("stored");
+    }
+    let mut query = trainyard_app::contract::audit_query(100);
+    query.now_ms = 1_728_864_000_000;
+    let page = store.list_audit(&query).await.expect("listed");
+    assert_eq!(page.records.len(), 50);
+    assert_eq!(page.records.last(), records.first());
+}
