@@ -65,9 +65,11 @@ pub fn router_with_metrics<S: Store, E: EventSink>(
     ))
 }
 
-/// EMF lines for the refusals `gate` counted since the last call.
+/// EMF lines for the refusals `gate` counted since the last call: `AccessDenied` by `Stack`
+/// and `Action`, and `Throttled` (callers over their rate limit) by `Stack`.
 pub fn denied_lines(gate: &Gate, stack: &str, now_ms: i64) -> Vec<String> {
-    gate.take_denied()
+    let mut lines: Vec<String> = gate
+        .take_denied()
         .into_iter()
         .map(|(action, n)| {
             EmfLine {
@@ -76,7 +78,18 @@ pub fn denied_lines(gate: &Gate, stack: &str, now_ms: i64) -> Vec<String> {
             }
             .render(now_ms)
         })
-        .collect()
+        .collect();
+    let throttled = gate.take_throttled();
+    if throttled > 0 {
+        lines.push(
+            EmfLine {
+                dimensions: vec![("Stack", stack.to_owned())],
+                metrics: vec![("Throttled", Unit::Count, serde_json::json!(throttled))],
+            }
+            .render(now_ms),
+        );
+    }
+    lines
 }
 
 /// The IAM principal API Gateway verified, if the request came through its IAM authorizer.

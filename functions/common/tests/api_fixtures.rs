@@ -227,3 +227,32 @@ async fn the_iam_caller_in_the_request_context_owns_the_job_and_is_who_policies_
         "{body}"
     );
 }
+
+/// A caller over the api function's rate limit is refused with `ThrottlingException` (429),
+/// and the refusals become one `Throttled` EMF line by stack.
+#[tokio::test]
+async fn a_caller_over_its_rate_limit_is_throttled_and_counted() {
+    let (service, _, _) = deployment(MemoryStore::new(), NoEvents, 4).await;
+    let gate = std::sync::Arc::new(trainyard_api::Gate::default().with_rate_limit(1));
+    let router = trainyard_functions::api::router_with_gate(service, gate.clone());
+    let describe = fixture_text("describe.json");
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let (status, error_type, _) = invoke(&router, &describe).await;
+        statuses.push((status, error_type));
+    }
+    let throttled = (429, Some("ThrottlingException".to_owned()));
+    assert_eq!(
+        &statuses[2..],
+        [throttled.clone(), throttled],
+        "{statuses:?}"
+    );
+    let lines = trainyard_functions::api::denied_lines(&gate, "stack-1", 0);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(
+        (&line["Throttled"], &line["Stack"]),
+        (&json!(2), &json!("stack-1"))
+    );
+    assert!(trainyard_functions::api::denied_lines(&gate, "stack-1", 0).is_empty());
+}

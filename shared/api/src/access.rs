@@ -168,6 +168,12 @@ impl Gate {
         self.throttle.refused()
     }
 
+    /// Requests refused by the rate limit since the last call (for the Lambda function's EMF
+    /// lines).
+    pub fn take_throttled(&self) -> u64 {
+        self.throttle.take_refused()
+    }
+
     /// How long audit records are kept (ms).
     pub fn audit_retention_ms(&self) -> i64 {
         self.audit_retention_ms

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::ApiError;
 
@@ -30,7 +31,9 @@ pub struct Throttle {
     /// Requests per second each caller may sustain; 0 means no limit.
     per_second: u32,
     buckets: Mutex<HashMap<String, Bucket>>,
-    refused: Mutex<u64>,
+    refused: AtomicU64,
+    /// `refused` as last reported by [`Throttle::take_refused`].
+    reported: AtomicU64,
 }
 
 impl Throttle {
@@ -72,10 +75,7 @@ impl Throttle {
             return Ok(());
         }
         drop(buckets);
-        *self
-            .refused
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) += 1;
+        self.refused.fetch_add(1, Ordering::Relaxed);
         Err(ApiError::throttled(format!(
             "Rate exceeded: {caller} may make {} requests per second (bursts of {burst}); \
              retry after a pause",
@@ -85,10 +85,13 @@ impl Throttle {
 
     /// Requests refused so far.
     pub fn refused(&self) -> u64 {
-        *self
-            .refused
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Requests refused since the last call (for metrics a host prints as it goes).
+    pub fn take_refused(&self) -> u64 {
+        let total = self.refused();
+        total.saturating_sub(self.reported.swap(total, Ordering::Relaxed))
     }
 }
 
@@ -113,6 +116,8 @@ mod tests {
             "never more than the burst"
         );
         assert_eq!(throttle.refused(), 30 + 45 + 30);
+        assert_eq!(throttle.take_refused(), 105);
+        assert_eq!(throttle.take_refused(), 0, "each refusal is reported once");
         let refused = throttle.admit("alice", 10_000).unwrap_err();
         assert_eq!(refused.error_type(), "ThrottlingException");
         assert_eq!(refused.status.as_u16(), 429);
