@@ -148,6 +148,9 @@ impl AuditStore for DynamoStore {
                             .filter_expression(&filter)
                             .expression_attribute_values(":pk", s(&pk))
                             .scan_index_forward(false)
+                            // Strongly consistent: a record reads back once its call has
+                            // answered (audit reads are rare; the doubled read cost is small).
+                            .consistent_read(true)
                             .set_exclusive_start_key(start);
                         for (name, attribute) in &names {
                             request = request.expression_attribute_names(*name, *attribute);
