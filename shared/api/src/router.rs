@@ -19,7 +19,7 @@ use trainyard_access::Principal;
 use trainyard_app::{EventSink, Service, Store};
 use trainyard_domain::limits::MAX_REQUEST_BYTES;
 
-use crate::access::{Caller, Gate};
+use crate::access::{Caller, Checked, Gate};
 use crate::error::ApiError;
 use crate::{environments, extract, jobs, policies, queues, quota_shares, tags};
 
@@ -97,15 +97,34 @@ async fn operation<S: Store, E: EventSink>(
         let body = read_body(body).await?;
         let op = operation.as_str();
         let checked = api.gate.check(service, &caller, op, &body).await?;
-        let result = match checked.refused() {
-            Ok(()) => run_operation(&api, &caller, op, &body).await,
-            Err(refused) => Err(refused),
-        };
-        api.gate.record(service, &caller, &checked, &result).await;
-        result
+        run_checked(
+            &api,
+            &caller,
+            checked,
+            run_operation(&api, &caller, op, &body),
+        )
+        .await
     }
     .await;
     respond(result)
+}
+
+/// Runs `run` (not started yet) if the gate let the call through, else answers with the
+/// refusal; either way the call then goes in the audit trail.
+async fn run_checked<S: Store, E: EventSink>(
+    api: &Api<S, E>,
+    caller: &Principal,
+    checked: Checked,
+    run: impl std::future::Future<Output = Result<Value, ApiError>>,
+) -> Result<Value, ApiError> {
+    let result = match checked.refused() {
+        Ok(()) => run.await,
+        Err(refused) => Err(refused),
+    };
+    api.gate
+        .record(api.service.as_ref(), caller, &checked, &result)
+        .await;
+    result
 }
 
 /// Runs a Batch operation the gate let through.
@@ -167,19 +186,20 @@ async fn tag_route<S: Store, E: EventSink>(
             .gate
             .check_tags(service, &caller, action, &resource_arn)
             .await?;
-        let result = match (checked.refused(), method) {
-            (Err(refused), _) => Err(refused),
-            (Ok(()), Method::POST) => tags::tag_resource(service, &resource_arn, &body).await,
-            (Ok(()), Method::DELETE) => {
-                tags::untag_resource(service, &resource_arn, query.as_deref().unwrap_or("")).await
+        let run = async {
+            match method {
+                Method::POST => tags::tag_resource(service, &resource_arn, &body).await,
+                Method::DELETE => {
+                    let keys = query.as_deref().unwrap_or("");
+                    tags::untag_resource(service, &resource_arn, keys).await
+                }
+                Method::GET => tags::list_tags_for_resource(service, &resource_arn).await,
+                other => Err(ApiError::client(format!(
+                    "Unknown operation: {other} /v1/tags/{{resourceArn}} (use GET, POST or DELETE)"
+                ))),
             }
-            (Ok(()), Method::GET) => tags::list_tags_for_resource(service, &resource_arn).await,
-            (Ok(()), other) => Err(ApiError::client(format!(
-                "Unknown operation: {other} /v1/tags/{{resourceArn}} (use GET, POST or DELETE)"
-            ))),
         };
-        api.gate.record(service, &caller, &checked, &result).await;
-        result
+        run_checked(&api, &caller, checked, run).await
     }
     .await;
     respond(result)
@@ -220,12 +240,8 @@ async fn trainyard_operation<S: Store, E: EventSink>(
             )));
         }
         let checked = api.gate.check(service, &caller, &op, &body).await?;
-        let result = match checked.refused() {
-            Ok(()) => run_trainyard_operation(&api, &caller, &op, &body).await,
-            Err(refused) => Err(refused),
-        };
-        api.gate.record(service, &caller, &checked, &result).await;
-        result
+        let run = run_trainyard_operation(&api, &caller, &op, &body);
+        run_checked(&api, &caller, checked, run).await
     }
     .await;
     respond(result)

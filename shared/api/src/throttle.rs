@@ -63,10 +63,17 @@ impl Throttle {
             buckets.retain(|_, b| b.tokens + rate * (now_ms - b.at_ms) as f64 / 1000.0 < burst);
         }
         let burst = self.burst();
-        let bucket = buckets.entry(caller.to_owned()).or_insert(Bucket {
-            tokens: burst,
-            at_ms: now_ms,
-        });
+        // Looked up by `&str` first: a known caller's request allocates nothing.
+        if !buckets.contains_key(caller) {
+            let full = Bucket {
+                tokens: burst,
+                at_ms: now_ms,
+            };
+            buckets.insert(caller.to_owned(), full);
+        }
+        let Some(bucket) = buckets.get_mut(caller) else {
+            return Ok(());
+        };
         let elapsed_s = (now_ms - bucket.at_ms).max(0) as f64 / 1000.0;
         bucket.tokens = (bucket.tokens + elapsed_s * f64::from(self.per_second)).min(burst);
         bucket.at_ms = bucket.at_ms.max(now_ms);

@@ -28,6 +28,11 @@ async fn call_as(
     h.send_as(caller, "POST", path, body.to_string()).await
 }
 
+/// `PutAccessPolicies` with `body` as `caller`.
+async fn put_as(h: &Harness, caller: &str, body: Value) -> (StatusCode, Option<String>, Value) {
+    call_as(h, Some(caller), "/trainyard/v1/putaccesspolicies", body).await
+}
+
 async fn ok_as(h: &Harness, caller: &str, op: &str, body: Value) -> Value {
     let (status, _, value) = call_as(h, Some(caller), &format!("/v1/{op}"), body.clone()).await;
     assert_eq!(status, StatusCode::OK, "{caller} {op} {body} -> {value}");
@@ -60,13 +65,7 @@ async fn with_examples() -> Harness {
     let h = harness();
     h.fifo_queue("gpus", "production", 900, 8).await;
     h.fair_share_queues("gpus", &[("research", 10)]).await;
-    let (status, _, body) = call_as(
-        &h,
-        Some(PLATFORM),
-        "/trainyard/v1/putaccesspolicies",
-        json!({ "policies": EXAMPLES }),
-    )
-    .await;
+    let (status, _, body) = put_as(&h, PLATFORM, json!({ "policies": EXAMPLES })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["policies"], 8);
     h
@@ -303,13 +302,7 @@ async fn policies_are_validated_when_written_and_cannot_lock_their_writer_out() 
     let bad = "permit(principal, action in Trainyard::Action::\"Read\", resource);\n\
                permit(principal, action == Trainyard::Action::\"SubmitServiceJob\", resource)\n\
                when { context.team == \"vision\" };";
-    let (status, error_type, body) = call_as(
-        &h,
-        Some(PLATFORM),
-        "/trainyard/v1/putaccesspolicies",
-        json!({"policies": bad}),
-    )
-    .await;
+    let (status, error_type, body) = put_as(&h, PLATFORM, json!({"policies": bad})).await;
     assert_eq!(
         (status, error_type.as_deref()),
         (StatusCode::BAD_REQUEST, Some("ClientException"))
@@ -321,13 +314,7 @@ async fn policies_are_validated_when_written_and_cannot_lock_their_writer_out() 
     );
     // A set that would leave its writer unable to change it again is refused.
     let lockout = "permit(principal, action in Trainyard::Action::\"Read\", resource);";
-    let (status, _, body) = call_as(
-        &h,
-        Some(PLATFORM),
-        "/trainyard/v1/putaccesspolicies",
-        json!({"policies": lockout}),
-    )
-    .await;
+    let (status, _, body) = put_as(&h, PLATFORM, json!({"policies": lockout})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
         body["message"]
@@ -381,13 +368,7 @@ async fn no_operation_gets_past_the_gate_unasked() {
     // Only the policies' own writer is allowed anything.
     let only_admin =
         format!("permit(principal == Trainyard::Principal::\"{PLATFORM}\", action, resource);");
-    let (status, _, body) = call_as(
-        &h,
-        Some(PLATFORM),
-        "/trainyard/v1/putaccesspolicies",
-        json!({"policies": only_admin}),
-    )
-    .await;
+    let (status, _, body) = put_as(&h, PLATFORM, json!({"policies": only_admin})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let operations = operations(&id, &arn);
     for (op, body) in operations {
@@ -549,13 +530,7 @@ async fn a_listing_shows_only_the_jobs_the_caller_may_describe() {
            when {{ resource.owner == principal.arn }};\n\
          permit(principal == Trainyard::Principal::\"{PLATFORM}\", action, resource);"
     );
-    let (status, _, body) = call_as(
-        &h,
-        Some(PLATFORM),
-        "/trainyard/v1/putaccesspolicies",
-        json!({ "policies": policies }),
-    )
-    .await;
+    let (status, _, body) = put_as(&h, PLATFORM, json!({ "policies": policies })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let list = json!({"jobQueue": "research", "filters": [{"name": "JOB_NAME", "values": ["*"]}]});
     let names = |listed: &Value| -> Vec<String> {
@@ -616,13 +591,7 @@ async fn configuration_listings_show_only_what_the_caller_may_describe() {
          forbid(principal, action, resource == Trainyard::SchedulingPolicy::\"fair\")\n\
            when {{ principal.name like \"vision-*\" }};"
     );
-    let (status, _, body) = call_as(
-        &h,
-        Some(PLATFORM),
-        "/trainyard/v1/putaccesspolicies",
-        json!({ "policies": policies }),
-    )
-    .await;
+    let (status, _, body) = put_as(&h, PLATFORM, json!({ "policies": policies })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let names = |answer: &Value, key: &str, member: &str| -> Vec<String> {
         let mut names: Vec<String> = answer[key]
