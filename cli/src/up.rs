@@ -25,7 +25,9 @@ use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{
     CapacityLimit, NUM_INSTANCES, ServiceEnvironment, ServiceEnvironmentType,
 };
-use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
+use trainyard_domain::queue::{
+    AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG, JobQueue, JobQueueType, ServiceEnvironmentOrder,
+};
 use trainyard_domain::{ResourceStatus, State, Tags};
 use trainyard_emulator::driver;
 use trainyard_emulator::http::SharedEmulator;
@@ -62,6 +64,10 @@ pub const DEMO_ENVIRONMENT: &str = "local";
 pub const DEMO_CAPACITY: u32 = 8;
 /// The demo queues and their priorities, highest first.
 pub const DEMO_QUEUES: [(&str, u32); 3] = [("production", 900), ("research", 500), ("sweeps", 100)];
+/// The demo sweeps queue ages (`trainyard_domain::queue::Aging`): 2 points an hour up to 899,
+/// so a sweep that has waited 200 hours goes before fresh research, never before production.
+pub const DEMO_SWEEPS_AGING: [(&str, &str); 2] =
+    [(AGING_PER_HOUR_TAG, "2"), (AGING_MAX_PRIORITY_TAG, "899")];
 
 /// Arguments of `trainyard up`.
 #[derive(Debug, Args)]
@@ -569,7 +575,13 @@ pub fn demo_setup(now_ms: i64) -> (ServiceEnvironment, Vec<JobQueue>) {
             }],
             job_state_time_limit_actions: Vec::new(),
             job_queue_type: JobQueueType::SagemakerTraining,
-            tags: tags.clone(),
+            tags: if *name == "sweeps" {
+                let mut tags = tags.clone();
+                tags.extend(DEMO_SWEEPS_AGING.map(|(k, v)| (k.to_owned(), v.to_owned())));
+                tags
+            } else {
+                tags.clone()
+            },
             created_at: now_ms,
         })
         .collect();

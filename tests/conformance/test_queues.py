@@ -147,3 +147,24 @@ def test_more_than_one_environment_per_queue_is_refused(batch, resources):
             {"order": 2, "serviceEnvironment": b["serviceEnvironmentArn"]},
         ],
     )
+
+
+def test_aging_tags_are_checked_when_a_queue_is_created_or_tagged(batch, resources):
+    env = resources.environment()["serviceEnvironmentArn"]
+    expect_client_error(
+        resources.queue, "trainyard:aging-per-hour", environment_arn=env, tags={"trainyard:aging-per-hour": "fast"}
+    )
+    expect_client_error(
+        resources.queue, "needs", environment_arn=env, tags={"trainyard:aging-max-priority": "899"}
+    )
+    queue = resources.queue(
+        env, tags={"trainyard:aging-per-hour": "2", "trainyard:aging-max-priority": "899"}
+    )
+    arn = queue["jobQueueArn"]
+    expect_client_error(
+        batch.tag_resource, "1000", resourceArn=arn, tags={"trainyard:aging-max-priority": "2000"}
+    )
+    batch.tag_resource(resourceArn=arn, tags={"trainyard:aging-per-hour": "10"})
+    tags = batch.list_tags_for_resource(resourceArn=arn)["tags"]
+    assert tags["trainyard:aging-per-hour"] == "10"
+    assert tags["trainyard:aging-max-priority"] == "899"

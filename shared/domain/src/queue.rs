@@ -105,3 +105,150 @@ impl JobQueue {
             .map(|o| o.service_environment.as_str())
     }
 }
+
+/// Tag on a job queue that turns aging on: the priority points its waiting jobs gain per hour
+/// waited (1–1000). Batch evaluates higher-priority queues first, always; a queue without this
+/// tag keeps exactly that behaviour.
+pub const AGING_PER_HOUR_TAG: &str = "trainyard:aging-per-hour";
+
+/// Tag on a job queue with aging: the highest priority its jobs age to (0–1000, default 1000).
+/// Set it below the priority of the queues whose fresh work must always go first.
+pub const AGING_MAX_PRIORITY_TAG: &str = "trainyard:aging-max-priority";
+
+/// Aging: a waiting job of a queue of priority `p` is evaluated as if its queue had priority
+/// `min(p + floor(per_hour × hours waited), max(max_priority, p))`, where the wait counts from the
+/// job's place in line (its submission or its last requeue). A job whose priority has reached
+/// `max_priority` is *overdue*: among jobs of equal evaluated priority, overdue jobs go first,
+/// oldest first, whatever their queue or share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aging {
+    /// Priority points gained per hour waited.
+    pub per_hour: u32,
+    /// The highest priority aging reaches.
+    pub max_priority: u32,
+}
+
+/// Milliseconds in an hour.
+const HOUR_MS: u64 = 3_600_000;
+
+impl Aging {
+    /// The priority a job of a queue of priority `base` is evaluated at after waiting
+    /// `waited_ms`.
+    pub fn priority(&self, base: u32, waited_ms: i64) -> u32 {
+        let waited = u64::try_from(waited_ms).unwrap_or(0);
+        let gained = u64::from(self.per_hour).saturating_mul(waited) / HOUR_MS;
+        let ceiling = self.max_priority.max(base);
+        let aged = u64::from(base)
+            .saturating_add(gained)
+            .min(u64::from(ceiling));
+        u32::try_from(aged).unwrap_or(ceiling)
+    }
+
+    /// Whether the job has aged all the way to `max_priority` (never, when that is not above
+    /// `base`).
+    pub fn overdue(&self, base: u32, waited_ms: i64) -> bool {
+        self.max_priority > base && self.priority(base, waited_ms) >= self.max_priority
+    }
+}
+
+impl JobQueue {
+    /// The queue's aging, from its tags (see [`Aging`]); `Ok(None)` when it has none, an
+    /// explanation when the tags are not valid.
+    pub fn aging(&self) -> Result<Option<Aging>, String> {
+        aging_of(&self.tags)
+    }
+}
+
+/// Aging as `tags` configure it; see [`JobQueue::aging`].
+pub fn aging_of(tags: &Tags) -> Result<Option<Aging>, String> {
+    let number = |key: &str, range: std::ops::RangeInclusive<u32>| -> Result<Option<u32>, String> {
+        let Some(text) = tags.get(key) else {
+            return Ok(None);
+        };
+        match text.trim().parse::<u32>() {
+            Ok(n) if range.contains(&n) => Ok(Some(n)),
+            _ => Err(format!(
+                "tag {key} must be a whole number from {} to {}, not {text:?}",
+                range.start(),
+                range.end()
+            )),
+        }
+    };
+    let per_hour = number(AGING_PER_HOUR_TAG, 1..=1000)?;
+    let max_priority = number(AGING_MAX_PRIORITY_TAG, 0..=1000)?;
+    match (per_hour, max_priority) {
+        (Some(per_hour), max_priority) => Ok(Some(Aging {
+            per_hour,
+            max_priority: max_priority.unwrap_or(1000),
+        })),
+        (None, Some(_)) => Err(format!(
+            "tag {AGING_MAX_PRIORITY_TAG} needs {AGING_PER_HOUR_TAG} too: aging is on only \
+             when the rate is set"
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: i64 = 3_600_000;
+
+    #[test]
+    fn a_job_ages_linearly_up_to_the_ceiling_and_is_overdue_there() {
+        let aging = Aging {
+            per_hour: 100,
+            max_priority: 899,
+        };
+        assert_eq!(aging.priority(100, 0), 100);
+        assert_eq!(aging.priority(100, HOUR / 2), 150);
+        assert_eq!(aging.priority(100, 7 * HOUR + HOUR / 2), 850);
+        assert!(!aging.overdue(100, 7 * HOUR + HOUR / 2));
+        assert_eq!(aging.priority(100, 8 * HOUR), 899);
+        assert!(aging.overdue(100, 8 * HOUR));
+        assert_eq!(aging.priority(100, i64::MAX), 899, "no overflow");
+        assert_eq!(
+            aging.priority(100, -HOUR),
+            100,
+            "a wait from the future is none"
+        );
+        // A queue already above the ceiling keeps its own priority and is never overdue.
+        assert_eq!(aging.priority(950, 100 * HOUR), 950);
+        assert!(!aging.overdue(950, 100 * HOUR));
+    }
+
+    #[test]
+    fn aging_tags_are_read_and_bad_ones_explained() {
+        let tags = |pairs: &[(&str, &str)]| -> Tags {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(aging_of(&tags(&[])), Ok(None));
+        assert_eq!(
+            aging_of(&tags(&[(AGING_PER_HOUR_TAG, "20")])),
+            Ok(Some(Aging {
+                per_hour: 20,
+                max_priority: 1000
+            }))
+        );
+        assert_eq!(
+            aging_of(&tags(&[
+                (AGING_PER_HOUR_TAG, "20"),
+                (AGING_MAX_PRIORITY_TAG, "899")
+            ])),
+            Ok(Some(Aging {
+                per_hour: 20,
+                max_priority: 899
+            }))
+        );
+        for bad in ["0", "1001", "-1", "fast", ""] {
+            let err = aging_of(&tags(&[(AGING_PER_HOUR_TAG, bad)])).unwrap_err();
+            assert!(err.contains(AGING_PER_HOUR_TAG), "{err}");
+        }
+        let err = aging_of(&tags(&[(AGING_MAX_PRIORITY_TAG, "500")])).unwrap_err();
+        assert!(err.contains("needs"), "{err}");
+    }
+}

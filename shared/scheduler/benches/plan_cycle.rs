@@ -26,6 +26,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
         priority: 500,
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(FairsharePolicy::default()),
+        aging: None,
     };
     let env = EnvironmentState {
         name: "gpu".into(),

@@ -12,6 +12,7 @@ use crate::quota::plan_quota_queue;
 use crate::snapshot::{
     Config, Instances, PendingJob, QueuePolicy, QueueState, RunningJob, SharedStr, Snapshot,
 };
+use trainyard_domain::queue::Aging;
 
 fn total(instances: &Instances) -> u64 {
     instances.values().map(|n| u64::from(*n)).sum()
@@ -66,13 +67,9 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         }
     }
 
-    // 2. Queues by priority (descending), then name.
-    let mut queues: Vec<&QueueState> = snapshot.queues.iter().collect();
-    queues.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    // 2. Queues take turns in priority order (descending), then by name. A queue without
+    // aging takes one turn for all its jobs; a queue with aging takes a turn per job, at the
+    // priority its next job has aged to (see `Turn`).
     let mut pending_by_queue = Groups::of(&snapshot.pending, |job| &job.queue);
     // Shares' decayed usage, looked up by (queue, share) without building keys.
     let usage: BTreeMap<(&str, &str), ShareUsage> = snapshot
@@ -81,15 +78,17 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         .map(|(k, u)| ((k.queue.as_str(), k.share.as_str()), *u))
         .collect();
 
-    for queue in queues {
+    let mut turns: BinaryHeap<Reverse<Turn>> = BinaryHeap::new();
+    let mut lines: Vec<(&QueueState, &str, Line)> = Vec::new();
+    for queue in &snapshot.queues {
         let Some(jobs) = pending_by_queue.take(queue.name.as_str()) else {
             continue;
         };
         let env = queue
             .environment
             .as_deref()
-            .and_then(|name| envs.get_mut(name));
-        let Some(env) = env else {
+            .and_then(|name| envs.get_mut(name).map(|env| (name, env)));
+        let Some((env_name, env)) = env else {
             skip_all(&mut plan, jobs, &SkipReason::NoEnvironment);
             continue;
         };
@@ -101,7 +100,36 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             continue;
         }
         let running = running_by_queue.get(queue.name.as_str());
-        plan_queue(&mut plan, queue, jobs, running, env, &usage, now_ms, config);
+        let age = Age {
+            aging: queue.aging,
+            base: queue.priority,
+            now_ms,
+        };
+        let mut line = Line::new(queue, jobs, running, env, &usage, age, now_ms);
+        if let Some(turn) = line.turn(lines.len(), queue, &age) {
+            turns.push(Reverse(turn));
+        }
+        lines.push((queue, env_name, line));
+    }
+    while let Some(Reverse(turn)) = turns.pop() {
+        let (queue, env_name, line) = &mut lines[turn.line];
+        let queue: &QueueState = queue;
+        let Some(env) = envs.get_mut(*env_name) else {
+            continue;
+        };
+        let age = Age {
+            aging: queue.aging,
+            base: queue.priority,
+            now_ms,
+        };
+        if age.aging.is_none() {
+            line.drain(&mut plan, queue, env, &age, now_ms, config);
+        } else {
+            line.step(&mut plan, queue, env, &age, now_ms, config);
+            if let Some(turn) = line.turn(turn.line, queue, &age) {
+                turns.push(Reverse(turn));
+            }
+        }
     }
 
     // Jobs of queues the snapshot does not know, by queue name.
@@ -214,10 +242,56 @@ fn skip_all(plan: &mut Plan, mut jobs: Vec<&PendingJob>, reason: &SkipReason) {
     }
 }
 
-/// A share's place in the fair-share interleaving: (score, index of the share in identifier
-/// order). `f64::total_cmp` makes the order total.
+/// How long a queue's jobs have waited counts toward their priority (`Aging`).
+#[derive(Debug, Clone, Copy)]
+struct Age {
+    aging: Option<Aging>,
+    /// The queue's priority.
+    base: u32,
+    now_ms: i64,
+}
+
+impl Age {
+    /// The priority `job` is evaluated at.
+    fn priority(&self, job: &PendingJob) -> u32 {
+        self.aging.map_or(self.base, |aging| {
+            aging.priority(self.base, self.now_ms.saturating_sub(job.runnable_at_ms))
+        })
+    }
+
+    /// Since when `job` has been in line, if it is overdue (aged to the ceiling); `i64::MAX`
+    /// (after every overdue job) otherwise.
+    fn overdue_since(&self, job: &PendingJob) -> i64 {
+        match self.aging {
+            Some(aging)
+                if aging.overdue(self.base, self.now_ms.saturating_sub(job.runnable_at_ms)) =>
+            {
+                job.runnable_at_ms
+            }
+            _ => i64::MAX,
+        }
+    }
+}
+
+/// A queue's turn: the next of its jobs to consider, ranked against the other queues' next
+/// jobs. Lowest first: evaluated priority (descending), overdue jobs oldest first, then the
+/// queue's own priority (descending) and name. Without aging every job of a queue has the same
+/// rank, so queues go one after the other in priority order (rule 2).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Turn {
+    priority: Reverse<u32>,
+    overdue_since: i64,
+    queue_priority: Reverse<u32>,
+    name: SharedStr,
+    /// Index of the queue's line.
+    line: usize,
+}
+
+/// A share's place in the fair-share interleaving: (overdue since, score, index of the share
+/// in identifier order). A share whose next job is overdue goes first, oldest first; then the
+/// lowest score. `f64::total_cmp` makes the order total.
 #[derive(Debug, Clone, PartialEq)]
-struct Ranked(f64, usize);
+struct Ranked(i64, f64, usize);
 impl Eq for Ranked {}
 impl PartialOrd for Ranked {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -227,92 +301,110 @@ impl PartialOrd for Ranked {
 impl Ord for Ranked {
     fn cmp(&self, other: &Self) -> Ordering {
         self.0
-            .total_cmp(&other.0)
-            .then_with(|| self.1.cmp(&other.1))
+            .cmp(&other.0)
+            .then_with(|| self.1.total_cmp(&other.1))
+            .then_with(|| self.2.cmp(&other.2))
     }
 }
 
-/// Plans one queue: its pending `jobs` against `env`, knowing its `running` jobs.
-#[allow(clippy::too_many_arguments)]
-fn plan_queue<'a>(
-    plan: &mut Plan,
-    queue: &'a QueueState,
-    mut jobs: Vec<&'a PendingJob>,
-    running: &[&'a RunningJob],
-    env: &mut EnvPlan<'a>,
-    usage: &BTreeMap<(&str, &str), ShareUsage>,
-    now_ms: i64,
-    config: &Config,
-) {
-    match &queue.policy {
-        QueuePolicy::Fifo => {
-            jobs.sort_by(fifo);
-            let mut blocked_by: Option<SharedStr> = None;
-            for job in jobs {
-                if let Some(head) = &blocked_by {
-                    let reason = SkipReason::BehindHead {
-                        head_job_id: head.clone(),
-                    };
-                    plan.skips.push(Skip {
-                        job_id: job.job_id.clone(),
-                        reason,
-                    });
-                    continue;
-                }
-                let outcome = consider(plan, queue, job, env, 0, now_ms, config);
-                if outcome == Outcome::Waiting && config.strict_fifo {
-                    blocked_by = Some(job.job_id.clone());
-                }
-            }
-        }
-        QueuePolicy::QuotaShare(shares) => {
-            plan_quota_queue(plan, queue, shares, jobs, running, env, now_ms, config);
-        }
-        QueuePolicy::FairShare(policy) => {
-            let half_life = policy.share_decay_s();
-            // Active shares: with jobs waiting or running in this queue. Per share, its waiting
-            // jobs and the instances its running jobs hold.
-            type Share<'a> = (&'a str, Vec<&'a PendingJob>, u64);
-            fn slot<'s, 'a>(
-                names: &mut Names<'a>,
-                shares: &'s mut Vec<Share<'a>>,
-                share: &'a str,
-            ) -> &'s mut Share<'a> {
-                let i = names.number(share);
-                if i == shares.len() {
-                    shares.push((share, Vec::new(), 0));
-                }
-                &mut shares[i]
-            }
-            let mut names = Names::default();
-            let mut by_share: Vec<Share> = Vec::new();
-            for job in jobs {
-                let share = job.share.as_deref().unwrap_or_default();
-                slot(&mut names, &mut by_share, share).1.push(job);
-            }
-            for job in running {
-                if let Some(share) = job.share.as_deref() {
-                    slot(&mut names, &mut by_share, share).2 += total(&job.instances);
+/// A fair-share queue's shares: its weight, decayed average and instances held, and its
+/// waiting jobs in order (rule 3).
+struct ShareState<'a> {
+    weight: f64,
+    average: f64,
+    held: u64,
+    jobs: std::iter::Peekable<std::vec::IntoIter<&'a PendingJob>>,
+}
+
+impl ShareState<'_> {
+    /// Its place in line, if it has jobs left.
+    fn rank(&self, i: usize, age: &Age) -> Option<Ranked> {
+        let next = self.jobs.clone().next()?;
+        let score = score(self.average, self.held, self.weight);
+        Some(Ranked(age.overdue_since(next), score, i))
+    }
+}
+
+/// A queue's waiting jobs in the order its policy gives them out (rule 3).
+enum Line<'a> {
+    /// FIFO, and the head that blocks the rest under `strict_fifo`.
+    Fifo {
+        jobs: std::iter::Peekable<std::vec::IntoIter<&'a PendingJob>>,
+        blocked_by: Option<SharedStr>,
+    },
+    /// Fair share: shares interleaved by rank, lowest first; only shares with jobs left are
+    /// in `order`.
+    FairShare {
+        shares: Vec<ShareState<'a>>,
+        order: BinaryHeap<Reverse<Ranked>>,
+        /// `computeReservation`'s instances (rule 5).
+        reserve: u64,
+    },
+    /// A quota-managed queue, planned in one turn by [`plan_quota_queue`].
+    Quota {
+        jobs: Vec<&'a PendingJob>,
+        running: Vec<&'a RunningJob>,
+    },
+}
+
+impl<'a> Line<'a> {
+    fn new(
+        queue: &'a QueueState,
+        mut jobs: Vec<&'a PendingJob>,
+        running: &[&'a RunningJob],
+        env: &EnvPlan<'a>,
+        usage: &BTreeMap<(&str, &str), ShareUsage>,
+        age: Age,
+        now_ms: i64,
+    ) -> Self {
+        match &queue.policy {
+            QueuePolicy::Fifo => {
+                jobs.sort_by(fifo);
+                Line::Fifo {
+                    jobs: jobs.into_iter().peekable(),
+                    blocked_by: None,
                 }
             }
-            let reserve = match (policy.compute_reservation, env.pool.total_max()) {
-                (Some(r), Some(max)) => reserved_instances(max, r, by_share.len()),
-                _ => 0,
-            };
-            // The shares with waiting jobs, in identifier order.
-            by_share.retain(|(_, jobs, _)| !jobs.is_empty());
-            by_share.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            // Per share, computed once: its weight, decayed average and instances held.
-            // Shares are indexed in identifier order, so ranking by (score, index) breaks ties by
-            // share identifier.
-            struct ShareState<'a> {
-                weight: f64,
-                average: f64,
-                held: u64,
-                jobs: std::vec::IntoIter<&'a PendingJob>,
-            }
-            let mut shares: Vec<ShareState> =
-                by_share
+            QueuePolicy::QuotaShare(_) => Line::Quota {
+                jobs,
+                running: running.to_vec(),
+            },
+            QueuePolicy::FairShare(policy) => {
+                let half_life = policy.share_decay_s();
+                // Active shares: with jobs waiting or running in this queue. Per share, its
+                // waiting jobs and the instances its running jobs hold.
+                type Share<'a> = (&'a str, Vec<&'a PendingJob>, u64);
+                fn slot<'s, 'a>(
+                    names: &mut Names<'a>,
+                    shares: &'s mut Vec<Share<'a>>,
+                    share: &'a str,
+                ) -> &'s mut Share<'a> {
+                    let i = names.number(share);
+                    if i == shares.len() {
+                        shares.push((share, Vec::new(), 0));
+                    }
+                    &mut shares[i]
+                }
+                let mut names = Names::default();
+                let mut by_share: Vec<Share> = Vec::new();
+                for job in jobs {
+                    let share = job.share.as_deref().unwrap_or_default();
+                    slot(&mut names, &mut by_share, share).1.push(job);
+                }
+                for job in running {
+                    if let Some(share) = job.share.as_deref() {
+                        slot(&mut names, &mut by_share, share).2 += total(&job.instances);
+                    }
+                }
+                let reserve = match (policy.compute_reservation, env.pool.total_max()) {
+                    (Some(r), Some(max)) => reserved_instances(max, r, by_share.len()),
+                    _ => 0,
+                };
+                // The shares with waiting jobs, in identifier order, so that ranking by index
+                // breaks ties by share identifier.
+                by_share.retain(|(_, jobs, _)| !jobs.is_empty());
+                by_share.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let shares: Vec<ShareState> = by_share
                     .into_iter()
                     .map(|(share, mut list, held)| {
                         list.sort_by(within_share);
@@ -328,26 +420,124 @@ fn plan_queue<'a>(
                                 .advance(now_ms, 0, half_life)
                                 .average_instances(half_life),
                             held,
-                            jobs: list.into_iter(),
+                            jobs: list.into_iter().peekable(),
                         }
                     })
                     .collect();
-            let rank = |i: usize, s: &ShareState| Ranked(score(s.average, s.held, s.weight), i);
-            // Lowest (score, index) first.
-            let mut order: BinaryHeap<Reverse<Ranked>> = shares
-                .iter()
-                .enumerate()
-                .map(|(i, s)| Reverse(rank(i, s)))
-                .collect();
-            while let Some(Reverse(Ranked(_, i))) = order.pop() {
+                let order = shares
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| s.rank(i, &age).map(Reverse))
+                    .collect();
+                Line::FairShare {
+                    shares,
+                    order,
+                    reserve,
+                }
+            }
+        }
+    }
+
+    /// The job the line gives out next.
+    fn peek(&mut self) -> Option<&'a PendingJob> {
+        match self {
+            Line::Fifo { jobs, .. } => jobs.peek().copied(),
+            Line::FairShare { shares, order, .. } => {
+                let Reverse(Ranked(_, _, i)) = order.peek()?;
+                shares[*i].jobs.peek().copied()
+            }
+            Line::Quota { jobs, .. } => jobs.first().copied(),
+        }
+    }
+
+    /// The line's next turn, if it has jobs left.
+    fn turn(&mut self, line: usize, queue: &QueueState, age: &Age) -> Option<Turn> {
+        let next = self.peek()?;
+        Some(Turn {
+            priority: Reverse(age.priority(next)),
+            overdue_since: age.overdue_since(next),
+            queue_priority: Reverse(queue.priority),
+            name: queue.name.as_str().into(),
+            line,
+        })
+    }
+
+    /// Considers every job left.
+    fn drain(
+        &mut self,
+        plan: &mut Plan,
+        queue: &'a QueueState,
+        env: &mut EnvPlan<'a>,
+        age: &Age,
+        now_ms: i64,
+        config: &Config,
+    ) {
+        if let Line::Quota { jobs, running } = self {
+            let QueuePolicy::QuotaShare(shares) = &queue.policy else {
+                unreachable!("a quota line is made only for a quota-share queue");
+            };
+            let jobs = std::mem::take(jobs);
+            plan_quota_queue(plan, queue, shares, jobs, running, env, now_ms, config);
+            return;
+        }
+        while self.step(plan, queue, env, age, now_ms, config) {}
+    }
+
+    /// Considers the next job, if any; whether there was one.
+    fn step(
+        &mut self,
+        plan: &mut Plan,
+        queue: &'a QueueState,
+        env: &mut EnvPlan<'a>,
+        age: &Age,
+        now_ms: i64,
+        config: &Config,
+    ) -> bool {
+        match self {
+            Line::Fifo { jobs, blocked_by } => {
+                let Some(job) = jobs.next() else {
+                    return false;
+                };
+                if let Some(head) = blocked_by {
+                    let reason = SkipReason::BehindHead {
+                        head_job_id: head.clone(),
+                    };
+                    plan.skips.push(Skip {
+                        job_id: job.job_id.clone(),
+                        reason,
+                    });
+                    return true;
+                }
+                let outcome = consider(plan, queue, job, env, 0, now_ms, config);
+                if outcome == Outcome::Waiting && config.strict_fifo {
+                    *blocked_by = Some(job.job_id.clone());
+                }
+                true
+            }
+            Line::FairShare {
+                shares,
+                order,
+                reserve,
+            } => {
+                let Some(Reverse(Ranked(_, _, i))) = order.pop() else {
+                    return false;
+                };
                 let state = &mut shares[i];
                 let Some(job) = state.jobs.next() else {
-                    continue;
+                    return true;
                 };
-                if consider(plan, queue, job, env, reserve, now_ms, config) == Outcome::Dispatched {
+                if consider(plan, queue, job, env, *reserve, now_ms, config) == Outcome::Dispatched
+                {
                     state.held += total(&job.instances);
                 }
-                order.push(Reverse(rank(i, state)));
+                if let Some(rank) = state.rank(i, age) {
+                    order.push(Reverse(rank));
+                }
+                true
+            }
+            Line::Quota { .. } => {
+                self.drain(plan, queue, env, age, now_ms, config);
+                false
             }
         }
     }

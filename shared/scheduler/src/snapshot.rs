@@ -7,6 +7,7 @@ use std::sync::Arc;
 use trainyard_domain::State;
 use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::policy::FairsharePolicy;
+use trainyard_domain::queue::Aging;
 use trainyard_domain::quota_share::{InSharePreemption, QuotaShare, SharingStrategy};
 
 use crate::fair_share::ShareUsage;
@@ -191,6 +192,8 @@ pub struct QueueState {
     pub environment: Option<String>,
     /// Ordering policy.
     pub policy: QueuePolicy,
+    /// Aging, from the queue's tags: how its jobs' priority grows while they wait.
+    pub aging: Option<Aging>,
 }
 
 /// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
 use trainyard_domain::policy::{FairsharePolicy, ShareAttributes};
+use trainyard_domain::queue::Aging;
 use trainyard_scheduler::fair_share::ShareUsage;
 use trainyard_scheduler::{
     Config, EnvironmentState, PendingJob, Plan, QueuePolicy, QueueState, RunningJob, ShareKey,
@@ -33,6 +34,7 @@ fn queue(name: &str, priority: u32, env: &str, policy: QueuePolicy) -> QueueStat
         priority,
         environment: Some(env.into()),
         policy,
+        aging: None,
     }
 }
 
@@ -204,6 +206,139 @@ fn higher_priority_queues_are_served_first() {
         reason(&plan, "s1"),
         SkipReason::InsufficientCapacity { .. }
     ));
+}
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// A queue whose jobs age `per_hour` points an hour, up to `max`.
+fn aging(mut queue: QueueState, per_hour: u32, max: u32) -> QueueState {
+    queue.aging = Some(Aging {
+        per_hour,
+        max_priority: max,
+    });
+    queue
+}
+
+/// The three tiers of the simulator's `fleet` scenario: research and sweeps age 100 points an
+/// hour up to 899, so they never pass fresh production work.
+fn tiers(production: PendingJob, research: PendingJob, sweeps: PendingJob, free: u32) -> Plan {
+    let s = one_env(
+        free,
+        vec![
+            queue("production", 900, "gpu", QueuePolicy::Fifo),
+            aging(queue("research", 500, "gpu", QueuePolicy::Fifo), 100, 899),
+            aging(queue("sweeps", 100, "gpu", QueuePolicy::Fifo), 100, 899),
+        ],
+        vec![production, research, sweeps],
+        vec![],
+    );
+    plan_cycle(&s, NOW, &Config::default())
+}
+
+#[test]
+fn an_old_job_of_an_aging_queue_passes_fresh_work_of_higher_queues_but_not_the_ceiling() {
+    let fresh = NOW - 60_000;
+    // Waited 5 h: sweeps is at 100 + 500 = 600, above fresh research (500).
+    let plan = tiers(
+        job("p", "production", 1).at(fresh),
+        job("r", "research", 1).at(fresh),
+        job("s", "sweeps", 1).at(NOW - 5 * HOUR_MS),
+        2,
+    );
+    assert_eq!(dispatched(&plan), ["p", "s"]);
+    // Waited 3 h: 400, still below research.
+    let plan = tiers(
+        job("p", "production", 1).at(fresh),
+        job("r", "research", 1).at(fresh),
+        job("s", "sweeps", 1).at(NOW - 3 * HOUR_MS),
+        2,
+    );
+    assert_eq!(dispatched(&plan), ["p", "r"]);
+    // Waited a week: overdue at 899, still after fresh production at 900.
+    let plan = tiers(
+        job("p", "production", 1).at(fresh),
+        job("r", "research", 1).at(fresh),
+        job("s", "sweeps", 1).at(NOW - 168 * HOUR_MS),
+        1,
+    );
+    assert_eq!(dispatched(&plan), ["p"]);
+}
+
+#[test]
+fn overdue_jobs_go_oldest_first_whatever_their_queue() {
+    // Both at the ceiling: the sweeps job has waited longer, so it goes first although
+    // research's own priority is higher.
+    let plan = tiers(
+        job("p", "production", 1).at(NOW),
+        job("r", "research", 1).at(NOW - 10 * HOUR_MS),
+        job("s", "sweeps", 1).at(NOW - 20 * HOUR_MS),
+        2,
+    );
+    assert_eq!(dispatched(&plan), ["p", "s"]);
+}
+
+#[test]
+fn an_overdue_job_that_does_not_fit_holds_the_reservation() {
+    // One instance frees in an hour; an overdue sweeps job needing 2 waits for it, and a fresh
+    // research job that would outlast that hour may not take the free instance.
+    let s = one_env(
+        2,
+        vec![
+            aging(queue("research", 500, "gpu", QueuePolicy::Fifo), 100, 899),
+            aging(queue("sweeps", 100, "gpu", QueuePolicy::Fifo), 100, 899),
+        ],
+        vec![
+            job("r", "research", 1).at(NOW).runtime(7200),
+            job("s", "sweeps", 2).at(NOW - 20 * HOUR_MS),
+        ],
+        vec![running("busy", "research", 1, 3600)],
+    );
+    let plan = plan_cycle(&s, NOW, &Config::default());
+    assert!(dispatched(&plan).is_empty(), "{plan:?}");
+    assert!(matches!(
+        reason(&plan, "r"),
+        SkipReason::ReservedForHead { head_job_id, .. } if head_job_id == "s"
+    ));
+}
+
+#[test]
+fn within_a_fair_share_queue_an_overdue_job_passes_the_share_with_less_usage() {
+    let pending = vec![
+        job("heavy-old", "q", 1)
+            .share("heavy")
+            .at(NOW - 20 * HOUR_MS),
+        job("light-new", "q", 1).share("light").at(NOW),
+    ];
+    let usage = |s: &mut Snapshot| {
+        s.usage.insert(
+            ShareKey {
+                queue: "q".into(),
+                share: "heavy".into(),
+            },
+            ShareUsage {
+                instance_seconds: 3_600_000.0,
+                at_ms: NOW,
+            },
+        );
+    };
+    let mut plain = one_env(
+        1,
+        vec![queue("q", 100, "gpu", fair(&[]))],
+        pending.clone(),
+        vec![],
+    );
+    usage(&mut plain);
+    let plan = plan_cycle(&plain, NOW, &Config::default());
+    assert_eq!(dispatched(&plan), ["light-new"], "fair share alone");
+    let mut aged = one_env(
+        1,
+        vec![aging(queue("q", 100, "gpu", fair(&[])), 100, 899)],
+        pending,
+        vec![],
+    );
+    usage(&mut aged);
+    let plan = plan_cycle(&aged, NOW, &Config::default());
+    assert_eq!(dispatched(&plan), ["heavy-old"], "overdue goes first");
 }
 
 #[test]

@@ -46,6 +46,7 @@ fn generate(seed: u64) -> Snapshot {
                     }],
                 })
             },
+            aging: None,
         })
         .collect();
     let mut used = 0;
@@ -274,6 +275,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
         priority: 1,
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(policy),
+        aging: None,
     };
     let env = EnvironmentState {
         name: "gpu".into(),

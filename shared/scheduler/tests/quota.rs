@@ -107,6 +107,7 @@ fn snapshot(
             priority: 1,
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
+            aging: None,
         }],
         running,
         pending,

@@ -91,6 +91,7 @@ fn world(seed: u64) -> (Snapshot, bool) {
             priority: 1,
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
+            aging: None,
         }],
         running: vec![],
         pending,

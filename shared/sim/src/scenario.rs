@@ -49,6 +49,29 @@ pub struct Tier {
     /// trace duration, else to `default_queue`. Shortest-job-first as configuration.
     #[serde(default)]
     pub max_duration_s: Option<f64>,
+    /// Aging of the tier's queue under the `trainyard` policy: priority points its jobs gain per
+    /// hour waited (the queue tag `trainyard:aging-per-hour`; unset, none).
+    #[serde(default)]
+    pub aging_per_hour: Option<u32>,
+    /// The highest priority the tier's jobs age to (`trainyard:aging-max-priority`; default
+    /// 1000).
+    #[serde(default)]
+    pub aging_max_priority: Option<u32>,
+}
+
+impl Tier {
+    /// The tags that give the tier's queue its aging.
+    pub fn aging_tags(&self) -> trainyard_domain::Tags {
+        use trainyard_domain::queue::{AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG};
+        let mut tags = trainyard_domain::Tags::new();
+        if let Some(rate) = self.aging_per_hour {
+            tags.insert(AGING_PER_HOUR_TAG.into(), rate.to_string());
+        }
+        if let Some(max) = self.aging_max_priority {
+            tags.insert(AGING_MAX_PRIORITY_TAG.into(), max.to_string());
+        }
+        tags
+    }
 }
 
 /// A team (share) the scenario says something about; teams only in the trace get weight 1.
@@ -227,6 +250,9 @@ impl Scenario {
                     tier.name
                 ));
             }
+            if let Err(problem) = trainyard_domain::queue::aging_of(&tier.aging_tags()) {
+                problems.push(format!("tier {}: {problem}", tier.name));
+            }
             if !(0.0..=1.0).contains(&tier.fraction) {
                 problems.push(format!("tier {}: fraction must be 0–1", tier.name));
             }
@@ -391,12 +417,16 @@ impl Scenario {
             out.push((
                 format!("tier.{}", tier.name),
                 format!(
-                    "priority={} scheduling_priority={} fraction={}{}",
+                    "priority={} scheduling_priority={} fraction={}{}{}",
                     tier.priority,
                     tier.scheduling_priority,
                     tier.fraction,
                     tier.max_duration_s
-                        .map_or_else(String::new, |d| format!(" max_duration_s={d}"))
+                        .map_or_else(String::new, |d| format!(" max_duration_s={d}")),
+                    tier.aging_per_hour.map_or_else(String::new, |rate| format!(
+                        " aging={rate}/h up to {}",
+                        tier.aging_max_priority.unwrap_or(1000)
+                    ))
                 ),
             ));
         }

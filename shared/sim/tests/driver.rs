@@ -125,6 +125,48 @@ fn trainyard_serves_production_then_research_then_sweeps() {
     assert_eq!(max(&sweeps), 200.0);
 }
 
+/// On one instance, a research job of an hour arrives every hour for 40 hours, and one sweep
+/// arrives just after the first. Without aging the sweep waits for the whole stream; with the
+/// sweeps queue aging 100 points an hour (from 100), it passes fresh research (500) once it has
+/// waited more than 4 hours, at the next instant the instance frees.
+#[test]
+fn an_aging_sweep_is_not_starved_by_a_stream_of_research() {
+    let mut lines: Vec<String> = (0..40)
+        .map(|i| {
+            format!(
+                r#"{{"id":"r{i:02}","submit_s":{},"duration_s":3600,"instances":1,"queue":"research","share":"vision"}}"#,
+                i * 3600
+            )
+        })
+        .collect();
+    lines.push(
+        r#"{"id":"sweep","submit_s":10,"duration_s":60,"instances":1,"queue":"sweeps","share":"vision"}"#
+            .into(),
+    );
+    let trace = parse(&lines.join("\n"), Format::Jsonl).unwrap();
+    let mut scenario = small();
+    scenario.capacity_instances = 1;
+    let sweep_wait = |scenario: &Scenario| {
+        let record = replay(&trace, scenario, Policy::Trainyard);
+        let sweep = record.jobs.iter().find(|j| j.trace_id == "sweep").unwrap();
+        sweep.first_start_s.unwrap() - sweep.submit_s
+    };
+    let starved = sweep_wait(&scenario);
+    assert!(starved > 39.0 * 3600.0, "without aging: {starved} s");
+    let sweeps = scenario
+        .tiers
+        .iter_mut()
+        .find(|t| t.name == "sweeps")
+        .unwrap();
+    sweeps.aging_per_hour = Some(100);
+    sweeps.aging_max_priority = Some(899);
+    let aged = sweep_wait(&scenario);
+    assert!(
+        (4.0 * 3600.0..6.0 * 3600.0).contains(&aged),
+        "with aging: {aged} s"
+    );
+}
+
 #[test]
 fn fifo_ignores_tiers_and_serves_in_submission_order() {
     let record = replay(&tiers_trace(), &small(), Policy::Fifo);

@@ -7,7 +7,7 @@ use trainyard_domain::arn::{ArnError, ResourceKind};
 use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::limits::MAX_TAGS;
 use trainyard_domain::policy::SchedulingPolicy;
-use trainyard_domain::queue::JobQueue;
+use trainyard_domain::queue::{JobQueue, aging_of};
 use trainyard_domain::quota_share::QuotaShare;
 
 use super::Service;
@@ -18,6 +18,11 @@ use crate::ports::{ConfigStore, EventSink, JobStore, Resource, StoreError, quota
 /// A resource whose tags can be edited in place.
 trait Tagged: Resource {
     fn tags_mut(&mut self) -> &mut Tags;
+
+    /// Refuses tags that configure the resource wrongly (Trainyard's `trainyard:` tags).
+    fn check_tags(_tags: &Tags) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl Tagged for ServiceEnvironment {
@@ -29,6 +34,10 @@ impl Tagged for ServiceEnvironment {
 impl Tagged for JobQueue {
     fn tags_mut(&mut self) -> &mut Tags {
         &mut self.tags
+    }
+
+    fn check_tags(tags: &Tags) -> Result<(), String> {
+        aging_of(tags).map(drop)
     }
 }
 
@@ -144,6 +153,7 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
             if !edit.apply(arn, current.value.tags_mut())? {
                 return Ok(());
             }
+            R::check_tags(current.value.tags_mut()).map_err(AppError::Invalid)?;
             match self
                 .store
                 .update_resource(&current.value, current.version)

@@ -281,6 +281,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 priority: queue.priority,
                 environment: queue.service_environment().map(str::to_owned),
                 policy,
+                // Tags are checked when written; one that is not valid ages nothing.
+                aging: queue.aging().ok().flatten(),
             });
             queue_map.insert(name, queue);
         }
