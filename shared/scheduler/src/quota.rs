@@ -140,8 +140,8 @@ pub fn borrowed_jobs<'a>(
 struct Quota<'a> {
     all: &'a [QuotaShareState],
     shares: BTreeMap<&'a str, &'a QuotaShareState>,
-    /// `U(S,t)` (see the module docs).
-    used: BTreeMap<(&'a str, String), u64>,
+    /// `U(S,t)` (see the module docs), by (share, instance type).
+    used: BTreeMap<(&'a str, &'a str), u64>,
     /// Running attempts of the queue.
     running: Vec<&'a RunningJob>,
     /// Jobs being preempted in this cycle.
@@ -153,6 +153,11 @@ struct Quota<'a> {
     preemptible: BTreeMap<&'a str, Vec<&'a RunningJob>>,
     /// Of those, the borrowed ones (all shares), recomputed with `borrowed`.
     preemptible_borrowed: Vec<&'a RunningJob>,
+    /// Demands for which [`Quota::make_room`] found no room in this cycle, per (share,
+    /// instance type): (priority, instances) pairs. Room only shrinks within a cycle (capacity is
+    /// taken, victims are set aside, usage grows), so a job of the same share and type with no
+    /// higher priority that needs no fewer instances finds none either, and is not searched for.
+    no_room: BTreeMap<(&'a str, &'a str), Vec<(u32, u32)>>,
 }
 
 impl<'a> Quota<'a> {
@@ -169,12 +174,12 @@ impl<'a> Quota<'a> {
     }
 
     fn used(&self, share: &str, ty: &str) -> u64 {
-        self.used.get(&(share, ty.to_owned())).copied().unwrap_or(0)
+        self.used.get(&(share, ty)).copied().unwrap_or(0)
     }
 
-    fn add(&mut self, share: &'a str, job: &crate::snapshot::Instances) {
+    fn add(&mut self, share: &'a str, job: &'a crate::snapshot::Instances) {
         for (ty, n) in job {
-            *self.used.entry((share, ty.clone())).or_insert(0) += u64::from(*n);
+            *self.used.entry((share, ty.as_str())).or_insert(0) += u64::from(*n);
         }
     }
 
@@ -267,6 +272,31 @@ impl<'a> Quota<'a> {
             .filter(|s| s.name != share && s.strategy == SharingStrategy::Reserve)
             .map(|s| s.limit(ty).saturating_sub(self.used(&s.name, ty)))
             .sum()
+    }
+
+    /// Whether an earlier search this cycle already shows that `job` (of one instance type) finds
+    /// no room (see `no_room`).
+    fn known_no_room(&self, share: &str, job: &PendingJob) -> bool {
+        let mut types = job.instances.iter();
+        let (Some((ty, n)), None) = (types.next(), types.next()) else {
+            return false;
+        };
+        self.no_room
+            .get(&(share, ty.as_str()))
+            .is_some_and(|failed| failed.iter().any(|(p, m)| job.priority <= *p && n >= m))
+    }
+
+    /// Notes that `job` (of share `share`) found no room.
+    fn note_no_room(&mut self, share: &'a str, job: &'a PendingJob) {
+        let mut types = job.instances.iter();
+        if let (Some((ty, n)), None) = (types.next(), types.next()) {
+            let failed = self.no_room.entry((share, ty.as_str())).or_default();
+            // Keep only what the others do not already imply.
+            if !failed.iter().any(|(p, m)| job.priority <= *p && n >= m) {
+                failed.retain(|(p, m)| !(*p <= job.priority && m >= n));
+                failed.push((job.priority, *n));
+            }
+        }
     }
 
     /// Preemption: the fewest victims (in victim order) that let the job fit within its share's
@@ -416,6 +446,7 @@ pub(crate) fn plan_quota_queue<'a>(
         preemptible_borrowed: Vec::new(),
         victims: BTreeSet::new(),
         running: running.to_vec(),
+        no_room: BTreeMap::new(),
     };
     quota.set_borrowed(borrowed_jobs(shares, quota.running.iter().copied()));
     for job in quota.running.clone() {
@@ -533,7 +564,11 @@ fn decide<'a>(
             Err(reason) => skip(plan, reason),
         };
     };
+    if quota.known_no_room(&share.name, job) {
+        return skip(plan, reason);
+    }
     let Some(victims) = quota.make_room(share, job, env) else {
+        quota.note_no_room(&share.name, job);
         return skip(plan, reason);
     };
 
