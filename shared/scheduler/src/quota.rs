@@ -308,6 +308,7 @@ impl<'a> Quota<'a> {
         share: &QuotaShareState,
         job: &PendingJob,
         env: &EnvPlan,
+        in_share: bool,
     ) -> Option<Vec<&'a RunningJob>> {
         // Candidates: borrowed jobs of other shares, and (in-share) the share's own jobs of
         // lower priority; all old enough (`preemptible`), not already victims, and holding a type
@@ -327,7 +328,7 @@ impl<'a> Quota<'a> {
         let own = self
             .preemptible
             .get(share.name.as_str())
-            .filter(|_| share.in_share_preemption)
+            .filter(|_| share.in_share_preemption && in_share)
             .into_iter()
             .flatten()
             .copied()
@@ -408,6 +409,11 @@ impl<'a> Quota<'a> {
     }
 }
 
+/// Seconds as milliseconds, saturating.
+fn seconds_ms(s: u64) -> i64 {
+    i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
+}
+
 /// What happened to one job.
 enum Decision {
     Done,
@@ -427,8 +433,7 @@ pub(crate) fn plan_quota_queue<'a>(
     now_ms: i64,
     config: &Config,
 ) {
-    let min_age_ms = i64::try_from(config.min_runtime_before_preemption_s.saturating_mul(1000))
-        .unwrap_or(i64::MAX);
+    let min_age_ms = seconds_ms(config.min_runtime_before_preemption_s);
     let mut preemptible: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
     for job in running {
         if let Some(share) = job.share.as_deref()
@@ -564,11 +569,18 @@ fn decide<'a>(
             Err(reason) => skip(plan, reason),
         };
     };
-    if quota.known_no_room(&share.name, job) {
+    // In-share preemption is a last resort: only for a job that has waited
+    // `min_wait_before_in_share_preemption_s` (its share's own jobs end and free capacity for it
+    // meanwhile). Reclaiming borrowed capacity is never deferred.
+    let waited_ms = now_ms.saturating_sub(job.runnable_at_ms);
+    let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s);
+    if in_share && quota.known_no_room(&share.name, job) {
         return skip(plan, reason);
     }
-    let Some(victims) = quota.make_room(share, job, env) else {
-        quota.note_no_room(&share.name, job);
+    let Some(victims) = quota.make_room(share, job, env, in_share) else {
+        if in_share {
+            quota.note_no_room(&share.name, job);
+        }
         return skip(plan, reason);
     };
 

@@ -284,6 +284,10 @@ pub struct Config {
     /// long enough for SageMaker to provision and start training, short enough that a reclaiming
     /// share waits minutes, not hours.
     pub min_runtime_before_preemption_s: u64,
+    /// A waiting job preempts lower-priority jobs of its own quota share only once it has waited
+    /// this long: until then its share's jobs that end free capacity for it, which costs no
+    /// work. Reclaiming borrowed capacity for a share's owner is never deferred.
+    pub min_wait_before_in_share_preemption_s: u64,
 }
 
 impl Default for Config {
@@ -292,6 +296,7 @@ impl Default for Config {
             strict_fifo: false,
             default_runtime_s: 86_400,
             min_runtime_before_preemption_s: 600,
+            min_wait_before_in_share_preemption_s: 0,
         }
     }
 }

@@ -518,6 +518,44 @@ fn preemption_reasons_say_which_rule_applied() {
     ));
 }
 
+/// With `min_wait_before_in_share_preemption_s`, a job preempts its own share's lower-priority
+/// jobs only once it has waited that long; reclaiming borrowed capacity is not deferred.
+#[test]
+fn in_share_preemption_waits_for_the_minimum_wait_and_reclaim_does_not() {
+    let config = Config {
+        min_wait_before_in_share_preemption_s: 900,
+        ..Config::default()
+    };
+    let in_share = |waited_s: i64| {
+        let mut high = prio(job("a-high", "a", 2), 7);
+        high.runnable_at_ms = NOW - waited_s * 1000;
+        snapshot(
+            2,
+            vec![share("a", 2, Lend).in_share()],
+            vec![prio(run("a-low", "a", 2, 5), 0)],
+            vec![high],
+        )
+    };
+    let early = plan_cycle(&in_share(899), NOW, &config);
+    assert!(early.preemptions.is_empty(), "{early:#?}");
+    assert!(matches!(
+        reason(&early, "a-high"),
+        SkipReason::QuotaExhausted { .. }
+    ));
+    let late = plan_cycle(&in_share(900), NOW, &config);
+    assert_eq!(preempted(&late), [("a-low", "a-high")]);
+
+    // The owner of lent capacity reclaims it at once.
+    let reclaim = snapshot(
+        4,
+        vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
+        vec![run("b-own", "b", 2, 5), run("b-borrowed", "b", 2, 1)],
+        vec![job("a1", "a", 2)],
+    );
+    let plan = plan_cycle(&reclaim, NOW, &config);
+    assert_eq!(preempted(&plan), [("b-borrowed", "a1")], "{plan:#?}");
+}
+
 /// Two cycles: the lender reclaims, the victims are re-queued, the preemptor starts, and the
 /// victims cannot preempt it back (it runs within its share's limit).
 #[test]

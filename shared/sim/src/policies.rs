@@ -297,6 +297,7 @@ impl Setup {
         let planner = PlannerConfig {
             strict_fifo,
             min_runtime_before_preemption_s: scenario.min_runtime_before_preemption_s,
+            min_wait_before_in_share_preemption_s: scenario.min_wait_before_in_share_preemption_s,
             ..PlannerConfig::default()
         };
         let tiers = scenario

@@ -154,6 +154,10 @@ pub struct Scenario {
     /// An attempt younger than this is never preempted, seconds.
     #[serde(default = "default_min_runtime")]
     pub min_runtime_before_preemption_s: u64,
+    /// A job preempts lower-priority jobs of its own quota share only after waiting this long,
+    /// seconds (`Config::min_wait_before_in_share_preemption_s`).
+    #[serde(default)]
+    pub min_wait_before_in_share_preemption_s: u64,
     /// Period of the due-work pass (timeouts, relaunches, reconciliation), seconds.
     #[serde(default = "default_due")]
     pub due_work_interval_s: u64,
@@ -467,6 +471,10 @@ impl Scenario {
             (
                 "min_runtime_before_preemption_s",
                 self.min_runtime_before_preemption_s.to_string(),
+            ),
+            (
+                "min_wait_before_in_share_preemption_s",
+                self.min_wait_before_in_share_preemption_s.to_string(),
             ),
             ("due_work_interval_s", self.due_work_interval_s.to_string()),
             ("reconcile_quiet_s", self.reconcile_quiet_s.to_string()),
