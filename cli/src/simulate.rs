@@ -192,6 +192,10 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         );
         runs.push(record);
     }
+    let summaries = trainyard_sim::report::summaries(&runs)?;
+    for warning in trainyard_sim::report::warnings(&summaries) {
+        eprintln!("warning: {}", warning.replace('`', ""));
+    }
     match &args.out {
         Some(dir) => {
             let context = trainyard_sim::report::ReportContext {

@@ -215,6 +215,20 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// Whether the job can never run as the configuration stands: it needs more than the
+    /// environment or its quota share can ever give, or names a queue, environment or quota
+    /// share that does not exist. (A disabled environment is not: enabling it is routine.)
+    pub fn never_runs(&self) -> bool {
+        matches!(
+            self,
+            Self::ExceedsEnvironment { .. }
+                | Self::NoEnvironment
+                | Self::UnknownQueue
+                | Self::UnknownQuotaShare { .. }
+                | Self::QuotaLimitExceeded { .. }
+        )
+    }
+
     /// The code that prefixes the reason's text (before ` - `): what kind of wait it is, without
     /// the figures of the moment. `jobStateTimeLimitActions` match on it, and a host can compare
     /// it with a stored reason without formatting the text.

@@ -59,10 +59,14 @@ use trainyard_emulator::model::{
     Config as EmulatorConfig, Emulator, SageMakerError, StateChange, TimeFormat,
 };
 
-use crate::policies::{Policy, Setup, TeamLoad};
+use crate::policies::{Policy, Route, Setup, TeamLoad};
 use crate::record::{JobRecord, RunRecord, ShareInterval, UsageInterval};
 use crate::scenario::Scenario;
 use crate::trace::{Trace, TraceJob};
+use trainyard_scheduler::{
+    EnvironmentState, PendingJob, QueuePolicy, QueueState, QuotaShareState, SharedStr, SkipReason,
+    Snapshot, plan_cycle,
+};
 
 /// Virtual time of the trace's first submission (epoch ms): any fixed instant will do.
 const T0_MS: i64 = 1_500_000_000_000;
@@ -422,6 +426,76 @@ fn ms(s: f64) -> i64 {
     (s * 1_000.0).round() as i64
 }
 
+/// Why a job of `route` needing `instances` of `instance_type` can never run under `setup`, if
+/// it cannot: the planner itself is asked about the job alone in an idle environment, and its
+/// reason counts if it is one that no amount of waiting changes ([`SkipReason::never_runs`]).
+fn never_runs(
+    setup: &Setup,
+    route: &Route,
+    instance_type: &str,
+    instances: u32,
+) -> Option<SkipReason> {
+    let environment = &setup.environment;
+    let queues = setup
+        .queues
+        .iter()
+        .map(|q| {
+            let policy = q
+                .scheduling_policy
+                .as_deref()
+                .and_then(|name| setup.policies.iter().find(|p| p.name == name));
+            let policy = match policy {
+                Some(p) if p.quota_share_policy.is_some() => QueuePolicy::QuotaShare(
+                    setup
+                        .quota_shares
+                        .iter()
+                        .filter(|s| s.job_queue == q.job_queue_name)
+                        .map(QuotaShareState::from)
+                        .collect(),
+                ),
+                Some(p) => QueuePolicy::FairShare(p.fairshare_policy.clone().unwrap_or_default()),
+                None => QueuePolicy::Fifo,
+            };
+            QueueState {
+                name: q.job_queue_name.clone(),
+                priority: q.priority,
+                environment: q.service_environment().map(str::to_owned),
+                policy,
+                aging: None,
+            }
+        })
+        .collect();
+    let probe = PendingJob {
+        job_id: "probe".into(),
+        queue: route.queue.as_str().into(),
+        share: route
+            .quota_share_name
+            .as_deref()
+            .or(route.share_identifier.as_deref())
+            .map(SharedStr::from),
+        priority: route.scheduling_priority.unwrap_or(0),
+        runnable_at_ms: 0,
+        instances: Arc::new([(instance_type.to_owned(), instances)].into()),
+        max_runtime_s: None,
+        not_before_ms: None,
+    };
+    let snapshot = Snapshot {
+        environments: vec![EnvironmentState {
+            name: environment.service_environment_name.clone(),
+            enabled: true,
+            limits: environment.capacity_limits.clone(),
+        }],
+        queues,
+        pending: vec![probe],
+        ..Snapshot::default()
+    };
+    let plan = plan_cycle(&snapshot, 0, &setup.planner);
+    plan.skips
+        .into_iter()
+        .map(|skip| skip.reason)
+        .find(SkipReason::never_runs)
+}
+
 fn seconds(at_ms: i64) -> f64 {
     (at_ms - T0_MS) as f64 / 1_000.0
 }
@@ -644,6 +718,38 @@ pub fn run(
             submit_ms: T0_MS + ms(job.submit_s),
         })
         .collect();
+    // Jobs that can never run under this policy are not replayed (they would only wait): they
+    // are recorded as never started, with the planner's reason.
+    let mut probes: BTreeMap<(String, Option<String>, &str, u32), Option<SkipReason>> =
+        BTreeMap::new();
+    let mut never = Vec::new();
+    let mut records: Vec<Option<JobRecord>> = Vec::with_capacity(planned.len());
+    let planned: Vec<Planned<'_>> = planned
+        .into_iter()
+        .filter_map(|p| {
+            let route = setup.route(&p.tier, &p.team, p.job.scheduling_priority);
+            let ty = p
+                .job
+                .instance_type
+                .as_deref()
+                .unwrap_or(&scenario.instance_type);
+            let share = route
+                .quota_share_name
+                .clone()
+                .or(route.share_identifier.clone());
+            let reason = probes
+                .entry((route.queue.clone(), share, ty, p.job.instances))
+                .or_insert_with(|| never_runs(&setup, &route, ty, p.job.instances));
+            records.push(None);
+            match reason {
+                Some(reason) => {
+                    never.push((records.len() - 1, p, reason.to_string()));
+                    None
+                }
+                None => Some(p),
+            }
+        })
+        .collect();
     let last_submit_s = trace.jobs.last().map_or(0.0, |j| j.submit_s);
     let retry = (scenario.attempts > 1).then(|| RetryStrategy {
         attempts: scenario.attempts,
@@ -809,13 +915,22 @@ pub fn run(
     }
 
     let (usage, shares) = recorder.finish(now);
-    let mut jobs = Vec::with_capacity(planned.len());
-    for (p, id) in planned.iter().zip(&ids) {
-        let Some(stored) = ready(store.get_job(id))?? else {
-            continue;
-        };
-        jobs.push(job_record(p, &stored.value));
+    for (i, p, reason) in never {
+        records[i] = Some(JobRecord {
+            never_runs: Some(reason),
+            ..never_started(&p)
+        });
     }
+    let mut replayed = planned.iter().zip(&ids);
+    for slot in records.iter_mut().filter(|r| r.is_none()) {
+        let Some((p, id)) = replayed.next() else {
+            break;
+        };
+        if let Some(stored) = ready(store.get_job(id))?? {
+            *slot = Some(job_record(p, &stored.value));
+        }
+    }
+    let jobs = records.into_iter().flatten().collect();
     Ok(RunRecord {
         policy: policy.name().into(),
         jobs,
@@ -823,6 +938,25 @@ pub fn run(
         shares,
         end_s: seconds(now),
     })
+}
+
+/// A job that was never submitted: it never started.
+fn never_started(p: &Planned<'_>) -> JobRecord {
+    JobRecord {
+        trace_id: p.job.id.clone(),
+        queue: p.tier.clone(),
+        share: Some(p.team.clone()),
+        instances: p.job.instances,
+        submit_s: seconds(p.submit_ms),
+        first_start_s: None,
+        end_s: None,
+        duration_s: p.job.duration_s,
+        status: JobStatus::Runnable.to_string(),
+        attempts: 0,
+        preemptions: 0,
+        preempted_instance_s: 0.0,
+        never_runs: None,
+    }
 }
 
 fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
@@ -854,5 +988,6 @@ fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
             .as_ref()
             .map_or(0, |s| s.preempted_attempt_count),
         preempted_instance_s,
+        never_runs: None,
     }
 }

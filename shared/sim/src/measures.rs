@@ -125,7 +125,23 @@ pub struct PolicySummary {
     pub jobs_unfinished: usize,
     /// Jobs that never started (their waits are censored lower bounds).
     pub jobs_never_started: usize,
+    /// Jobs that can never run under the policy (and so never started), by the planner's
+    /// reason code (`MISCONFIGURATION:...`).
+    #[serde(default)]
+    pub never_runnable: BTreeMap<String, NeverRunnable>,
 }
+
+/// Jobs that can never run for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct NeverRunnable {
+    /// How many.
+    pub count: usize,
+    /// The first few, by trace id in trace order.
+    pub examples: Vec<String>,
+}
+
+/// Examples of never-runnable jobs kept per reason.
+const NEVER_RUNNABLE_EXAMPLES: usize = 5;
 
 impl PolicySummary {
     /// Measures one run.
@@ -177,8 +193,25 @@ impl PolicySummary {
                 .iter()
                 .filter(|j| j.first_start_s.is_none())
                 .count(),
+            never_runnable: never_runnable(run),
         }
     }
+}
+
+/// The never-runnable jobs of a run, by reason code (the text before ` - `).
+fn never_runnable(run: &RunRecord) -> BTreeMap<String, NeverRunnable> {
+    let mut out: BTreeMap<String, NeverRunnable> = BTreeMap::new();
+    for job in &run.jobs {
+        if let Some(reason) = &job.never_runs {
+            let code = reason.split(" - ").next().unwrap_or(reason);
+            let entry = out.entry(code.to_owned()).or_default();
+            entry.count += 1;
+            if entry.examples.len() < NEVER_RUNNABLE_EXAMPLES {
+                entry.examples.push(job.trace_id.clone());
+            }
+        }
+    }
+    out
 }
 
 fn ended_with(run: &RunRecord, status: &str) -> usize {

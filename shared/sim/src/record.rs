@@ -31,6 +31,10 @@ pub struct JobRecord {
     pub preemptions: u32,
     /// Instance-seconds lost to preemptions (work done by attempts that were preempted).
     pub preempted_instance_s: f64,
+    /// Why the job can never run under the policy (the planner's `MISCONFIGURATION:` reason),
+    /// if it cannot: such a job is not replayed, and counts as never started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub never_runs: Option<String>,
 }
 
 impl JobRecord {

@@ -80,6 +80,45 @@ pub fn summaries(runs: &[RunRecord]) -> Result<BTreeMap<String, PolicySummary>, 
     Ok(out)
 }
 
+/// A policy that completes less than this fraction of the most any policy completed is flagged:
+/// its waits and utilization then describe a different workload from the others'.
+pub const COMPLETION_GAP: f64 = 0.9;
+
+/// What a reader must know before comparing the policies' figures: jobs that can never run
+/// under a policy, and policies that completed far less than the best. One line each, in policy
+/// order; empty when there is nothing to say.
+pub fn warnings(summaries: &BTreeMap<String, PolicySummary>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (policy, s) in summaries {
+        let total = s.wait_s.count;
+        for (code, never) in &s.never_runnable {
+            out.push(format!(
+                "`{policy}`: {} of {total} jobs can never run ({code}), e.g. {}; they count as \
+                 never started",
+                never.count,
+                never.examples.join(", ")
+            ));
+        }
+    }
+    let best = summaries
+        .iter()
+        .max_by_key(|(policy, s)| (s.jobs_completed, std::cmp::Reverse(*policy)));
+    if let Some((best_policy, best)) = best {
+        for (policy, s) in summaries {
+            if (s.jobs_completed as f64) < COMPLETION_GAP * best.jobs_completed as f64 {
+                out.push(format!(
+                    "`{policy}` completed {} jobs, {:.0}% of the {} `{best_policy}` completed: \
+                     its waits and utilization describe a different workload",
+                    s.jobs_completed,
+                    100.0 * s.jobs_completed as f64 / best.jobs_completed as f64,
+                    best.jobs_completed
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Writes every report file for `runs` into `dir` (created if missing).
 pub fn write_report(
     dir: &Path,
@@ -291,6 +330,7 @@ fn jobs_csv(run: &RunRecord) -> String {
         "attempts",
         "preemptions",
         "preempted_instance_s",
+        "never_runs",
     ];
     let mut out = csv_line(&header.map(String::from));
     for job in &run.jobs {
@@ -312,6 +352,7 @@ fn jobs_csv(run: &RunRecord) -> String {
             job.attempts.to_string(),
             job.preemptions.to_string(),
             csv_number(Some(job.preempted_instance_s)),
+            job.never_runs.clone().unwrap_or_default(),
         ]));
     }
     out
@@ -367,6 +408,14 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
     };
     let mut out = String::new();
     let _ = writeln!(out, "# Simulation report\n");
+    let warnings = warnings(summaries);
+    if !warnings.is_empty() {
+        let _ = writeln!(out, "## Warnings\n");
+        for warning in &warnings {
+            let _ = writeln!(out, "- {warning}");
+        }
+        out.push('\n');
+    }
     let _ = writeln!(out, "## Context\n");
     let _ = writeln!(out, "- trace: `{}`", context.trace);
     let _ = writeln!(out, "- scenario: `{}`", context.scenario);

@@ -222,3 +222,85 @@ fn jobs_ask_for_a_coarse_runtime_above_their_duration() {
         assert!(requested_runtime_s(duration) as f64 > duration);
     }
 }
+
+/// A trace whose instance type the quota policies' environment does not offer, plus two jobs
+/// larger than the whole pool: the jobs that can never run are named with the planner's reason,
+/// not replayed, counted as never started, and the report says so at the top.
+#[test]
+fn jobs_that_can_never_run_are_named_and_the_report_warns() {
+    let mut lines: Vec<String> = (0..20)
+        .map(|i| {
+            format!(
+                r#"{{"id":"p5-{i}","submit_s":{i},"duration_s":50,"instances":1,"instance_type":"ml.p5.48xlarge","share":"vision"}}"#
+            )
+        })
+        .collect();
+    for i in 0..2 {
+        lines.push(format!(
+            r#"{{"id":"huge-{i}","submit_s":30,"duration_s":50,"instances":100,"instance_type":"ml.p5.48xlarge","share":"vision"}}"#
+        ));
+    }
+    let trace = parse(&lines.join("\n"), Format::Jsonl).unwrap();
+    let scenario = small();
+    let fifo = replay(&trace, &scenario, Policy::Fifo);
+    let quota = replay(&trace, &scenario, Policy::QuotaShares);
+    let never = |record: &RunRecord| -> Vec<(String, String)> {
+        record
+            .jobs
+            .iter()
+            .filter_map(|j| {
+                let reason = j.never_runs.as_deref()?;
+                Some((j.trace_id.clone(), reason.split(" - ").next()?.to_owned()))
+            })
+            .collect()
+    };
+    // FIFO's environment counts instances of any type: only the two huge jobs never run.
+    let fifo_never = never(&fifo);
+    assert_eq!(
+        fifo_never,
+        [
+            (
+                "huge-0".to_owned(),
+                "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE".to_owned()
+            ),
+            (
+                "huge-1".to_owned(),
+                "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE".to_owned()
+            )
+        ]
+    );
+    assert_eq!(fifo.jobs.len(), 22, "every job is recorded");
+    assert_eq!(fifo.jobs.iter().filter(|j| j.end_s.is_some()).count(), 20);
+    // The quota policies' environment offers only the scenario's type: nothing can run.
+    assert_eq!(never(&quota).len(), 22);
+    assert!(quota.jobs.iter().all(|j| j.first_start_s.is_none()));
+    assert_eq!(
+        quota
+            .jobs
+            .iter()
+            .map(|j| j.trace_id.as_str())
+            .collect::<Vec<_>>(),
+        fifo.jobs
+            .iter()
+            .map(|j| j.trace_id.as_str())
+            .collect::<Vec<_>>(),
+        "trace order is kept"
+    );
+
+    let summaries = trainyard_sim::report::summaries(&[fifo, quota]).unwrap();
+    assert_eq!(summaries["quota-shares"].jobs_never_started, 22);
+    let warnings = trainyard_sim::report::warnings(&summaries);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("`fifo`: 2 of 22 jobs can never run")
+                && w.contains("huge-0, huge-1")),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("`quota-shares` completed 0 jobs, 0% of the 20 `fifo`")),
+        "{warnings:#?}"
+    );
+}

@@ -31,6 +31,7 @@ fn job(id: &str, submit_s: f64, wait_s: f64, duration_s: f64) -> JobRecord {
         attempts: 1,
         preemptions: 0,
         preempted_instance_s: 0.0,
+        never_runs: None,
     }
 }
 

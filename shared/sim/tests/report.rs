@@ -21,7 +21,7 @@ const REQUIRED: [&str; 10] = [
 ];
 
 /// The keys added beyond the required ones (documented on `PolicySummary`).
-const EXTRA: [&str; 8] = [
+const EXTRA: [&str; 9] = [
     "jct_s",
     "slowdown",
     "fairness_windows",
@@ -30,6 +30,7 @@ const EXTRA: [&str; 8] = [
     "jobs_failed",
     "jobs_unfinished",
     "jobs_never_started",
+    "never_runnable",
 ];
 
 fn job(
@@ -53,6 +54,7 @@ fn job(
         attempts: 1,
         preemptions: 0,
         preempted_instance_s: 0.0,
+        never_runs: None,
     }
 }
 
