@@ -34,6 +34,14 @@
 //!   by window length, and `null` if none remain. 1 is proportional; `1/n` is one share taking
 //!   everything from `n`.
 //! - **Longest wait** (starvation) is the largest wait, censored waits included.
+//! - **Wait after first start** is, for a preempted job that completed, the time from its
+//!   first start to its end less its run time and the time its preempted attempts held
+//!   instances (stop grace included): the time it spent waiting again after being preempted.
+//!   *Wait* above stops at the first start, so it does not count this; a policy that preempts
+//!   is judged on both.
+//! - **Preemption cost**: preemptions per job, and the instance-time of preempted attempts
+//!   (work thrown away, as nothing is checkpointed in the simulator) over all busy
+//!   instance-time.
 
 use std::collections::BTreeMap;
 
@@ -115,6 +123,17 @@ pub struct PolicySummary {
     pub preemptions: u64,
     /// Instance-seconds of work lost to preemptions.
     pub preempted_instance_s: f64,
+    /// Preemptions per job.
+    #[serde(default)]
+    pub preemptions_per_job: Option<f64>,
+    /// Work lost to preemptions over all busy instance-time (0–1): the share of the pool's
+    /// work that was thrown away. `None` for a run that used nothing.
+    #[serde(default)]
+    pub preempted_fraction: Option<f64>,
+    /// Of preempted jobs that completed: the time they waited again after their first start
+    /// (see the module docs), which `wait_s` does not count.
+    #[serde(default)]
+    pub wait_after_start_s: Distribution,
     /// Jobs that ended (succeeded or failed) before the run did.
     pub jobs_completed: usize,
     /// Jobs that ended in `SUCCEEDED`.
@@ -164,6 +183,13 @@ impl PolicySummary {
         let jct_s = Distribution::of(&jcts);
         let (jain_fairness, fairness_windows) = jain_fairness(&run.shares, run.end_s);
         let jobs_completed = run.jobs.iter().filter(|j| j.end_s.is_some()).count();
+        let preemptions: u64 = run.jobs.iter().map(|j| u64::from(j.preemptions)).sum();
+        let preempted_instance_s: f64 = run.jobs.iter().map(|j| j.preempted_instance_s).sum();
+        let busy_instance_s: f64 = run
+            .usage
+            .iter()
+            .map(|u| u.busy_instances as f64 * (u.end_s - u.start_s))
+            .sum();
         Self {
             utilization_backlogged: utilization(&run.usage, true),
             utilization_overall: utilization(&run.usage, false),
@@ -182,8 +208,18 @@ impl PolicySummary {
             jain_fairness,
             fairness_windows,
             max_wait_s: waits.iter().copied().max_by(f64::total_cmp),
-            preemptions: run.jobs.iter().map(|j| u64::from(j.preemptions)).sum(),
-            preempted_instance_s: run.jobs.iter().map(|j| j.preempted_instance_s).sum(),
+            preemptions,
+            preempted_instance_s,
+            preemptions_per_job: (!run.jobs.is_empty())
+                .then(|| preemptions as f64 / run.jobs.len() as f64),
+            preempted_fraction: (busy_instance_s > 0.0)
+                .then(|| preempted_instance_s / busy_instance_s),
+            wait_after_start_s: Distribution::of(
+                &run.jobs
+                    .iter()
+                    .filter_map(wait_after_start_s)
+                    .collect::<Vec<_>>(),
+            ),
             jobs_completed,
             jobs_succeeded: ended_with(run, "SUCCEEDED"),
             jobs_failed: ended_with(run, "FAILED"),
@@ -196,6 +232,17 @@ impl PolicySummary {
             never_runnable: never_runnable(run),
         }
     }
+}
+
+/// How long a preempted job that completed waited again after its first start: its time from
+/// first start to end, less its run time and the time its preempted attempts held instances.
+fn wait_after_start_s(job: &JobRecord) -> Option<f64> {
+    if job.preemptions == 0 {
+        return None;
+    }
+    let (start, end) = (job.first_start_s?, job.end_s?);
+    let in_preempted = job.preempted_instance_s / f64::from(job.instances.max(1));
+    Some((end - start - job.duration_s - in_preempted).max(0.0))
 }
 
 /// The never-runnable jobs of a run, by reason code (the text before ` - `).

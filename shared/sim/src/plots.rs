@@ -55,12 +55,13 @@ fn colour(index: usize) -> RGBColor {
 }
 
 /// Utilization (busy over capacity) over time for one run, as an SVG document. Slices with no
-/// capacity recorded are left as gaps rather than drawn as zero.
-pub fn utilization_svg(run: &RunRecord) -> Result<String, PlotError> {
+/// capacity recorded are left as gaps rather than drawn as zero. The time axis spans
+/// `axis_end_s` (or the run, if longer), so that plots of several runs share one axis.
+pub fn utilization_svg(run: &RunRecord, axis_end_s: f64) -> Result<String, PlotError> {
     let plot = format!("utilization of {}", run.policy);
     let err = draw_error(&plot);
     let series = utilization_series(&run.usage, run.end_s, UTILIZATION_BINS);
-    let end_h = (run.end_s / 3600.0).max(1.0 / 60.0);
+    let end_h = (run.end_s.max(axis_end_s) / 3600.0).max(1.0 / 60.0);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();

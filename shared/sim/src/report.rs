@@ -119,6 +119,79 @@ pub fn warnings(summaries: &BTreeMap<String, PolicySummary>) -> Vec<String> {
     out
 }
 
+/// Which policy did best on each headline measure, one line each ("best: `a`, 1.2 h; worst:
+/// `b`, 9.0 h"), ties named together. Measures no policy has are left out.
+pub fn best_per_measure(summaries: &BTreeMap<String, PolicySummary>) -> Vec<String> {
+    type Measure = (
+        &'static str,
+        bool,
+        fn(&PolicySummary) -> Option<f64>,
+        fn(Option<f64>) -> String,
+    );
+    let measures: [Measure; 7] = [
+        (
+            "utilization while work waits",
+            true,
+            |s| s.utilization_backlogged,
+            percent,
+        ),
+        ("mean wait", false, |s| s.wait_s.mean, duration),
+        ("p95 wait", false, |s| s.wait_s.p95, duration),
+        ("longest wait", false, |s| s.max_wait_s, duration),
+        ("Jain's fairness", true, |s| s.jain_fairness, ratio),
+        (
+            "work lost to preemption",
+            false,
+            |s| s.preempted_fraction,
+            percent,
+        ),
+        (
+            "jobs completed",
+            true,
+            |s| Some(s.jobs_completed as f64),
+            |v| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.0}")),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, higher_is_better, get, show) in measures {
+        let values: Vec<(&String, f64)> = summaries
+            .iter()
+            .filter_map(|(p, s)| Some((p, get(s)?)))
+            .collect();
+        let best = values
+            .iter()
+            .map(|(_, v)| *v)
+            .reduce(|a, b| if (b > a) == higher_is_better { b } else { a });
+        let worst = values
+            .iter()
+            .map(|(_, v)| *v)
+            .reduce(|a, b| if (b < a) == higher_is_better { b } else { a });
+        let (Some(best), Some(worst)) = (best, worst) else {
+            continue;
+        };
+        let named = |target: f64| {
+            values
+                .iter()
+                .filter(|(_, v)| show(Some(*v)) == show(Some(target)))
+                .map(|(p, _)| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if show(Some(best)) == show(Some(worst)) {
+            out.push(format!("**{name}**: {} for every policy", show(Some(best))));
+        } else {
+            out.push(format!(
+                "**{name}**: best {} ({}), worst {} ({})",
+                named(best),
+                show(Some(best)),
+                named(worst),
+                show(Some(worst))
+            ));
+        }
+    }
+    out
+}
+
 /// Writes every report file for `runs` into `dir` (created if missing).
 pub fn write_report(
     dir: &Path,
@@ -139,10 +212,15 @@ pub fn write_report(
     write("waits.csv", &waits_csv(&summaries))?;
     let mut sorted: Vec<&RunRecord> = runs.iter().collect();
     sorted.sort_by(|a, b| a.policy.cmp(&b.policy));
+    // Every utilization plot spans the longest run, so they can be compared side by side.
+    let axis_end_s = runs.iter().map(|r| r.end_s).fold(0.0, f64::max);
     for run in &sorted {
         let stem = file_stem(&run.policy);
         write(&format!("jobs-{stem}.csv"), &jobs_csv(run))?;
-        write(&format!("utilization-{stem}.svg"), &utilization_svg(run)?)?;
+        write(
+            &format!("utilization-{stem}.svg"),
+            &utilization_svg(run, axis_end_s)?,
+        )?;
     }
     let sorted_runs: Vec<RunRecord> = sorted.into_iter().cloned().collect();
     write("wait-cdf.svg", &wait_cdf_svg(&sorted_runs)?)?;
@@ -359,6 +437,17 @@ fn jobs_csv(run: &RunRecord) -> String {
 }
 
 /// Human formats for the markdown and terminal tables.
+/// Seconds in the unit a reader takes in at a glance: `45 s`, `12.5 min`, `3.4 h`, `2.1 d`.
+fn duration(value: Option<f64>) -> String {
+    match value {
+        None => "—".to_owned(),
+        Some(v) if v < 60.0 => format!("{v:.0} s"),
+        Some(v) if v < 3_600.0 => format!("{:.1} min", v / 60.0),
+        Some(v) if v < 172_800.0 => format!("{:.1} h", v / 3_600.0),
+        Some(v) => format!("{:.1} d", v / 86_400.0),
+    }
+}
+
 fn seconds(value: Option<f64>) -> String {
     value.map_or_else(|| "—".to_owned(), |v| format!("{v:.1}"))
 }
@@ -416,6 +505,13 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
         }
         out.push('\n');
     }
+    if summaries.len() > 1 {
+        let _ = writeln!(out, "## Summary\n");
+        for line in best_per_measure(summaries) {
+            let _ = writeln!(out, "- {line}");
+        }
+        out.push('\n');
+    }
     let _ = writeln!(out, "## Context\n");
     let _ = writeln!(out, "- trace: `{}`", context.trace);
     let _ = writeln!(out, "- scenario: `{}`", context.scenario);
@@ -456,19 +552,19 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
     );
     markdown_table(
         &mut out,
-        "Wait, all jobs (s)",
+        "Wait to first start, all jobs",
         &policies,
         &[
-            row("mean", &|s| seconds(s.wait_s.mean)),
-            row("p50", &|s| seconds(s.wait_s.p50)),
-            row("p95", &|s| seconds(s.wait_s.p95)),
-            row("p99", &|s| seconds(s.wait_s.p99)),
-            row("longest (starvation)", &|s| seconds(s.max_wait_s)),
+            row("mean", &|s| duration(s.wait_s.mean)),
+            row("p50", &|s| duration(s.wait_s.p50)),
+            row("p95", &|s| duration(s.wait_s.p95)),
+            row("p99", &|s| duration(s.wait_s.p99)),
+            row("longest (starvation)", &|s| duration(s.max_wait_s)),
         ],
     );
     for (kind, title) in [
-        ("queue", "Wait per queue (s)"),
-        ("share", "Wait per share (s)"),
+        ("queue", "Wait to first start, per queue"),
+        ("share", "Wait to first start, per share"),
     ] {
         let mut groups: Vec<&String> = all
             .iter()
@@ -495,11 +591,11 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
                 };
                 map.get(group).copied().unwrap_or_default()
             };
-            rows.push(row(&format!("{group} mean"), &|s| seconds(pick(s).mean)));
-            rows.push(row(&format!("{group} p50"), &|s| seconds(pick(s).p50)));
-            rows.push(row(&format!("{group} p95"), &|s| seconds(pick(s).p95)));
-            rows.push(row(&format!("{group} p99"), &|s| seconds(pick(s).p99)));
-            rows.push(row(&format!("{group} longest"), &|s| seconds(pick(s).max)));
+            rows.push(row(&format!("{group} mean"), &|s| duration(pick(s).mean)));
+            rows.push(row(&format!("{group} p50"), &|s| duration(pick(s).p50)));
+            rows.push(row(&format!("{group} p95"), &|s| duration(pick(s).p95)));
+            rows.push(row(&format!("{group} p99"), &|s| duration(pick(s).p99)));
+            rows.push(row(&format!("{group} longest"), &|s| duration(pick(s).max)));
         }
         markdown_table(&mut out, title, &policies, &rows);
     }
@@ -508,8 +604,8 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
         "Completion",
         &policies,
         &[
-            row("JCT mean (s)", &|s| seconds(s.jct_s_mean)),
-            row("JCT p95 (s)", &|s| seconds(s.jct_s.p95)),
+            row("JCT mean", &|s| duration(s.jct_s_mean)),
+            row("JCT p95", &|s| duration(s.jct_s.p95)),
             row("slowdown mean", &|s| ratio(s.slowdown.mean)),
             row("slowdown p95", &|s| ratio(s.slowdown.p95)),
             row("jobs completed", &|s| s.jobs_completed.to_string()),
@@ -534,8 +630,21 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
         &policies,
         &[
             row("preemptions", &|s| s.preemptions.to_string()),
+            row("preemptions per job", &|s| {
+                s.preemptions_per_job
+                    .map_or_else(|| "—".to_owned(), |v| format!("{v:.3}"))
+            }),
             row("instance-hours lost", &|s| {
                 format!("{:.1}", s.preempted_instance_s / 3600.0)
+            }),
+            row("share of busy time lost", &|s| {
+                percent(s.preempted_fraction)
+            }),
+            row("preempted jobs' wait after first start, mean", &|s| {
+                duration(s.wait_after_start_s.mean)
+            }),
+            row("preempted jobs' wait after first start, p95", &|s| {
+                duration(s.wait_after_start_s.p95)
             }),
         ],
     );
@@ -557,6 +666,9 @@ const HOW_TO_READ: &str = "## How to read this
 - **Utilization while work waits** is the one that judges a scheduler: idle instances while jobs
   are RUNNABLE are capacity the policy (or its partitioning) wasted. Overall utilization also
   falls when there is simply no work, which no policy can fix.
+- **Wait** is submission to *first* start. A preempted job waits again after that; that time is
+  under Preemption as *wait after first start* (first start to end, less its run time and the
+  time its preempted attempts held instances), so a policy cannot hide waits behind preemption.
 - **Waits per queue** show whether high-priority work jumps the line; **waits per share** show
   whether any team is starved. Compare the tails (p95, p99) as much as the means. A job that never
   started counts with the time it had waited when the run ended (a lower bound), so starving a
@@ -566,8 +678,13 @@ const HOW_TO_READ: &str = "## How to read this
 - **Jain's index** compares each share's allocation with its entitlement, in windows where
   shares are backlogged: 1 is proportional, 1/n is one of n shares taking everything. Shares that
   neither waited nor held more than their entitlement in a window were satisfied and do not count.
-- **Preemption** cost is the work thrown away by preempted attempts; a policy that buys short
-  waits with preemption pays for them here.
+- **Preemption** cost is the work thrown away by preempted attempts (nothing is checkpointed in
+  the simulator, so a preempted attempt's whole run is lost), as instance-hours and as a share of
+  all busy instance-time; a policy that buys short waits with preemption pays for them here.
+- **Jobs that can never run** under a policy (the planner's `MISCONFIGURATION:` reasons, such as
+  an instance type its environment does not offer) are not replayed: they count as never started
+  and are named under Warnings.
+- Durations are shown in s, min, h or d; `summary.json` and the CSVs keep seconds.
 - `summary.json` holds every number above; the CSVs hold the waits per group and every job.
 ";
 

@@ -478,3 +478,32 @@ fn utilization_series_splits_intervals_across_bins() {
         "an empty run has no series"
     );
 }
+
+#[test]
+fn a_preempted_job_waits_again_after_its_first_start_and_its_lost_work_is_a_share_of_busy_time() {
+    // Started at 30 on 2 instances; its preempted attempts held them 120 s in all; it ran its
+    // 100 s and ended at 300: it waited 300 - 30 - 100 - 120 = 50 s after its first start.
+    let mut preempted = job("p", 0.0, 30.0, 100.0);
+    preempted.instances = 2;
+    preempted.preemptions = 2;
+    preempted.preempted_instance_s = 240.0;
+    preempted.end_s = Some(300.0);
+    let run = RunRecord {
+        policy: "quota".to_owned(),
+        jobs: vec![preempted, job("q", 0.0, 0.0, 100.0)],
+        usage: vec![usage(0.0, 300.0, 2, 4, true)],
+        shares: vec![],
+        end_s: 300.0,
+    };
+    let s = PolicySummary::of(&run);
+    assert_eq!(s.wait_after_start_s.count, 1, "only the preempted job");
+    assert!(close(s.wait_after_start_s.mean, Some(50.0)));
+    assert!(close(s.preemptions_per_job, Some(1.0)));
+    // 240 instance-seconds lost of 2 × 300 busy.
+    assert!(close(s.preempted_fraction, Some(0.4)));
+    let empty = PolicySummary::of(&RunRecord::default());
+    assert_eq!(
+        (empty.preemptions_per_job, empty.preempted_fraction),
+        (None, None)
+    );
+}

@@ -21,7 +21,7 @@ const REQUIRED: [&str; 10] = [
 ];
 
 /// The keys added beyond the required ones (documented on `PolicySummary`).
-const EXTRA: [&str; 9] = [
+const EXTRA: [&str; 12] = [
     "jct_s",
     "slowdown",
     "fairness_windows",
@@ -31,6 +31,9 @@ const EXTRA: [&str; 9] = [
     "jobs_unfinished",
     "jobs_never_started",
     "never_runnable",
+    "preemptions_per_job",
+    "preempted_fraction",
+    "wait_after_start_s",
 ];
 
 fn job(
@@ -290,9 +293,32 @@ fn every_report_file_is_written() {
         "Jain's index",
         "## How to read this",
         "team-b,c p95",
+        "wait after first start",
     ] {
         assert!(md.contains(needle), "report.md lacks {needle:?}");
     }
+    // The summary comes first and names the better policy; waits are in readable units.
+    let summary_at = md.find("## Summary").expect("a summary");
+    assert!(summary_at < md.find("## Context").unwrap());
+    assert!(
+        md.contains("**mean wait**: best `quota-shares` ("),
+        "{}",
+        &md[summary_at..]
+    );
+    assert!(!md.contains("(s)"), "waits carry their unit in each cell");
+    assert!(md.contains(" min |") || md.contains(" s |"));
+}
+
+#[test]
+fn the_summary_names_ties_and_leaves_out_what_no_policy_has() {
+    let summaries =
+        trainyard_sim::report::summaries(&[run("a", 1.0), run("b", 1.0), run("c", 2.0)]).unwrap();
+    let lines = trainyard_sim::report::best_per_measure(&summaries);
+    let mean = lines.iter().find(|l| l.contains("**mean wait**")).unwrap();
+    assert!(mean.starts_with("**mean wait**: best `a`, `b` ("), "{mean}");
+    assert!(mean.contains("worst `c` ("), "{mean}");
+    let completed = lines.iter().find(|l| l.contains("jobs completed")).unwrap();
+    assert_eq!(completed, "**jobs completed**: 40 for every policy");
 }
 
 #[test]
@@ -301,7 +327,7 @@ fn plotting_empty_runs_does_not_panic() {
         policy: "fifo".to_owned(),
         ..RunRecord::default()
     };
-    assert!(utilization_svg(&empty).unwrap().contains("</svg>"));
+    assert!(utilization_svg(&empty, 0.0).unwrap().contains("</svg>"));
     assert!(wait_cdf_svg(&[]).unwrap().contains("</svg>"));
     assert!(
         wait_cdf_svg(std::slice::from_ref(&empty))
