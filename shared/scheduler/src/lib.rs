@@ -18,7 +18,11 @@
 //!    environment does not offer) is skipped as a misconfiguration and blocks nobody.
 //! 2. **Queue priority.** Queues sharing an environment are evaluated in descending `priority`,
 //!    then by name. Jobs of a lower-priority queue are considered only after every job of the
-//!    higher-priority queues, so a higher-priority job that fits is never passed over.
+//!    higher-priority queues, so a higher-priority job that fits is never passed over. A queue
+//!    with *aging* (`trainyard_domain::queue::Aging`, from its tags) is evaluated job by job, each
+//!    at the priority it has aged to (`p + per_hour × hours waited`, up to a ceiling); jobs at
+//!    their ceiling are *overdue* and go first among equals, oldest first, in their queue too
+//!    (ahead of the fair-share order). Quota-managed queues do not age.
 //! 3. **Order within a queue.** FIFO queues: `runnable_at` ascending, then job id. Fair-share
 //!    queues: shares are interleaved by [`fair_share`] score (lowest first, ties by share id);
 //!    within a share, `schedulingPriority` descending, then `runnable_at`, then job id.
@@ -43,7 +47,8 @@
 //! 9. **Preemption.** A [`Preemption`] names a running attempt to stop and the waiting job it
 //!    makes room for; that job waits (`WaitingForPreemptedCapacity`) and starts in a later cycle,
 //!    once the victims' capacity is released. Only attempts that have run
-//!    `Config::min_runtime_before_preemption_s` are ever victims.
+//!    `Config::min_runtime_before_preemption_s` are ever victims, and a job preempts its own
+//!    share's jobs only once it has waited `Config::min_wait_before_in_share_preemption_s`.
 //!
 //! # Layout
 //!

@@ -123,9 +123,9 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             now_ms,
         };
         if age.aging.is_none() {
-            line.drain(&mut plan, queue, env, &age, now_ms, config);
+            while line.step(&mut plan, queue, env, &age, config) {}
         } else {
-            line.step(&mut plan, queue, env, &age, now_ms, config);
+            line.step(&mut plan, queue, env, &age, config);
             if let Some(turn) = line.turn(turn.line, queue, &age) {
                 turns.push(Reverse(turn));
             }
@@ -462,37 +462,17 @@ impl<'a> Line<'a> {
         })
     }
 
-    /// Considers every job left.
-    fn drain(
-        &mut self,
-        plan: &mut Plan,
-        queue: &'a QueueState,
-        env: &mut EnvPlan<'a>,
-        age: &Age,
-        now_ms: i64,
-        config: &Config,
-    ) {
-        if let Line::Quota { jobs, running } = self {
-            let QueuePolicy::QuotaShare(shares) = &queue.policy else {
-                unreachable!("a quota line is made only for a quota-share queue");
-            };
-            let jobs = std::mem::take(jobs);
-            plan_quota_queue(plan, queue, shares, jobs, running, env, now_ms, config);
-            return;
-        }
-        while self.step(plan, queue, env, age, now_ms, config) {}
-    }
-
-    /// Considers the next job, if any; whether there was one.
+    /// Considers the next job (a quota-managed queue's jobs all at once), if any; whether there
+    /// may be more. `age` says when it is.
     fn step(
         &mut self,
         plan: &mut Plan,
         queue: &'a QueueState,
         env: &mut EnvPlan<'a>,
         age: &Age,
-        now_ms: i64,
         config: &Config,
     ) -> bool {
+        let now_ms = age.now_ms;
         match self {
             Line::Fifo { jobs, blocked_by } => {
                 let Some(job) = jobs.next() else {
@@ -535,8 +515,13 @@ impl<'a> Line<'a> {
                 }
                 true
             }
-            Line::Quota { .. } => {
-                self.drain(plan, queue, env, age, now_ms, config);
+            // A quota-managed queue is planned in one step.
+            Line::Quota { jobs, running } => {
+                let QueuePolicy::QuotaShare(shares) = &queue.policy else {
+                    unreachable!("a quota line is made only for a quota-share queue");
+                };
+                let jobs = std::mem::take(jobs);
+                plan_quota_queue(plan, queue, shares, jobs, running, env, now_ms, config);
                 false
             }
         }

@@ -940,7 +940,7 @@ pub fn run(
     })
 }
 
-/// A job that was never submitted: it never started.
+/// A job as submitted, before anything happened to it (a job never submitted stays so).
 fn never_started(p: &Planned<'_>) -> JobRecord {
     JobRecord {
         trace_id: p.job.id.clone(),
@@ -968,11 +968,6 @@ fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
         .filter_map(|a| Some((a.stopped_at? - a.started_at?) as f64 / 1_000.0 * instances))
         .sum();
     JobRecord {
-        trace_id: p.job.id.clone(),
-        queue: p.tier.clone(),
-        share: Some(p.team.clone()),
-        instances: p.job.instances,
-        submit_s: seconds(p.submit_ms),
         first_start_s: job.attempts.first().and_then(|a| a.started_at).map(seconds),
         end_s: job
             .status
@@ -980,7 +975,6 @@ fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
             .then_some(job.stopped_at)
             .flatten()
             .map(seconds),
-        duration_s: p.job.duration_s,
         status: job.status.to_string(),
         attempts: job.attempts.len() as u32,
         preemptions: job
@@ -988,6 +982,6 @@ fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
             .as_ref()
             .map_or(0, |s| s.preempted_attempt_count),
         preempted_instance_s,
-        never_runs: None,
+        ..never_started(p)
     }
 }
