@@ -966,7 +966,8 @@ fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
         .iter()
         .filter(|a| a.failed_as == Some(trainyard_domain::job::Requeue::Preemption))
         .filter_map(|a| Some((a.stopped_at? - a.started_at?) as f64 / 1_000.0 * instances))
-        .sum();
+        // From +0.0: `sum` of no floats is -0.0, which reports print as "-0.0".
+        .fold(0.0, |sum, lost| sum + lost);
     JobRecord {
         first_start_s: job.attempts.first().and_then(|a| a.started_at).map(seconds),
         end_s: job

@@ -184,7 +184,11 @@ impl PolicySummary {
         let (jain_fairness, fairness_windows) = jain_fairness(&run.shares, run.end_s);
         let jobs_completed = run.jobs.iter().filter(|j| j.end_s.is_some()).count();
         let preemptions: u64 = run.jobs.iter().map(|j| u64::from(j.preemptions)).sum();
-        let preempted_instance_s: f64 = run.jobs.iter().map(|j| j.preempted_instance_s).sum();
+        // From +0.0: `sum` of no floats is -0.0.
+        let preempted_instance_s = run
+            .jobs
+            .iter()
+            .fold(0.0, |sum, j| sum + j.preempted_instance_s);
         let busy_instance_s: f64 = run
             .usage
             .iter()

@@ -66,6 +66,13 @@ fn every_policy_finishes_every_job_within_capacity() {
             );
             let start = job.first_start_s.unwrap();
             let end = job.end_s.unwrap();
+            if job.preemptions == 0 {
+                // +0, not -0 (which reports would print as "-0.0").
+                assert!(
+                    job.preempted_instance_s.to_bits() == 0.0f64.to_bits(),
+                    "{job:?}"
+                );
+            }
             assert!(start >= job.submit_s, "{job:?}");
             assert!(end - start >= job.duration_s - 1e-6, "{job:?}");
         }

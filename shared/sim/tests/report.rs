@@ -306,6 +306,10 @@ fn every_report_file_is_written() {
         &md[summary_at..]
     );
     assert!(!md.contains("(s)"), "waits carry their unit in each cell");
+    assert!(
+        md.contains("**work lost to preemption**: 0.0% for every policy"),
+        "nothing preempted is 0, not -0: {md}"
+    );
     assert!(md.contains(" min |") || md.contains(" s |"));
 }
 
