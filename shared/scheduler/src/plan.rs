@@ -78,9 +78,17 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
         .map(|(k, u)| ((k.queue.as_str(), k.share.as_str()), *u))
         .collect();
 
+    // Lines are numbered in priority order (descending), then by name, so that a line's number
+    // breaks ties between turns as rule 2 does.
+    let mut queues: Vec<&QueueState> = snapshot.queues.iter().collect();
+    queues.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     let mut turns: BinaryHeap<Reverse<Turn>> = BinaryHeap::new();
     let mut lines: Vec<(&QueueState, &str, Line)> = Vec::new();
-    for queue in &snapshot.queues {
+    for queue in queues {
         let Some(jobs) = pending_by_queue.take(queue.name.as_str()) else {
             continue;
         };
@@ -106,7 +114,7 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             now_ms,
         };
         let mut line = Line::new(queue, jobs, running, env, &usage, age, now_ms);
-        if let Some(turn) = line.turn(lines.len(), queue, &age) {
+        if let Some(turn) = line.turn(lines.len(), &age) {
             turns.push(Reverse(turn));
         }
         lines.push((queue, env_name, line));
@@ -126,7 +134,7 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             while line.step(&mut plan, queue, env, &age, config) {}
         } else {
             line.step(&mut plan, queue, env, &age, config);
-            if let Some(turn) = line.turn(turn.line, queue, &age) {
+            if let Some(turn) = line.turn(turn.line, &age) {
                 turns.push(Reverse(turn));
             }
         }
@@ -275,14 +283,12 @@ impl Age {
 
 /// A queue's turn: the next of its jobs to consider, ranked against the other queues' next
 /// jobs. Lowest first: evaluated priority (descending), overdue jobs oldest first, then the
-/// queue's own priority (descending) and name. Without aging every job of a queue has the same
-/// rank, so queues go one after the other in priority order (rule 2).
+/// queue's line number (its own priority descending, then its name). Without aging every job of
+/// a queue has the same rank, so queues go one after the other in priority order (rule 2).
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Turn {
     priority: Reverse<u32>,
     overdue_since: i64,
-    queue_priority: Reverse<u32>,
-    name: SharedStr,
     /// Index of the queue's line.
     line: usize,
 }
@@ -451,13 +457,11 @@ impl<'a> Line<'a> {
     }
 
     /// The line's next turn, if it has jobs left.
-    fn turn(&mut self, line: usize, queue: &QueueState, age: &Age) -> Option<Turn> {
+    fn turn(&mut self, line: usize, age: &Age) -> Option<Turn> {
         let next = self.peek()?;
         Some(Turn {
             priority: Reverse(age.priority(next)),
             overdue_since: age.overdue_since(next),
-            queue_priority: Reverse(queue.priority),
-            name: queue.name.as_str().into(),
             line,
         })
     }
