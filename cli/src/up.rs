@@ -99,6 +99,11 @@ pub struct UpArgs {
     /// (the default lets smaller jobs backfill when they cannot delay it).
     #[arg(long)]
     strict_fifo: bool,
+    /// Seconds a job waits before it may preempt lower-priority jobs of its own quota share
+    /// (0, the default, is Batch's behaviour: at once). Reclaiming lent capacity is never
+    /// deferred.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    min_wait_before_in_share_preemption_s: u64,
     /// Accept jobs but dispatch none: they wait RUNNABLE (to inspect or build up a backlog).
     #[arg(long)]
     no_dispatch: bool,
@@ -340,6 +345,8 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     } else {
         let mut cycle = CycleConfig::default();
         cycle.planner.strict_fifo = args.strict_fifo;
+        cycle.planner.min_wait_before_in_share_preemption_s =
+            args.min_wait_before_in_share_preemption_s;
         let scale = |ms: i64| ((ms as f64) * args.backoff_scale).round() as i64;
         cycle.retry.capacity_base_ms = scale(cycle.retry.capacity_base_ms);
         cycle.retry.capacity_cap_ms = scale(cycle.retry.capacity_cap_ms);

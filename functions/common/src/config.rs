@@ -40,6 +40,11 @@ pub const AUDIT_RETENTION_DAYS: &str = "TRAINYARD_AUDIT_RETENTION_DAYS";
 pub const RATE_LIMIT: &str = "TRAINYARD_RATE_LIMIT";
 /// `TRAINYARD_STRICT_FIFO`: Batch's strict head-of-line FIFO instead of backfill (default false).
 pub const STRICT_FIFO: &str = "TRAINYARD_STRICT_FIFO";
+/// `TRAINYARD_MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION_SECONDS`: how long a job waits before it may
+/// preempt lower-priority jobs of its own quota share (0 to 86,400; default 0, Batch's
+/// behaviour).
+pub const MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION: &str =
+    "TRAINYARD_MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION_SECONDS";
 
 /// `TRAINYARD_STACK_NAME`: the `Stack` dimension of metrics (default: the function name less
 /// its `-<function>` suffix, as the template names functions `<stack>-<function>`).
@@ -99,6 +104,8 @@ pub struct Config {
     pub reconcile_quiet_ms: i64,
     /// Strict FIFO instead of backfill.
     pub strict_fifo: bool,
+    /// The planner's `min_wait_before_in_share_preemption_s`.
+    pub min_wait_before_in_share_preemption_s: u64,
     /// Days audit records are kept.
     pub audit_retention_days: u32,
     /// Requests per second per caller per instance (0: no limit).
@@ -216,6 +223,7 @@ impl Config {
             trainyard_api::throttle::DEFAULT_RATE_LIMIT,
             1_000_000,
         );
+        let in_share_wait_s = number(MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, 0, 86_400);
         if audit_retention_days == 0 {
             problems.push(format!("{AUDIT_RETENTION_DAYS} must be at least 1"));
         }
@@ -286,6 +294,7 @@ impl Config {
             audit_retention_days,
             rate_limit,
             strict_fifo,
+            min_wait_before_in_share_preemption_s: u64::from(in_share_wait_s),
             stack,
         })
     }
@@ -294,6 +303,8 @@ impl Config {
     pub fn cycle(&self) -> CycleConfig {
         let mut cycle = CycleConfig::default();
         cycle.planner.strict_fifo = self.strict_fifo;
+        cycle.planner.min_wait_before_in_share_preemption_s =
+            self.min_wait_before_in_share_preemption_s;
         let scale = |ms: i64| ((ms as f64) * self.backoff_scale).round() as i64;
         let retry = &mut cycle.retry;
         retry.capacity_base_ms = scale(retry.capacity_base_ms);
@@ -446,11 +457,13 @@ mod tests {
                     (INITIAL_MAX_INSTANCES, "10001"),
                     (INITIAL_QUEUE_PRIORITY, "-1"),
                     (AUDIT_RETENTION_DAYS, "401"),
+                    (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "86401"),
                 ],
                 &[
                     INITIAL_MAX_INSTANCES,
                     INITIAL_QUEUE_PRIORITY,
                     AUDIT_RETENTION_DAYS,
+                    MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION,
                 ],
             ),
             (
@@ -519,6 +532,7 @@ mod tests {
             (BACKOFF_SCALE, "0.01"),
             (RECONCILE_QUIET_SECONDS, "5"),
             (STRICT_FIFO, "true"),
+            (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "900"),
         ]))
         .unwrap();
         assert_eq!(config.arns.account, "000000000000");
@@ -528,6 +542,7 @@ mod tests {
         assert_eq!(config.reconcile_quiet_ms, 5_000);
         let cycle = config.cycle();
         assert!(cycle.planner.strict_fifo);
+        assert_eq!(cycle.planner.min_wait_before_in_share_preemption_s, 900);
         assert_eq!(cycle.retry.retry_base_ms, 100, "10 s scaled by 0.01");
     }
 }
