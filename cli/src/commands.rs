@@ -251,6 +251,16 @@ pub fn jobs(args: &JobsArgs) -> anyhow::Result<()> {
     }
 }
 
+/// A job that changed status while the statuses were listed one after another shows up in both
+/// listings: keeps only its last appearance (statuses are listed in lifecycle order, so the
+/// later one is the newer).
+fn keep_latest_per_job(jobs: &mut Vec<Value>) {
+    let mut seen = std::collections::HashSet::new();
+    jobs.reverse();
+    jobs.retain(|job| seen.insert(text(job, "jobId")));
+    jobs.reverse();
+}
+
 /// One listing for `trainyard jobs`, as printed.
 fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
     let queues = match &args.queue {
@@ -288,6 +298,7 @@ fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
             }
         }
     }
+    keep_latest_per_job(&mut jobs);
     jobs.retain(|job| {
         args.name
             .as_deref()
@@ -1025,6 +1036,26 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn a_job_listed_under_two_statuses_is_kept_once_with_the_later_one() {
+        let mut jobs = vec![
+            json!({"jobId": "a", "status": "RUNNABLE"}),
+            json!({"jobId": "b", "status": "RUNNABLE"}),
+            json!({"jobId": "a", "status": "RUNNING"}),
+            json!({"jobId": "c", "status": "SUCCEEDED"}),
+            json!({"jobId": "a", "status": "SUCCEEDED"}),
+        ];
+        keep_latest_per_job(&mut jobs);
+        let kept: Vec<(&str, &str)> = jobs
+            .iter()
+            .map(|j| (j["jobId"].as_str().unwrap(), j["status"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            kept,
+            [("b", "RUNNABLE"), ("c", "SUCCEEDED"), ("a", "SUCCEEDED")]
+        );
+    }
 
     #[derive(Parser)]
     struct Submit {
