@@ -94,7 +94,7 @@ use trainyard_domain::quota_share::SharingStrategy;
 pub fn borrowed_jobs<'a>(
     shares: &[QuotaShareState],
     running: impl IntoIterator<Item = &'a RunningJob>,
-) -> BTreeSet<String> {
+) -> BTreeSet<&'a str> {
     let known: BTreeMap<&str, &QuotaShareState> =
         shares.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut by_share: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
@@ -128,7 +128,7 @@ pub fn borrowed_jobs<'a>(
                 }
                 if let Some(n) = job.instances.get(ty).filter(|n| **n > 0) {
                     marked += u64::from(*n);
-                    borrowed.insert(job.job_id.to_string());
+                    borrowed.insert(job.job_id.as_str());
                 }
             }
         }
@@ -147,7 +147,7 @@ struct Quota<'a> {
     /// Jobs being preempted in this cycle.
     victims: BTreeSet<&'a str>,
     /// Borrowed running jobs, recomputed after each preemption.
-    borrowed: BTreeSet<String>,
+    borrowed: BTreeSet<&'a str>,
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
     /// candidates preemption ever looks at (see [`Quota::make_room`]).
     preemptible: BTreeMap<&'a str, Vec<&'a RunningJob>>,
@@ -158,11 +158,13 @@ struct Quota<'a> {
     /// taken, victims are set aside, usage grows), so a job of the same share and type with no
     /// higher priority that needs no fewer instances finds none either, and is not searched for.
     no_room: BTreeMap<(&'a str, &'a str), Vec<(u32, u32)>>,
+    /// [`Quota::bound`] per (share, instance type), worked out once a cycle.
+    bounds: BTreeMap<(&'a str, &'a str), (u64, u64, QuotaLimitCause)>,
 }
 
 impl<'a> Quota<'a> {
     /// Recomputes which running jobs are borrowed (after a preemption, from those left).
-    fn set_borrowed(&mut self, borrowed: BTreeSet<String>) {
+    fn set_borrowed(&mut self, borrowed: BTreeSet<&'a str>) {
         self.borrowed = borrowed;
         self.preemptible_borrowed = self
             .preemptible
@@ -190,32 +192,50 @@ impl<'a> Quota<'a> {
             .all(|(ty, n)| self.used(&share.name, ty) + u64::from(*n) <= share.limit(ty))
     }
 
+    /// Rule 1's bound for a share and an instance type: its own limit, what it could ever
+    /// borrow of the type, and which of the two binds. Configuration alone decides it, so a
+    /// cycle works it out once per (share, type).
+    fn bound(
+        &mut self,
+        share: &'a QuotaShareState,
+        ty: &'a str,
+        env: &EnvPlan,
+    ) -> (u64, u64, QuotaLimitCause) {
+        if let Some(bound) = self.bounds.get(&(share.name.as_str(), ty)) {
+            return *bound;
+        }
+        let limit = share.limit(ty);
+        let claimed: u64 = self.shares.values().map(|s| s.limit(ty)).sum();
+        let unassigned = env.pool.type_limit(ty).saturating_sub(claimed);
+        let lendable: u64 = self
+            .shares
+            .values()
+            .filter(|s| s.name != share.name && s.lends())
+            .map(|s| s.limit(ty))
+            .sum::<u64>()
+            + unassigned;
+        let (borrowable, cause) = match share.borrow_cap(ty) {
+            _ if share.strategy != SharingStrategy::LendAndBorrow => {
+                (0, QuotaLimitCause::ShareLimits)
+            }
+            Some(cap) if cap < lendable => (cap, QuotaLimitCause::BorrowLimits),
+            _ => (lendable, QuotaLimitCause::BorrowableCapacity),
+        };
+        let bound = (limit, borrowable, cause);
+        self.bounds.insert((share.name.as_str(), ty), bound);
+        bound
+    }
+
     /// Rule 1: why the job can never fit its share, if so.
     fn never_fits(
-        &self,
-        share: &QuotaShareState,
-        job: &PendingJob,
+        &mut self,
+        share: &'a QuotaShareState,
+        job: &'a PendingJob,
         env: &EnvPlan,
     ) -> Option<SkipReason> {
         for (ty, n) in job.instances.iter() {
             let needed = u64::from(*n);
-            let limit = share.limit(ty);
-            let claimed: u64 = self.shares.values().map(|s| s.limit(ty)).sum();
-            let unassigned = env.pool.type_limit(ty).saturating_sub(claimed);
-            let lendable: u64 = self
-                .shares
-                .values()
-                .filter(|s| s.name != share.name && s.lends())
-                .map(|s| s.limit(ty))
-                .sum::<u64>()
-                + unassigned;
-            let (borrowable, cause) = match share.borrow_cap(ty) {
-                _ if share.strategy != SharingStrategy::LendAndBorrow => {
-                    (0, QuotaLimitCause::ShareLimits)
-                }
-                Some(cap) if cap < lendable => (cap, QuotaLimitCause::BorrowLimits),
-                _ => (lendable, QuotaLimitCause::BorrowableCapacity),
-            };
+            let (limit, borrowable, cause) = self.bound(share, ty, env);
             if needed > limit.saturating_add(borrowable) {
                 return Some(SkipReason::QuotaLimitExceeded {
                     quota_share: share.name.clone(),
@@ -452,6 +472,7 @@ pub(crate) fn plan_quota_queue<'a>(
         victims: BTreeSet::new(),
         running: running.to_vec(),
         no_room: BTreeMap::new(),
+        bounds: BTreeMap::new(),
     };
     quota.set_borrowed(borrowed_jobs(shares, quota.running.iter().copied()));
     for job in quota.running.clone() {
