@@ -87,7 +87,7 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             .then_with(|| a.name.cmp(&b.name))
     });
     let mut turns: BinaryHeap<Reverse<Turn>> = BinaryHeap::new();
-    let mut lines: Vec<(&QueueState, &str, Line)> = Vec::new();
+    let mut lines: Vec<(&QueueState, &str, Age, Line)> = Vec::new();
     for queue in queues {
         let Some(jobs) = pending_by_queue.take(queue.name.as_str()) else {
             continue;
@@ -113,28 +113,23 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
             base: queue.priority,
             now_ms,
         };
-        let mut line = Line::new(queue, jobs, running, env, &usage, age, now_ms);
+        let mut line = Line::new(queue, jobs, running, env, &usage, age);
         if let Some(turn) = line.turn(lines.len(), &age) {
             turns.push(Reverse(turn));
         }
-        lines.push((queue, env_name, line));
+        lines.push((queue, env_name, age, line));
     }
     while let Some(Reverse(turn)) = turns.pop() {
-        let (queue, env_name, line) = &mut lines[turn.line];
+        let (queue, env_name, age, line) = &mut lines[turn.line];
         let queue: &QueueState = queue;
         let Some(env) = envs.get_mut(*env_name) else {
             continue;
         };
-        let age = Age {
-            aging: queue.aging,
-            base: queue.priority,
-            now_ms,
-        };
         if age.aging.is_none() {
-            while line.step(&mut plan, queue, env, &age, config) {}
+            while line.step(&mut plan, queue, env, age, config) {}
         } else {
-            line.step(&mut plan, queue, env, &age, config);
-            if let Some(turn) = line.turn(turn.line, &age) {
+            line.step(&mut plan, queue, env, age, config);
+            if let Some(turn) = line.turn(turn.line, age) {
                 turns.push(Reverse(turn));
             }
         }
@@ -361,8 +356,8 @@ impl<'a> Line<'a> {
         env: &EnvPlan<'a>,
         usage: &BTreeMap<(&str, &str), ShareUsage>,
         age: Age,
-        now_ms: i64,
     ) -> Self {
+        let now_ms = age.now_ms;
         match &queue.policy {
             QueuePolicy::Fifo => {
                 jobs.sort_by(fifo);

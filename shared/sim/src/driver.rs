@@ -51,7 +51,7 @@ use trainyard_app::ports::{
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{
-    Accept, CycleConfig, DueWork, PassInput, PassReport, StateOutcome,
+    Accept, CycleConfig, DueWork, PassInput, PassReport, StateOutcome, queue_state,
 };
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
@@ -64,7 +64,7 @@ use crate::record::{JobRecord, RunRecord, ShareInterval, UsageInterval};
 use crate::scenario::Scenario;
 use crate::trace::{Trace, TraceJob};
 use trainyard_scheduler::{
-    EnvironmentState, PendingJob, QueuePolicy, QueueState, QuotaShareState, SharedStr, SkipReason,
+    Config as PlannerConfig, EnvironmentState, PendingJob, QuotaShareState, SharedStr, SkipReason,
     Snapshot, plan_cycle,
 };
 
@@ -426,74 +426,74 @@ fn ms(s: f64) -> i64 {
     (s * 1_000.0).round() as i64
 }
 
-/// Why a job of `route` needing `instances` of `instance_type` can never run under `setup`, if
-/// it cannot: the planner itself is asked about the job alone in an idle environment, and its
-/// reason counts if it is one that no amount of waiting changes ([`SkipReason::never_runs`]).
-fn never_runs(
-    setup: &Setup,
-    route: &Route,
-    instance_type: &str,
-    instances: u32,
-) -> Option<SkipReason> {
-    let environment = &setup.environment;
-    let queues = setup
-        .queues
-        .iter()
-        .map(|q| {
-            let policy = q
-                .scheduling_policy
+/// The policy's configuration as the planner sees it, in an idle environment: what each job
+/// shape is put to, alone, to learn whether it can ever run.
+struct Probe<'a> {
+    snapshot: Snapshot,
+    planner: &'a PlannerConfig,
+}
+
+impl<'a> Probe<'a> {
+    fn new(setup: &'a Setup) -> Self {
+        let environment = &setup.environment;
+        let queues = setup
+            .queues
+            .iter()
+            .map(|q| {
+                let policy = q
+                    .scheduling_policy
+                    .as_deref()
+                    .and_then(|name| setup.policies.iter().find(|p| p.name == name));
+                let shares = setup
+                    .quota_shares
+                    .iter()
+                    .filter(|s| s.job_queue == q.job_queue_name)
+                    .map(QuotaShareState::from)
+                    .collect();
+                queue_state(q, policy, shares)
+            })
+            .collect();
+        let snapshot = Snapshot {
+            environments: vec![EnvironmentState {
+                name: environment.service_environment_name.clone(),
+                enabled: true,
+                limits: environment.capacity_limits.clone(),
+            }],
+            queues,
+            ..Snapshot::default()
+        };
+        Self {
+            snapshot,
+            planner: &setup.planner,
+        }
+    }
+
+    /// Why a job of `route` needing `instances` of `instance_type` can never run, if it cannot:
+    /// the planner's reason for it, if it is one that no amount of waiting changes
+    /// ([`SkipReason::never_runs`]).
+    fn never_runs(&self, route: &Route, instance_type: &str, instances: u32) -> Option<SkipReason> {
+        let job = PendingJob {
+            job_id: "probe".into(),
+            queue: route.queue.as_str().into(),
+            share: route
+                .quota_share_name
                 .as_deref()
-                .and_then(|name| setup.policies.iter().find(|p| p.name == name));
-            let policy = match policy {
-                Some(p) if p.quota_share_policy.is_some() => QueuePolicy::QuotaShare(
-                    setup
-                        .quota_shares
-                        .iter()
-                        .filter(|s| s.job_queue == q.job_queue_name)
-                        .map(QuotaShareState::from)
-                        .collect(),
-                ),
-                Some(p) => QueuePolicy::FairShare(p.fairshare_policy.clone().unwrap_or_default()),
-                None => QueuePolicy::Fifo,
-            };
-            QueueState {
-                name: q.job_queue_name.clone(),
-                priority: q.priority,
-                environment: q.service_environment().map(str::to_owned),
-                policy,
-                aging: None,
-            }
-        })
-        .collect();
-    let probe = PendingJob {
-        job_id: "probe".into(),
-        queue: route.queue.as_str().into(),
-        share: route
-            .quota_share_name
-            .as_deref()
-            .or(route.share_identifier.as_deref())
-            .map(SharedStr::from),
-        priority: route.scheduling_priority.unwrap_or(0),
-        runnable_at_ms: 0,
-        instances: Arc::new([(instance_type.to_owned(), instances)].into()),
-        max_runtime_s: None,
-        not_before_ms: None,
-    };
-    let snapshot = Snapshot {
-        environments: vec![EnvironmentState {
-            name: environment.service_environment_name.clone(),
-            enabled: true,
-            limits: environment.capacity_limits.clone(),
-        }],
-        queues,
-        pending: vec![probe],
-        ..Snapshot::default()
-    };
-    let plan = plan_cycle(&snapshot, 0, &setup.planner);
-    plan.skips
-        .into_iter()
-        .map(|skip| skip.reason)
-        .find(SkipReason::never_runs)
+                .or(route.share_identifier.as_deref())
+                .map(SharedStr::from),
+            priority: route.scheduling_priority.unwrap_or(0),
+            runnable_at_ms: 0,
+            instances: Arc::new([(instance_type.to_owned(), instances)].into()),
+            max_runtime_s: None,
+            not_before_ms: None,
+        };
+        let mut snapshot = self.snapshot.clone();
+        snapshot.pending = vec![job];
+        let plan = plan_cycle(&snapshot, 0, self.planner);
+        plan.skips
+            .into_iter()
+            .map(|skip| skip.reason)
+            .find(SkipReason::never_runs)
+    }
 }
 
 fn seconds(at_ms: i64) -> f64 {
@@ -720,6 +720,7 @@ pub fn run(
         .collect();
     // Jobs that can never run under this policy are not replayed (they would only wait): they
     // are recorded as never started, with the planner's reason.
+    let probe = Probe::new(&setup);
     let mut probes: BTreeMap<(String, Option<String>, &str, u32), Option<SkipReason>> =
         BTreeMap::new();
     let mut never = Vec::new();
@@ -739,7 +740,7 @@ pub fn run(
                 .or(route.share_identifier.clone());
             let reason = probes
                 .entry((route.queue.clone(), share, ty, p.job.instances))
-                .or_insert_with(|| never_runs(&setup, &route, ty, p.job.instances));
+                .or_insert_with(|| probe.never_runs(&route, ty, p.job.instances));
             records.push(None);
             match reason {
                 Some(reason) => {

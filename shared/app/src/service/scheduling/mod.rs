@@ -54,6 +54,7 @@ mod snapshot;
 
 pub use due::{DueWork, RECONCILE_MAX_INTERVAL_MS, describe_due};
 pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};
+pub use snapshot::queue_state;
 
 use trainyard_domain::job::JobStatus;
 use trainyard_scheduler::Config as PlannerConfig;

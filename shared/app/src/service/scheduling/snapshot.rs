@@ -254,7 +254,15 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         for queue in std::mem::take(&mut configuration.queues) {
             let queue = queue.value;
             let name = queue.job_queue_name.clone();
-            let policy = queue_policy(&queue, &mut configuration, &mut fair_queues);
+            let scheduling = queue
+                .scheduling_policy
+                .as_ref()
+                .and_then(|p| configuration.policies.get(p));
+            if let Some(fair) = scheduling.and_then(|p| p.fairshare_policy.as_ref()) {
+                fair_queues.insert(name.clone(), fair.share_decay_s());
+            }
+            let shares = configuration.quota_shares.remove(&name).unwrap_or_default();
+            let state = queue_state(&queue, scheduling, shares);
             // The heads: enough to fill the free capacity, plus candidates for backfill.
             let env_free = queue
                 .service_environment()
@@ -265,7 +273,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .unwrap_or(usize::MAX)
                 .saturating_add(config.head_extra)
                 .min(config.max_heads);
-            let mut heads = self.queue_heads(&name, &policy, limit).await?;
+            let mut heads = self.queue_heads(&name, &state.policy, limit).await?;
             with_fresh(&mut heads, fresh, &name, limit);
             let time_limits = !queue.job_state_time_limit_actions.is_empty();
             let count = heads.iter().map(Vec::len).sum();
@@ -276,14 +284,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 waiting.insert(job.job_id.clone(), head);
                 snapshot.pending.push(job);
             }
-            snapshot.queues.push(QueueState {
-                name: name.clone(),
-                priority: queue.priority,
-                environment: queue.service_environment().map(str::to_owned),
-                policy,
-                // Tags are checked when written; one that is not valid ages nothing.
-                aging: queue.aging().ok().flatten(),
-            });
+            snapshot.queues.push(state);
             queue_map.insert(name, queue);
         }
 
@@ -384,31 +385,31 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     }
 }
 
-/// The planner's view of a queue's policy. A fair-share queue's decay window is noted in
-/// `fair_queues`; a quota-share queue takes its shares out of `configuration`.
-fn queue_policy(
+/// The planner's view of a job queue: its priority, environment, ordering (from `policy`, its
+/// scheduling policy; a quota-share queue's shares are `quota_shares`) and aging (from its tags,
+/// which are checked when written: one that is not valid ages nothing).
+pub fn queue_state(
     queue: &JobQueue,
-    configuration: &mut Configuration,
-    fair_queues: &mut BTreeMap<String, u32>,
-) -> QueuePolicy {
-    let name = &queue.job_queue_name;
-    let policy = queue
-        .scheduling_policy
-        .as_ref()
-        .and_then(|p| configuration.policies.get(p));
-    match policy {
+    policy: Option<&SchedulingPolicy>,
+    quota_shares: Vec<QuotaShareState>,
+) -> QueueState {
+    let policy = match policy {
         Some(SchedulingPolicy {
             fairshare_policy: Some(fair),
             ..
-        }) => {
-            fair_queues.insert(name.clone(), fair.share_decay_s());
-            QueuePolicy::FairShare(fair.clone())
-        }
+        }) => QueuePolicy::FairShare(fair.clone()),
         Some(SchedulingPolicy {
             quota_share_policy: Some(_),
             ..
-        }) => QueuePolicy::QuotaShare(configuration.quota_shares.remove(name).unwrap_or_default()),
+        }) => QueuePolicy::QuotaShare(quota_shares),
         _ => QueuePolicy::Fifo,
+    };
+    QueueState {
+        name: queue.job_queue_name.clone(),
+        priority: queue.priority,
+        environment: queue.service_environment().map(str::to_owned),
+        policy,
+        aging: queue.aging().ok().flatten(),
     }
 }
 
