@@ -112,6 +112,19 @@ pub struct JobsArgs {
     pub client: ClientArgs,
 }
 
+/// Arguments of `trainyard why`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    trainyard why 3c734b03-8309-4dd7-bd71-d0ae55611e6c\n  \
+    trainyard why bert-base                        by name, when only one job has it\n  \
+    trainyard why \"$JOB\" --output json | jq .blockers")]
+pub struct WhyArgs {
+    /// Job id, job ARN, or a job name that only one job has.
+    pub job: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
 /// Arguments of `trainyard describe`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
@@ -464,17 +477,22 @@ fn sort_newest_first(jobs: &mut [Value]) {
 /// `trainyard describe`.
 pub fn describe(args: &DescribeArgs) -> anyhow::Result<()> {
     let client = Client::new(&args.client.endpoint);
-    let id = if looks_like_job_id(&args.job) {
-        args.job.clone()
-    } else {
-        job_id_by_name(&client, &args.job)?
-    };
+    let id = job_id_of(&client, &args.job)?;
     let job = client.call("describeservicejob", &json!({ "jobId": id }))?;
     match args.client.output {
         Output::Json => print_json(&job)?,
         Output::Table => crate::out!("{}", describe_table(&job))?,
     }
     Ok(())
+}
+
+/// The id of `job`: a job id or ARN as it is, or the id of the one job with that name.
+pub(crate) fn job_id_of(client: &Client, job: &str) -> anyhow::Result<String> {
+    if looks_like_job_id(job) {
+        Ok(job.to_owned())
+    } else {
+        job_id_by_name(client, job)
+    }
 }
 
 /// Whether `job` is a job id (a UUID) or a job ARN rather than a name.
@@ -1008,7 +1026,7 @@ fn short_name(name_or_arn: &str) -> String {
 }
 
 /// A field as display text: strings as they are, numbers and booleans printed, absent empty.
-fn text(value: &Value, key: &str) -> String {
+pub(crate) fn text(value: &Value, key: &str) -> String {
     match value.get(key) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Null) | None => String::new(),
@@ -1016,7 +1034,7 @@ fn text(value: &Value, key: &str) -> String {
     }
 }
 
-fn print_json(value: &Value) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
     crate::outln!("{}", json_text(value))
 }
 

@@ -14,6 +14,7 @@
 //! - [`events`]: `trainyard events`, which follows job state changes.
 //! - [`client`]: a small blocking client for the Batch API, with errors people can act on.
 //! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`, `environments`.
+//! - [`why`]: `why`, what holds a job back.
 //! - [`payload`]: the SageMaker `CreateTrainingJob` request `submit` builds from flags.
 //! - [`table`]: plain-text tables and timestamps for people.
 //! - [`access`]: `access show|set|clear` and `whoami`, Trainyard's own operations.
@@ -36,6 +37,7 @@ mod sigv4;
 mod simulate;
 mod table;
 mod up;
+mod why;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -72,6 +74,9 @@ enum Command {
     Jobs(commands::JobsArgs),
     /// Show everything about one job (by id or ARN).
     Describe(commands::DescribeArgs),
+    /// Why a job waits: its reason with current figures, everything that holds it back (most
+    /// fundamental first), its place in line, and its history.
+    Why(commands::WhyArgs),
     /// Terminate a job: it moves to FAILED with the given reason.
     Terminate(commands::TerminateArgs),
     /// List job queues, highest priority first, with their waiting and running jobs.
@@ -142,6 +147,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => commands::submit(&args),
         Command::Jobs(args) => commands::jobs(&args),
         Command::Describe(args) => commands::describe(&args),
+        Command::Why(args) => why::why(&args),
         Command::Terminate(args) => commands::terminate(&args),
         Command::Queues(args) => commands::queues(&args),
         Command::Environments(args) => commands::environments_command(&args),

@@ -4,6 +4,7 @@
 //! stay readable in a terminal and easy to `grep`/`awk`.
 
 use std::fmt::Write as _;
+use trainyard_domain::time::UtcTime;
 
 /// Renders rows under a header, padding every column but the last to its widest cell (colour
 /// codes in a cell take no width).
@@ -78,19 +79,7 @@ pub fn status(status: &str, colour: bool) -> String {
 
 /// Formats epoch milliseconds as `YYYY-MM-DD HH:MM:SS` in UTC; `-` when absent.
 pub fn timestamp(epoch_ms: Option<i64>) -> String {
-    let Some(ms) = epoch_ms else {
-        return "-".into();
-    };
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let of_day = secs.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        of_day / 3600,
-        (of_day % 3600) / 60,
-        of_day % 60
-    )
+    epoch_ms.map_or_else(|| "-".into(), |ms| UtcTime(ms).to_string())
 }
 
 /// A span of milliseconds for people: `42s`, `4m05s`, `3h07m`, `2d04h` (negative spans, from
@@ -103,26 +92,6 @@ pub fn duration(ms: i64) -> String {
         s if s < 86_400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
         s => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
     }
-}
-
-/// Converts days since 1970-01-01 to a proleptic Gregorian (year, month, day), counting in
-/// 400-year eras of 146,097 days whose years start on March 1st (so leap days fall last).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let shifted = days + 719_468; // days from 0000-03-01 to 1970-01-01
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month as u32, day as u32)
 }
 
 #[cfg(test)]

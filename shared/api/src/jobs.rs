@@ -280,7 +280,10 @@ async fn describe<S: Store, E: EventSink>(
 ) -> Result<Value, ApiError> {
     let req: JobIdRequest = extract::json(body)?;
     let job_id = validate::required("jobId", req.job_id)?;
-    let job = service.describe_job(&job_id).await?;
+    let mut job = service.describe_job(&job_id).await?;
+    service
+        .with_current_reasons(std::slice::from_mut(&mut job))
+        .await?;
     let mut out = to_value(&job_detail(service.arns(), &job))?;
     // Trainyard's additions live under one key that Batch does not use; clients ignore it.
     let mut ext = serde_json::Map::new();
@@ -472,6 +475,32 @@ pub fn list_query(req: ListRequest) -> Result<JobQuery, ApiError> {
     Ok(query)
 }
 
+/// `ExplainServiceJob` (Trainyard's own): why the job is where it is (see
+/// `trainyard_app::service::why`): its status and current reason, the ranked chain of what
+/// holds it back, and its history.
+pub(crate) async fn explain<S: Store, E: EventSink>(
+    service: &Service<S, E>,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let req: JobIdRequest = extract::json(body)?;
+    let job_id = validate::required("jobId", req.job_id)?;
+    let explanation = service.explain_job(&job_id).await?;
+    let job = &explanation.job;
+    let mut out = to_value(&explanation)?;
+    out["jobId"] = json!(job.job_id);
+    out["jobArn"] = json!(service.arns().job_arn(&job.job_id));
+    out["jobName"] = json!(job.job_name);
+    out["jobQueue"] = json!(job.job_queue);
+    out["status"] = to_value(&job.status)?;
+    if let Some(reason) = &job.status_reason {
+        out["statusReason"] = json!(reason);
+    }
+    if let Some((rank, lines)) = explanation.share_rank {
+        out["shareRank"] = json!({ "rank": rank, "of": lines });
+    }
+    Ok(out)
+}
+
 /// `ListServiceJobs`. With a `reader`, only the jobs it may see are listed (a page may then
 /// hold fewer than `maxResults`; `nextToken` still continues after the last job read).
 async fn list<S: Store, E: EventSink>(
@@ -484,6 +513,7 @@ async fn list<S: Store, E: EventSink>(
     if let Some(reader) = reader {
         page.items.retain(|job| reader.may_see(job));
     }
+    service.with_current_reasons(&mut page.items).await?;
     let arns = service.arns();
     let summaries: Vec<JobSummary<'_>> = page.items.iter().map(|j| job_summary(arns, j)).collect();
     let mut summaries = to_value(&summaries)?;

@@ -229,17 +229,22 @@ async fn trainyard_operation<S: Store, E: EventSink>(
         if op == "whoami" {
             return extract::to_value(&caller);
         }
-        if !matches!(
-            op.as_str(),
-            "getaccesspolicies" | "putaccesspolicies" | "deleteaccesspolicies" | "listauditrecords"
-        ) {
-            return Err(ApiError::client(format!(
-                "Unknown operation: POST /trainyard/v1/{operation} (Trainyard's operations are \
-                 WhoAmI, GetAccessPolicies, PutAccessPolicies, DeleteAccessPolicies and \
-                 ListAuditRecords)"
-            )));
-        }
-        let checked = api.gate.check(service, &caller, &op, &body).await?;
+        // Explaining a job shows what describing it shows, and is allowed as that.
+        let checked_as = match op.as_str() {
+            "explainservicejob" => "DescribeServiceJob",
+            "getaccesspolicies"
+            | "putaccesspolicies"
+            | "deleteaccesspolicies"
+            | "listauditrecords" => op.as_str(),
+            _ => {
+                return Err(ApiError::client(format!(
+                    "Unknown operation: POST /trainyard/v1/{operation} (Trainyard's operations \
+                     are WhoAmI, ExplainServiceJob, GetAccessPolicies, PutAccessPolicies, \
+                     DeleteAccessPolicies and ListAuditRecords)"
+                )));
+            }
+        };
+        let checked = api.gate.check(service, &caller, checked_as, &body).await?;
         let run = run_trainyard_operation(&api, &caller, &op, &body);
         run_checked(&api, &caller, checked, run).await
     }
@@ -267,6 +272,7 @@ async fn run_trainyard_operation<S: Store, E: EventSink>(
             Ok(json!({}))
         }
         "listauditrecords" => crate::audit::list(service, &api.gate, body).await,
+        "explainservicejob" => crate::jobs::explain(service, body).await,
         _ => Ok(match api.gate.stored(service).await? {
             Some((stored, version)) => json!({
                 "policies": stored.text, "updatedAt": stored.updated_at,

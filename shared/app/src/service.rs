@@ -20,6 +20,7 @@ pub mod queues;
 pub mod quota_shares;
 pub mod scheduling;
 pub mod tags;
+pub mod why;
 
 use std::sync::Arc;
 

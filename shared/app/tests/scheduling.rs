@@ -35,6 +35,7 @@ use trainyard_domain::quota_share::{
 use trainyard_domain::{ResourceStatus, State};
 use trainyard_emulator::model::Config as EmulatorConfig;
 use trainyard_local::backend::EmulatedSageMaker;
+use trainyard_scheduler::WaitKind;
 use trainyard_scheduler::retry::RetryConfig;
 
 const T0: i64 = 1_800_000_000_000;
@@ -1269,4 +1270,178 @@ async fn re_pointing_a_queue_under_running_jobs_cannot_over_commit_their_environ
             "{on_a} instances held on a 4-instance environment"
         );
     }
+}
+
+/// Every RUNNABLE job, listed: its id, stored version and the reason a reader is shown.
+async fn shown_reasons(w: &World) -> Vec<(String, u64, Option<String>)> {
+    let query = trainyard_app::ports::JobQuery {
+        limit: 10_000,
+        ..Default::default()
+    };
+    let page = w.service.store().list_jobs(&query).await.unwrap();
+    let runnable: Vec<_> = page
+        .items
+        .into_iter()
+        .filter(|j| j.value.status == JobStatus::Runnable)
+        .collect();
+    let mut jobs: Vec<_> = runnable.iter().map(|j| j.value.clone()).collect();
+    w.service.with_current_reasons(&mut jobs).await.unwrap();
+    runnable
+        .iter()
+        .zip(jobs)
+        .map(|(stored, shown)| (shown.job_id, stored.version, shown.status_reason))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_waiting_job_shows_a_reason_with_the_latest_figures_without_being_rewritten() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 6).await;
+    w.queue("research", 500, "local").await;
+    // 4 of 6 instances held: one job of 1 ends after 10 s, two hold on for an hour.
+    let short = w.submit("short", "research", 1, quick(10)).await;
+    w.submit("long-a", "research", 1, quick(3600)).await;
+    w.submit("long-b", "research", 2, quick(3600)).await;
+    w.tick().await;
+    // 30 jobs that need 4 each: more than the cycle reads (free instances + 16).
+    let mut waiting = Vec::new();
+    for i in 0..30 {
+        waiting.push(
+            w.submit(&format!("wide-{i}"), "research", 4, quick(60))
+                .await,
+        );
+    }
+    w.clock.advance(1_000);
+    w.tick().await;
+    let shown = shown_reasons(&w).await;
+    assert_eq!(shown.len(), 30);
+    assert!(
+        shown.iter().all(|(_, _, r)| r.is_some()),
+        "every waiting job has a reason: {shown:?}"
+    );
+    let head = &waiting[0];
+    let reason_of = |shown: &[(String, u64, Option<String>)], id: &str| {
+        let found = shown.iter().find(|(j, _, _)| j == id).unwrap();
+        (found.1, found.2.clone().unwrap())
+    };
+    let (version, reason) = reason_of(&shown, head);
+    assert!(
+        reason.starts_with("CAPACITY:SERVICE_ENVIRONMENT_FULL - needs 4 NUM_INSTANCES, 2 free"),
+        "{reason}"
+    );
+    // The last ones were never read by a cycle (it reads as many as are free, plus
+    // `head_extra`): they wait behind the first.
+    let (_, last) = reason_of(&shown, &waiting[29]);
+    let read = 2 + w.config.head_extra;
+    assert!(
+        last.starts_with(&format!(
+            "PRIORITY:JOBS_AHEAD - at least {read} jobs wait ahead of it in queue research; the first"
+        )),
+        "{last}"
+    );
+    assert!(last.contains(head.as_str()), "{last}");
+
+    // The short job ends: 3 free now. The head still cannot start, for the same reason.
+    w.clock.advance(12_000);
+    w.tick().await;
+    w.clock.advance(1_000);
+    w.tick().await;
+    assert_eq!(w.job(&short).await.status, JobStatus::Succeeded);
+    let shown = shown_reasons(&w).await;
+    let (version_after, reason_after) = reason_of(&shown, head);
+    assert!(
+        reason_after
+            .starts_with("CAPACITY:SERVICE_ENVIRONMENT_FULL - needs 4 NUM_INSTANCES, 3 free"),
+        "the figures are the latest cycle's: {reason_after}"
+    );
+    assert_eq!(version_after, version, "without rewriting the job");
+    let stored = w.job(head).await.status_reason.unwrap();
+    assert!(
+        stored.contains("2 free"),
+        "the job keeps its first text: {stored}"
+    );
+
+    // The whole explanation: where it stands, and what holds it back.
+    let explained = w.service.explain_job(&waiting[5]).await.unwrap();
+    assert_eq!(explained.position, Some(6));
+    let codes: Vec<&str> = explained.blockers.iter().map(|b| b.code.as_str()).collect();
+    assert_eq!(
+        codes,
+        ["PRIORITY:JOBS_AHEAD", "CAPACITY:SERVICE_ENVIRONMENT_FULL"],
+        "{:?}",
+        explained.blockers
+    );
+    assert_eq!(
+        explained.blockers[0].message,
+        "5 jobs wait ahead of it in queue research"
+    );
+    let events: Vec<&str> = explained.history.iter().map(|h| h.event.as_str()).collect();
+    assert_eq!(events, ["submitted", "waiting"]);
+}
+
+#[tokio::test]
+async fn why_ranks_what_no_waiting_fixes_before_the_jobs_ahead() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("research", 500, "local").await;
+    w.submit("holder", "research", 4, quick(3600)).await;
+    w.tick().await;
+    let mut ids = Vec::new();
+    for i in 0..25 {
+        ids.push(
+            w.submit(&format!("waiting-{i}"), "research", 2, quick(60))
+                .await,
+        );
+    }
+    // Last in line, and too wide for the environment: waiting cannot help it.
+    let wide = w.submit("too-wide", "research", 8, quick(60)).await;
+    w.clock.advance(1_000);
+    w.tick().await;
+    let explained = w.service.explain_job(&wide).await.unwrap();
+    let ranked: Vec<(WaitKind, &str)> = explained
+        .blockers
+        .iter()
+        .map(|b| (b.kind, b.code.as_str()))
+        .collect();
+    assert_eq!(
+        ranked,
+        [
+            (
+                WaitKind::NeverRuns,
+                "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
+            ),
+            (WaitKind::Contention, "PRIORITY:JOBS_AHEAD"),
+            (WaitKind::Contention, "CAPACITY:SERVICE_ENVIRONMENT_FULL"),
+        ],
+        "{:?}",
+        explained.blockers
+    );
+    assert_eq!(
+        explained.blockers[2].about_job_id.as_deref(),
+        Some(ids[0].as_str())
+    );
+
+    // A disabled environment holds every job until someone enables it.
+    let store = w.service.store();
+    let env = store
+        .get_resource::<ServiceEnvironment>("local")
+        .await
+        .unwrap()
+        .unwrap();
+    let mut disabled = env.value.clone();
+    disabled.state = State::Disabled;
+    store.update_resource(&disabled, env.version).await.unwrap();
+    w.clock.advance(1_000);
+    w.tick().await;
+    let explained = w.service.explain_job(&ids[3]).await.unwrap();
+    assert_eq!(
+        explained.blockers[0].kind,
+        WaitKind::Held,
+        "{:?}",
+        explained.blockers
+    );
+    assert_eq!(
+        explained.blockers[0].code,
+        "MISCONFIGURATION:SERVICE_ENVIRONMENT_DISABLED"
+    );
 }

@@ -31,6 +31,7 @@ pub mod policy;
 pub mod queue;
 pub mod quota_share;
 pub mod random;
+pub mod time;
 pub mod training;
 pub mod wire;
 

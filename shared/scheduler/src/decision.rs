@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use trainyard_domain::time::UtcTime;
 
 use crate::snapshot::{Instances, SharedStr};
 
@@ -78,7 +79,7 @@ impl std::fmt::Display for PreemptionReason {
 }
 
 /// Why `QUOTA_MANAGEMENT_LIMIT_EXCEEDED`: which bound the job can never fit (Batch's three texts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum QuotaLimitCause {
     /// The share may not borrow and its own limit is too small.
@@ -90,7 +91,7 @@ pub enum QuotaLimitCause {
 }
 
 /// Why a runnable job was not dispatched in this cycle.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SkipReason {
     /// Not enough free capacity now.
@@ -214,7 +215,37 @@ pub enum SkipReason {
     },
 }
 
+/// The kinds of wait, in the order a job's blockers are ranked: what must change first comes
+/// first (a job that can never run is not helped by capacity coming free).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum WaitKind {
+    /// It can never run as the configuration stands ([`SkipReason::never_runs`]).
+    NeverRuns,
+    /// Held until someone acts: a disabled queue or environment.
+    Held,
+    /// Held until a time: a retry's backoff.
+    Timed,
+    /// Waiting its turn: jobs ahead of it, a quota at its limit, a full environment.
+    Contention,
+    /// Capacity is being freed for it: preempted jobs are stopping.
+    Preemption,
+}
+
 impl SkipReason {
+    /// What kind of wait this is.
+    pub fn kind(&self) -> WaitKind {
+        if self.never_runs() {
+            return WaitKind::NeverRuns;
+        }
+        match self {
+            Self::EnvironmentDisabled { .. } => WaitKind::Held,
+            Self::Backoff { .. } => WaitKind::Timed,
+            Self::WaitingForPreemptedCapacity { .. } => WaitKind::Preemption,
+            _ => WaitKind::Contention,
+        }
+    }
+
     /// Whether the job can never run as the configuration stands: it needs more than the
     /// environment or its quota share can ever give, or names a queue, environment or quota
     /// share that does not exist. (A disabled environment is not: enabling it is routine.)
@@ -283,7 +314,8 @@ impl std::fmt::Display for SkipReason {
                 head_start_ms,
             } => write!(
                 f,
-                "capacity is held for job {head_job_id} of queue {head_queue}, expected to start by {head_start_ms}; starting this job would delay it"
+                "capacity is held for job {head_job_id} of queue {head_queue}, expected to start by {} UTC; starting this job would delay it",
+                UtcTime(*head_start_ms)
             ),
             Self::BehindHead { head_job_id } => write!(
                 f,
@@ -294,7 +326,7 @@ impl std::fmt::Display for SkipReason {
                 "{reserved} instances are kept free for shares that are not active yet"
             ),
             Self::Backoff { until_ms } => {
-                write!(f, "waiting to retry, not before {until_ms}")
+                write!(f, "waiting to retry, not before {} UTC", UtcTime(*until_ms))
             }
             Self::EnvironmentDisabled { environment } => {
                 write!(f, "service environment {environment} is disabled")

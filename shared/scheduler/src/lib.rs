@@ -67,7 +67,7 @@ pub mod retry;
 pub mod snapshot;
 
 pub use decision::{
-    Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason,
+    Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, WaitKind,
 };
 pub use plan::plan_cycle;
 pub use pool::within_limits;

@@ -60,6 +60,12 @@ impl serde::Serialize for SharedStr {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for SharedStr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::from)
+    }
+}
+
 impl From<&str> for SharedStr {
     fn from(s: &str) -> Self {
         Self(s.into())

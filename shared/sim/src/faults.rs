@@ -64,8 +64,8 @@ use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     AuditPage, AuditQuery, AuditRecord, AuditStore, BackendError, ClientTokenRecord, Clock,
-    Document, EnvironmentUsage, InsertJob, JobQuery, NoEvents, Page, Resource, StoreError,
-    TrainingBackend, TrainingJobState, Versioned, Write, described,
+    Document, EnvironmentUsage, InsertJob, JobQuery, LineWaits, NoEvents, Page, Resource,
+    StoreError, TrainingBackend, TrainingJobState, Versioned, Write, described,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::environments::ServiceEnvironmentUpdate;
@@ -378,6 +378,11 @@ struct Chaos {
 
 struct ChaosState {
     rng: Rng,
+    /// The stream for writes of what a reader is merely shown (each line's waits): their own,
+    /// so that adding or dropping such a write does not move every later fault of a seed.
+    shown_rng: Rng,
+    /// Whether the draws in progress come from `shown_rng`.
+    shown: bool,
     on: bool,
     injected: u64,
     by_kind: BTreeMap<&'static str, u64>,
@@ -392,7 +397,15 @@ impl Chaos {
     /// Draws whether fault `kind` happens now (never while faults are off); journals it.
     fn roll(&self, rate: f64, kind: &'static str, what: &str) -> bool {
         let mut s = self.lock();
-        if !s.on || rate <= 0.0 || s.rng.unit() >= rate {
+        if !s.on || rate <= 0.0 {
+            return false;
+        }
+        let draw = if s.shown {
+            s.shown_rng.unit()
+        } else {
+            s.rng.unit()
+        };
+        if draw >= rate {
             return false;
         }
         s.injected += 1;
@@ -578,7 +591,13 @@ impl<S: SchedulingStore> SchedulingStore for FaultyStore<S> {
 
     async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
         let what = describe_writes(writes);
-        let crash = self.before_write(&what)?;
+        let shown = writes
+            .iter()
+            .all(|w| matches!(w, Write::Document { kind, .. } if *kind == LineWaits::KIND));
+        self.chaos.lock().shown = shown;
+        let crash = self.before_write(&what);
+        self.chaos.lock().shown = false;
+        let crash = crash?;
         self.inner.commit(writes).await?;
         if crash {
             return Err(unavailable(&what));
@@ -1455,6 +1474,8 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
     let chaos = Arc::new(Chaos {
         state: Mutex::new(ChaosState {
             rng: Rng::new(workload.seed ^ 0xC4A0_5EED),
+            shown_rng: Rng::new(workload.seed ^ 0x5407_5EED),
+            shown: false,
             on: false,
             injected: 0,
             by_kind: BTreeMap::new(),

@@ -238,6 +238,85 @@ impl Document for ShareUsageRecord {
     }
 }
 
+/// Why the jobs at the front of one line wait, as the latest cycle that planned the line saw
+/// it: a line is a FIFO queue, or one share of a fair-share or quota-managed queue.
+///
+/// The cycle writes a job's reason into the job only when its code changes; the figures after
+/// the code ("needs 4, 2 free") move from cycle to cycle, and writing every waiting job each
+/// time would cost a write per job per cycle. The cycle writes this document instead, one per
+/// line and only when something in it changed, and whoever reads a job shows its reason from
+/// here. Its size is bounded by [`LineWaits::MAX_WAITS`], not by the backlog.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LineWaits {
+    /// Queue name.
+    pub queue: String,
+    /// Share identifier or quota share name (empty for a FIFO queue).
+    pub share: String,
+    /// When the cycle that wrote it planned (epoch ms).
+    pub at_ms: i64,
+    /// The line's place among the queue's lines with waiting jobs, in the order the cycle
+    /// served them (1-based; always 1 in a FIFO queue).
+    pub rank: u32,
+    /// How many of the queue's lines had waiting jobs.
+    pub lines: u32,
+    /// How many of the line's jobs the cycle read and planned (its heads).
+    pub planned: u32,
+    /// The first [`LineWaits::MAX_WAITS`] waiting jobs planned, in line order, each with why
+    /// (shared: every cycle reads every line's).
+    pub waits: std::sync::Arc<[JobWait]>,
+}
+
+impl LineWaits {
+    /// Most jobs a line's document names (the rest wait behind them).
+    pub const MAX_WAITS: usize = 20;
+
+    /// The wait of `job_id`, if the document names it.
+    pub fn wait_of(&self, job_id: &str) -> Option<(usize, &JobWait)> {
+        self.waits
+            .iter()
+            .enumerate()
+            .find(|(_, w)| w.job_id.as_str() == job_id)
+    }
+
+    /// [`LineWaits::wait_of`], looking at place `hint` first (the line keeps its order from
+    /// cycle to cycle, but for the jobs that left it).
+    pub fn wait_near(&self, job_id: &str, hint: usize) -> Option<(usize, &JobWait)> {
+        match self.waits.get(hint) {
+            Some(w) if w.job_id.as_str() == job_id => Some((hint, w)),
+            _ => self.wait_of(job_id),
+        }
+    }
+
+    /// The same document but for when it was planned: whether writing `self` over `stored`
+    /// would tell a reader nothing new.
+    pub fn same_as(&self, stored: &LineWaits) -> bool {
+        self.rank == stored.rank
+            && self.lines == stored.lines
+            && self.planned == stored.planned
+            && self.waits == stored.waits
+    }
+}
+
+impl Document for LineWaits {
+    const KIND: &'static str = "line-waits";
+    fn key(&self) -> String {
+        quota_share_key(&self.queue, &self.share)
+    }
+}
+
+/// One waiting job of a [`LineWaits`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobWait {
+    /// The job.
+    pub job_id: trainyard_scheduler::SharedStr,
+    /// Why it waits, with the figures of the cycle.
+    pub reason: trainyard_scheduler::SkipReason,
+    /// Since when it has waited for a reason of this code (epoch ms).
+    pub since_ms: i64,
+}
+
 /// A RUNNABLE job, as the scheduler sees it (see [`SchedulingStore::runnable_heads`](super::SchedulingStore::runnable_heads)): what the planner
 /// orders and fits, plus the status reason and version a cycle needs to record why it waits.
 ///

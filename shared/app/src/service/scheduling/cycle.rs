@@ -1,6 +1,6 @@
 //! One scheduling cycle: snapshot (step 1, in `snapshot`), plan (2), commit each dispatch (3)
-//! and launch it (4, in `launch`), ask victims to stop (4b), record why the others wait (5), and
-//! account fair-share usage (6).
+//! and launch it (4, in `launch`), ask victims to stop (4b), record why the others wait (5),
+//! account fair-share usage (6), and show each line's waits (7, in `waits`).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -159,6 +159,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
 
         // 6. Fair-share usage.
         self.account_usage(&loaded, now).await?;
+
+        // 7. What readers are shown of why jobs wait: last, as nothing depends on it.
+        self.record_waits(&loaded, &plan, now).await?;
         Ok(report)
     }
 

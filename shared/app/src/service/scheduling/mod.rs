@@ -26,9 +26,13 @@
 //!    `PRIORITY:…`: the text before ` - `). The figures after it (instances free, when a head
 //!    should start) move from cycle to cycle; rewriting every waiting head whenever they do would
 //!    cost a store write per head per cycle, so the text shows them as of when the job began
-//!    waiting for that reason.
+//!    waiting for that reason; step 7 shows current figures instead.
 //! 6. **Account** fair-share usage: each share's decayed instance-seconds advance to now with
 //!    the instances it held since the last cycle.
+//! 7. **Show** why jobs wait: each line (a FIFO queue, or a share) gets one small document with
+//!    the reasons of its first waiting jobs and the cycle's figures (`LineWaits`), written only
+//!    when something in it changed. Whoever reads a job shows its reason from there
+//!    (`Service::explain_job`, and describe and list through `Service::with_current_reasons`).
 //!
 //! # Layout
 //!
@@ -51,6 +55,7 @@ mod due;
 mod launch;
 mod pass;
 mod snapshot;
+mod waits;
 
 pub use due::{DueWork, RECONCILE_MAX_INTERVAL_MS, describe_due};
 pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};

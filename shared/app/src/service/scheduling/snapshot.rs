@@ -17,8 +17,8 @@ use trainyard_scheduler::{
 use super::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
-    CapacityHolder, ConfigStore, EnvironmentUsage, EventSink, Fence, RunnableHead, SchedulingStore,
-    ShareUsageRecord, Versioned,
+    CapacityHolder, ConfigStore, Document, EnvironmentUsage, EventSink, Fence, LineWaits,
+    RunnableHead, SchedulingStore, ShareUsageRecord, Versioned,
 };
 use crate::service::Service;
 
@@ -30,6 +30,10 @@ pub(super) struct Waiting {
     pub(super) status_reason: Option<SharedStr>,
     /// Whether its queue has `jobStateTimeLimitActions` (then every skip reads the job whole).
     pub(super) time_limits: bool,
+    /// Its queue.
+    pub(super) queue: SharedStr,
+    /// Its line within the queue: its share (empty in a FIFO queue).
+    pub(super) share: SharedStr,
 }
 
 /// The snapshot's pending jobs, looked up by the ids the plan hands back.
@@ -84,6 +88,8 @@ pub(super) struct Loaded {
     pub(super) share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>>,
     /// The scheduler lease the cycle dispatches with, if its pass holds one.
     pub(super) fence: Option<Fence>,
+    /// Each line's stored waits, by document key, with its version for the cycle's write.
+    pub(super) line_waits: BTreeMap<String, Versioned<LineWaits>>,
 }
 
 /// The configuration a cycle plans under, as stored.
@@ -101,6 +107,8 @@ fn pending(head: RunnableHead, time_limits: bool) -> (PendingJob, Waiting) {
         version: head.version,
         status_reason: head.status_reason,
         time_limits,
+        queue: head.job_queue.clone(),
+        share: head.share.clone(),
     };
     let job = PendingJob {
         job_id: head.job_id,
@@ -297,6 +305,13 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             .collect();
         // Each share's usage now: its record brought forward with what it held since.
         let share_usage = self.share_usage().await?;
+        let line_waits = self
+            .store
+            .list_documents::<LineWaits>()
+            .await?
+            .into_iter()
+            .map(|w| (w.value.key(), w))
+            .collect();
         let now = self.clock.now_ms();
         snapshot.usage = share_usage
             .iter()
@@ -314,6 +329,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             fair_queues,
             share_usage,
             fence: None,
+            line_waits,
         })
     }
 
@@ -425,6 +441,8 @@ mod tests {
             version,
             status_reason: None,
             time_limits: false,
+            queue: "q".into(),
+            share: "".into(),
         };
         jobs.insert(id.clone(), waiting(3));
         jobs.insert("another".into(), waiting(4));
