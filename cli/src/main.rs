@@ -15,6 +15,7 @@
 //! - [`client`]: a small blocking client for the Batch API, with errors people can act on.
 //! - [`commands`]: `submit`, `jobs`, `describe`, `terminate`, `queues`, `environments`.
 //! - [`why`]: `why`, what holds a job back.
+//! - [`replay`]: `replay`, a recorded cycle planned again.
 //! - [`payload`]: the SageMaker `CreateTrainingJob` request `submit` builds from flags.
 //! - [`table`]: plain-text tables and timestamps for people.
 //! - [`access`]: `access show|set|clear` and `whoami`, Trainyard's own operations.
@@ -31,6 +32,7 @@ mod emulator;
 mod events;
 mod payload;
 mod process;
+mod replay;
 mod routes;
 mod serve;
 mod sigv4;
@@ -77,6 +79,9 @@ enum Command {
     /// Why a job waits: its reason with current figures, everything that holds it back (most
     /// fundamental first), its place in line, and its history.
     Why(commands::WhyArgs),
+    /// Plan a recorded scheduling cycle again: the same decisions (a determinism check), or
+    /// what other planner settings would have decided. Reads `up`'s data directory.
+    Replay(replay::ReplayArgs),
     /// Terminate a job: it moves to FAILED with the given reason.
     Terminate(commands::TerminateArgs),
     /// List job queues, highest priority first, with their waiting and running jobs.
@@ -148,6 +153,7 @@ fn main() -> ExitCode {
         Command::Jobs(args) => commands::jobs(&args),
         Command::Describe(args) => commands::describe(&args),
         Command::Why(args) => why::why(&args),
+        Command::Replay(args) => replay::run(&args),
         Command::Terminate(args) => commands::terminate(&args),
         Command::Queues(args) => commands::queues(&args),
         Command::Environments(args) => commands::environments_command(&args),

@@ -229,13 +229,14 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
     // Held until the process ends (the kernel drops it after `kill -9` too).
     let _lock = lock_data_dir(&data_dir)?;
     let db_path = data_dir.join(DB_FILE);
-    let store = SqliteStore::open(&db_path)?;
+    // Shared: the service keeps it, and so does the scheduling loop's decision log.
+    let store = Arc::new(SqliteStore::open(&db_path)?);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let created = ensure_demo_setup(&store, &data_dir, clock.now_ms()).await?;
 
     let events = LocalEvents::new();
     let service = Arc::new(Service::new(
-        store,
+        store.clone(),
         events.clone(),
         clock,
         Arc::new(RandomIds),
@@ -353,12 +354,15 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.retry.retry_base_ms = scale(cycle.retry.retry_base_ms);
         cycle.retry.retry_cap_ms = scale(cycle.retry.retry_cap_ms);
         cycle.retry.jitter_max_ms = scale(cycle.retry.jitter_max_ms);
-        let passes = Arc::new(PassRunner::new(
-            service.clone(),
-            EmulatedSageMaker::new(shared, args.emulator.emulator_time_scale),
-            cycle,
-            i64::try_from(args.quiet_ms).unwrap_or(i64::MAX),
-        ));
+        let passes = Arc::new(
+            PassRunner::new(
+                service.clone(),
+                EmulatedSageMaker::new(shared, args.emulator.emulator_time_scale),
+                cycle,
+                i64::try_from(args.quiet_ms).unwrap_or(i64::MAX),
+            )
+            .keeping_decisions(store),
+        );
         tokio::spawn(event_loop::run_scheduling(
             passes,
             events,

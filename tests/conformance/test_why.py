@@ -69,3 +69,21 @@ def test_every_waiting_job_has_a_reason_and_why_ranks_what_holds_it_back(batch, 
 
     for job_id in [holder, *waiting]:
         batch.terminate_service_job(jobId=job_id, reason="test over")
+
+
+def test_every_recorded_cycle_replays_to_its_decisions():
+    """The determinism check: `trainyard up` records each cycle that had a job to plan (this
+    suite's runs among them, quota-share preemptions and fair shares included); planning each
+    recorded snapshot again gives the recorded decisions."""
+    data_dir = os.environ.get("TRAINYARD_DATA_DIR")
+    assert data_dir, "TRAINYARD_DATA_DIR is not set; run the suite through scripts/test"
+    listed = subprocess.run([support.TRAINYARD_BIN, "replay", "--data-dir", data_dir, "--limit", "10000",
+                             "--output", "json"],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert listed.returncode == 0, listed.stderr
+    cycles = json.loads(listed.stdout)
+    assert cycles and any(c["dispatches"] > 0 for c in cycles), cycles
+    replayed = subprocess.run([support.TRAINYARD_BIN, "replay", "--all", "--data-dir", data_dir],
+                              capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "every one to its recorded decisions" in replayed.stdout, replayed.stdout

@@ -19,7 +19,7 @@ use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::queues::JobQueueUpdate;
 use trainyard_app::service::scheduling::{
-    Accept, CycleConfig, CycleReport, DueWork, PassInput, StateOutcome,
+    Accept, CycleConfig, CycleReport, DecisionRecord, DueWork, PassInput, StateOutcome,
 };
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
@@ -52,6 +52,8 @@ struct World {
     dispatched: Vec<String>,
     /// Preemptions the cycles reported, summed.
     preemptions_reported: usize,
+    /// Each cycle's decision record, when `config.record_decisions` is set.
+    decisions: Vec<DecisionRecord>,
 }
 
 impl World {
@@ -84,6 +86,7 @@ impl World {
             deliver_events: true,
             dispatched: Vec::new(),
             preemptions_reported: 0,
+            decisions: Vec::new(),
         }
     }
 
@@ -294,6 +297,8 @@ impl World {
             .await;
         assert!(pass.errors.is_empty(), "{:?}", pass.errors);
         self.preemptions_reported += pass.cycle_totals().preemptions;
+        let records = pass.cycles.into_iter().filter_map(|c| c.decision);
+        self.decisions.extend(records.map(|d| *d));
         for id in self.dispatched_ids().await {
             if !before.contains(&id) {
                 self.dispatched.push(id);
@@ -388,6 +393,7 @@ fn quick(seconds: u32) -> Value {
 #[tokio::test]
 async fn jobs_run_to_success_in_queue_priority_order_as_capacity_frees() {
     let mut w = World::new(EmulatorConfig::default());
+    w.config.record_decisions = true;
     w.environment("local", 2).await;
     for (queue, priority) in [("production", 900), ("research", 500), ("sweeps", 100)] {
         w.queue(queue, priority, "local").await;
@@ -427,6 +433,7 @@ async fn jobs_run_to_success_in_queue_priority_order_as_capacity_frees() {
         _ => 2,
     });
     assert_eq!(order, sorted, "dispatched by queue priority");
+    assert_every_cycle_replays(&w.decisions);
 }
 
 #[tokio::test]
@@ -698,6 +705,7 @@ async fn an_attempt_whose_training_job_vanished_is_requeued_without_using_an_att
 async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finish_later() {
     let mut w = World::new(EmulatorConfig::default());
     w.config.planner.min_runtime_before_preemption_s = 2;
+    w.config.record_decisions = true;
     w.quota_queue(
         "teams",
         4,
@@ -772,6 +780,47 @@ async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finis
         (0, 0),
         "every dispatch's instances, the shares' included, were given back: {usage:?}"
     );
+    let preempting = assert_every_cycle_replays(&w.decisions);
+    assert!(preempting > 0, "the preempting cycles were recorded");
+}
+
+/// Checks that every decision record, read back from its JSON, plans again to its decisions
+/// and matches its digest; returns how many of them preempt. Also that the check can fail: a
+/// record whose plan or snapshot was altered does not pass it.
+fn assert_every_cycle_replays(decisions: &[DecisionRecord]) -> usize {
+    assert!(!decisions.is_empty(), "cycles were recorded");
+    for record in decisions {
+        let json = serde_json::to_string(record).unwrap();
+        let read: DecisionRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(&read, record, "a record reads back as written");
+        assert!(
+            read.intact(),
+            "cycle {}: snapshot matches its digest",
+            read.id
+        );
+        let replay = read.replay(None);
+        assert!(
+            replay.same,
+            "cycle {} replays: {:?} vs {:?}",
+            read.id, replay.plan, read.plan
+        );
+    }
+    let deciding = decisions
+        .iter()
+        .find(|d| !d.plan.dispatches.is_empty())
+        .expect("some cycle dispatched");
+    let mut altered = deciding.clone();
+    altered.plan.dispatches.pop();
+    assert!(
+        !altered.replay(None).same,
+        "a plan that is not the planner's is told apart"
+    );
+    altered.snapshot.pending.pop();
+    assert!(!altered.intact(), "an altered snapshot is told apart");
+    decisions
+        .iter()
+        .filter(|d| !d.plan.preemptions.is_empty())
+        .count()
 }
 
 async fn futures_started(w: &World, ids: &[String]) -> Vec<i64> {

@@ -120,7 +120,7 @@ pub const AGING_MAX_PRIORITY_TAG: &str = "trainyard:aging-max-priority";
 /// job's place in line (its submission or its last requeue). A job whose priority has reached
 /// `max_priority` is *overdue*: among jobs of equal evaluated priority, overdue jobs go first,
 /// oldest first, whatever their queue or share.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Aging {
     /// Priority points gained per hour waited.
     pub per_hour: u32,

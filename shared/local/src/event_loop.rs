@@ -22,7 +22,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc};
 use trainyard_app::ports::{Event, EventSink, Store, TrainingBackend, TrainingJobState};
 use trainyard_app::service::scheduling::{
-    Accept, CycleConfig, DueReport, DueWork, PassInput, PassReport, StateOutcome, accept_in_batches,
+    Accept, CycleConfig, DecisionLog, DueReport, DueWork, NoDecisions, PassInput, PassReport,
+    StateOutcome, accept_in_batches,
 };
 use trainyard_app::{AppError, Service};
 use trainyard_emulator::model::StateChange;
@@ -233,12 +234,14 @@ pub trait Scheduling: Intake {
     ) -> impl Future<Output = PassReport> + Send;
 }
 
-/// Runs `Service::pass` for the loop: the service, a training backend and the loop's settings.
-pub struct PassRunner<S: Store, E: EventSink, B: TrainingBackend> {
+/// Runs `Service::pass` for the loop: the service, a training backend, the loop's settings, and
+/// where each cycle's decision record goes (nowhere, unless [`PassRunner::keeping_decisions`]).
+pub struct PassRunner<S: Store, E: EventSink, B: TrainingBackend, L: DecisionLog = NoDecisions> {
     service: Arc<Service<S, E>>,
     backend: B,
     cycle: CycleConfig,
     quiet_ms: i64,
+    decisions: L,
 }
 
 impl<S: Store, E: EventSink, B: TrainingBackend> PassRunner<S, E, B> {
@@ -250,11 +253,26 @@ impl<S: Store, E: EventSink, B: TrainingBackend> PassRunner<S, E, B> {
             backend,
             cycle,
             quiet_ms,
+            decisions: NoDecisions,
+        }
+    }
+
+    /// The same runner, appending each cycle's decision record to `log`.
+    pub fn keeping_decisions<L: DecisionLog>(self, log: L) -> PassRunner<S, E, B, L> {
+        PassRunner {
+            service: self.service,
+            backend: self.backend,
+            cycle: CycleConfig {
+                record_decisions: true,
+                ..self.cycle
+            },
+            quiet_ms: self.quiet_ms,
+            decisions: log,
         }
     }
 }
 
-impl<S: Store, E: EventSink, B: TrainingBackend> Intake for PassRunner<S, E, B> {
+impl<S: Store, E: EventSink, B: TrainingBackend, L: DecisionLog> Intake for PassRunner<S, E, B, L> {
     fn accept_submitted(
         &self,
         limit: usize,
@@ -264,7 +282,9 @@ impl<S: Store, E: EventSink, B: TrainingBackend> Intake for PassRunner<S, E, B> 
     }
 }
 
-impl<S: Store, E: EventSink, B: TrainingBackend> Scheduling for PassRunner<S, E, B> {
+impl<S: Store, E: EventSink, B: TrainingBackend, L: DecisionLog> Scheduling
+    for PassRunner<S, E, B, L>
+{
     async fn pass(&self, accept: Accept, changes: &[TrainingJobState]) -> PassReport {
         let input = PassInput {
             accept: Some(accept),
@@ -273,7 +293,17 @@ impl<S: Store, E: EventSink, B: TrainingBackend> Scheduling for PassRunner<S, E,
             max_cycles: 1,
             ..PassInput::default()
         };
-        self.service.pass(&self.backend, &self.cycle, input).await
+        let mut report = self.service.pass(&self.backend, &self.cycle, input).await;
+        for cycle in &mut report.cycles {
+            let Some(record) = cycle.decision.take() else {
+                continue;
+            };
+            // A record that cannot be kept loses no decision: the cycle acted on it already.
+            if let Err(error) = self.decisions.append_decision(&record).await {
+                tracing::warn!(%error, cycle = %record.id, "decision record not kept");
+            }
+        }
+        report
     }
 }
 

@@ -27,6 +27,7 @@
 //! synchronous method named after it with `_sync` (`get_job_sync` for `get_job`).
 
 mod audit;
+mod decisions;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::ServiceJob;
 use trainyard_domain::order::share_key;
 
+pub use decisions::{DECISIONS_KEPT, DecisionRow};
 pub use schema::{LATEST_VERSION as SCHEMA_VERSION, user_version};
 
 /// How long a statement waits for another process's lock before failing with `SQLITE_BUSY`

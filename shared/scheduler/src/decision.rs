@@ -10,7 +10,7 @@ use trainyard_domain::time::UtcTime;
 use crate::snapshot::{Instances, SharedStr};
 
 /// Launch an attempt for a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dispatch {
     /// The job.
     pub job_id: SharedStr,
@@ -24,7 +24,7 @@ pub struct Dispatch {
 
 /// Stop a running attempt to make room for a waiting job (quota-managed queues only). The host
 /// stops the attempt with `retry::PREEMPTED_REASON`; the job goes back to RUNNABLE.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preemption {
     /// The job whose attempt is stopped.
     pub victim_job_id: SharedStr,
@@ -35,7 +35,7 @@ pub struct Preemption {
 }
 
 /// Why a job is preempted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum PreemptionReason {
     /// Cross-share: the victim runs on capacity its share borrowed, and the lender reclaims it.
@@ -404,7 +404,7 @@ impl std::fmt::Display for SkipReason {
 }
 
 /// A pending job not dispatched, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skip {
     /// The job.
     pub job_id: SharedStr,
@@ -413,7 +413,7 @@ pub struct Skip {
 }
 
 /// The decisions of one cycle.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Plan {
     /// Attempts to launch, in decision order.
     pub dispatches: Vec<Dispatch>,

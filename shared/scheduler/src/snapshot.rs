@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use trainyard_domain::State;
 use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::policy::FairsharePolicy;
@@ -91,7 +93,7 @@ impl PartialEq<&str> for SharedStr {
 }
 
 /// A service environment.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentState {
     /// Name.
     pub name: String,
@@ -102,7 +104,7 @@ pub struct EnvironmentState {
 }
 
 /// How a queue orders its jobs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum QueuePolicy {
     /// First in, first out.
     Fifo,
@@ -113,7 +115,7 @@ pub enum QueuePolicy {
 }
 
 /// A quota share of a quota-managed queue, as the planner sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuotaShareState {
     /// Name, unique within its queue (jobs name it in `quotaShareName`).
     pub name: String,
@@ -188,7 +190,7 @@ impl QuotaShareState {
 }
 
 /// A job queue.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueState {
     /// Name.
     pub name: String,
@@ -203,7 +205,7 @@ pub struct QueueState {
 }
 
 /// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 ///
 /// Its ids and instances are shared ([`SharedStr`], `Arc`), not owned: every cycle passes every running job,
 /// and a host that keeps these summaries between cycles hands them over without copying.
@@ -227,7 +229,7 @@ pub struct RunningJob {
 
 /// A RUNNABLE job. Like [`RunningJob`], its text and instances are shared with the host's
 /// summary, so building a snapshot copies no strings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingJob {
     /// Job id (the final tie-breaker everywhere).
     pub job_id: SharedStr,
@@ -248,7 +250,7 @@ pub struct PendingJob {
 }
 
 /// A share within a queue. Shared names: a cycle keys every share's usage by it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ShareKey {
     /// Queue name.
     pub queue: SharedStr,
@@ -257,7 +259,7 @@ pub struct ShareKey {
 }
 
 /// Everything one cycle plans over.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Service environments.
     pub environments: Vec<EnvironmentState>,
@@ -268,6 +270,7 @@ pub struct Snapshot {
     /// RUNNABLE jobs (the hosts pass the heads of each queue and share).
     pub pending: Vec<PendingJob>,
     /// Decayed usage per fair share, as of its own `at_ms`.
+    #[serde(with = "pairs")]
     pub usage: BTreeMap<ShareKey, ShareUsage>,
     /// Instances in use per environment (and instance type) as the host's usage records keep
     /// them: charged where each attempt was dispatched, updated with every dispatch and release,
@@ -277,8 +280,33 @@ pub struct Snapshot {
     pub in_use: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
-/// Planner settings.
-#[derive(Debug, Clone, PartialEq)]
+/// A map whose keys are not text, as a list of pairs (JSON keys must be text).
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &BTreeMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(map.iter())
+    }
+
+    pub(super) fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Vec::<(K, V)>::deserialize(deserializer).map(|pairs| pairs.into_iter().collect())
+    }
+}
+
+/// Planner settings. As JSON (a decision record's, `trainyard replay --config`), fields left
+/// out take their defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Batch's strict head-of-line FIFO instead of EASY backfill.
     pub strict_fifo: bool,

@@ -100,6 +100,18 @@ const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX audit_expiry ON audit (expires_at_ms);
     ",
+    // 4: decision records: one row per scheduling cycle, numbered, the newest kept.
+    r"
+    CREATE TABLE decisions (
+        seq          INTEGER PRIMARY KEY,
+        id           TEXT    NOT NULL UNIQUE,
+        at_ms        INTEGER NOT NULL,
+        dispatches   INTEGER NOT NULL,
+        preemptions  INTEGER NOT NULL,
+        skips        INTEGER NOT NULL,
+        doc          TEXT    NOT NULL
+    );
+    ",
 ];
 
 /// The schema version this code writes: the number of migration steps it knows.

@@ -14,7 +14,7 @@ use trainyard_scheduler::{
 };
 
 use super::snapshot::Loaded;
-use super::{CycleConfig, CycleReport};
+use super::{CycleConfig, CycleReport, DecisionRecord};
 use crate::error::AppError;
 use crate::ports::{
     ConfigStore, EnvironmentUsage, EventSink, Fence, RunnableHead, SchedulingStore,
@@ -111,6 +111,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         fence: Option<Fence>,
     ) -> Result<CycleReport, AppError> {
         let now = self.clock.now_ms();
+        let started = std::time::Instant::now();
         let mut report = CycleReport::default();
 
         // 1. Snapshot.
@@ -119,6 +120,12 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
 
         // 2. Plan.
         let plan = plan_cycle(&loaded.snapshot, now, &config.planner);
+        // A cycle with no job to plan decides nothing: no record.
+        let record = config.record_decisions && !loaded.snapshot.pending.is_empty();
+        let mut decision = record.then(|| {
+            let id = self.ids.job_id();
+            DecisionRecord::new(id, now, &loaded.snapshot, &config.planner, &plan)
+        });
 
         // 3 and 4. Commit each dispatch, then launch it; nothing more once a newer lease
         // holder shows (in the snapshot, or in a usage document re-read after a conflict).
@@ -162,6 +169,11 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
 
         // 7. What readers are shown of why jobs wait: last, as nothing depends on it.
         self.record_waits(&loaded, &plan, now).await?;
+        if let Some(decision) = &mut decision {
+            decision.outcome = report.clone();
+            decision.duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        }
+        report.decision = decision.map(Box::new);
         Ok(report)
     }
 

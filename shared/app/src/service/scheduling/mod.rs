@@ -51,12 +51,14 @@
 
 mod attempt_end;
 mod cycle;
+mod decision;
 mod due;
 mod launch;
 mod pass;
 mod snapshot;
 mod waits;
 
+pub use decision::{DecisionLog, DecisionRecord, NoDecisions, Replay, capped};
 pub use due::{DueWork, RECONCILE_MAX_INTERVAL_MS, describe_due};
 pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};
 pub use snapshot::queue_state;
@@ -77,6 +79,9 @@ pub struct CycleConfig {
     pub head_extra: usize,
     /// Most heads read per queue or share, whatever the free capacity (bounds one cycle).
     pub max_heads: usize,
+    /// Whether each cycle that has a job to plan carries its [`DecisionRecord`] in its report
+    /// (for a host that keeps them).
+    pub record_decisions: bool,
 }
 
 impl Default for CycleConfig {
@@ -86,12 +91,14 @@ impl Default for CycleConfig {
             retry: RetryConfig::default(),
             head_extra: 16,
             max_heads: 1_000,
+            record_decisions: false,
         }
     }
 }
 
 /// What one cycle did, for logs and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CycleReport {
     /// Jobs committed to SCHEDULED.
     pub dispatched: usize,
@@ -116,6 +123,9 @@ pub struct CycleReport {
     /// Whether the cycle stood aside (dispatching nothing more, preempting nothing) for a pass
     /// holding a newer scheduler lease.
     pub fenced: bool,
+    /// What the cycle decided and from what, when [`CycleConfig::record_decisions`] is set.
+    #[serde(skip)]
+    pub decision: Option<Box<DecisionRecord>>,
 }
 
 /// What [`Service::on_training_state`](crate::Service::on_training_state) did with a state

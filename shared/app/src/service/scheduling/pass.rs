@@ -246,8 +246,21 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .run_cycle_with(backend, config, &std::mem::take(&mut fresh), input.fence)
                 .await
             {
-                Ok(cycle) => {
+                Ok(mut cycle) => {
                     let (dispatched, fenced) = (cycle.dispatched, cycle.fenced);
+                    if let Some(decision) = &mut cycle.decision {
+                        decision.trigger = format!(
+                            "pass: {} jobs accepted, {} state changes, due work {}; cycle {} of the pass",
+                            report.accepted,
+                            input.changes.len(),
+                            if report.due.is_some() {
+                                "done"
+                            } else {
+                                "not run"
+                            },
+                            report.cycles.len() + 1
+                        );
+                    }
                     report.cycles.push(cycle);
                     if dispatched == 0 || fenced {
                         break;
