@@ -387,6 +387,16 @@ fn metrics_parse_as_prometheus_text_and_count_jobs_dispatches_and_waits() {
         3.0,
         "{text}"
     );
+    // Labelled by queue; nothing waits now.
+    assert!(
+        text.contains("trainyard_wait_time_seconds_count{queue=\"research\"} 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("trainyard_oldest_runnable_job_age_seconds{queue=\"research\"} 0\n"),
+        "{text}"
+    );
+    assert_eq!(metric(&text, "trainyard_pending_jobs"), 0.0, "{text}");
 }
 
 /// `trainyard events --follow` (plus `extra`) against the server, once it is connected: a

@@ -40,7 +40,7 @@ def test_every_waiting_job_has_a_reason_and_why_ranks_what_holds_it_back(batch, 
         return batch.describe_service_job(jobId=job_id).get("statusReason", "")
 
     last = support.wait_until(lambda: reason(waiting[-1]) or None, "the last job to have a reason")
-    assert last.startswith("PRIORITY:JOBS_AHEAD - at least 16 jobs wait ahead of it in queue "), last
+    assert last.startswith("PRIORITY:JOBS_AHEAD - at least 8 jobs wait ahead of it in queue "), last
     assert waiting[0] in last, last
     first = reason(waiting[0])
     assert first.startswith("CAPACITY:SERVICE_ENVIRONMENT_FULL - needs 1 NUM_INSTANCES, 0 free"), first

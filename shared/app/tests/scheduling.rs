@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, Clock, EnvironmentUsage, Fence, NoEvents, ShareUsageRecord, TrainingBackend,
-    TrainingJobState, Versioned, Write, quota_share_key,
+    BackendError, Clock, EnvironmentUsage, Fence, LineWaits, NoEvents, ShareUsageRecord,
+    TrainingBackend, TrainingJobState, Versioned, Write, quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -1379,12 +1379,12 @@ async fn every_waiting_job_shows_a_reason_with_the_latest_figures_without_being_
         "{reason}"
     );
     // The last ones were never read by a cycle (it reads as many as are free, plus
-    // `head_extra`): they wait behind the first.
+    // `head_extra`), and a line's document names its first few: they wait behind those.
     let (_, last) = reason_of(&shown, &waiting[29]);
-    let read = 2 + w.config.head_extra;
+    let named = LineWaits::MAX_WAITS;
     assert!(
         last.starts_with(&format!(
-            "PRIORITY:JOBS_AHEAD - at least {read} jobs wait ahead of it in queue research; the first"
+            "PRIORITY:JOBS_AHEAD - at least {named} jobs wait ahead of it in queue research; the first"
         )),
         "{last}"
     );

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
 use trainyard_app::ports::{EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError};
+use trainyard_app::service::why::{every_line_waits, shown_reason_code};
 use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::job::{JobStatus, Requeue};
 use trainyard_domain::order::share_key;
@@ -473,6 +474,9 @@ pub struct JobCounts {
     pub per_queue: BTreeMap<(String, JobStatus), u64>,
     /// Per (queue, share, status), for jobs with a share.
     pub per_share: BTreeMap<(String, String, JobStatus), u64>,
+    /// RUNNABLE jobs counted per (queue, code of the reason they wait, as describe shows it;
+    /// `NOT_PLANNED_YET` for one no cycle has planned since it joined its line).
+    pub per_reason: BTreeMap<(String, String), u64>,
 }
 
 /// Counts the jobs of every queue in each of the [`COUNTED_STATUSES`], reading at most
@@ -480,6 +484,7 @@ pub struct JobCounts {
 /// read of each job counted: call it on a schedule, not per event.
 pub async fn job_counts<S: Store>(store: &S) -> Result<JobCounts, StoreError> {
     let mut counts = JobCounts::default();
+    let lines = every_line_waits(store).await?;
     for queue in store.list_resources::<JobQueue>().await? {
         let name = queue.value.job_queue_name;
         for status in COUNTED_STATUSES {
@@ -498,6 +503,10 @@ pub async fn job_counts<S: Store>(store: &S) -> Result<JobCounts, StoreError> {
                         break;
                     }
                     counted += 1;
+                    if status == JobStatus::Runnable {
+                        let code = shown_reason_code(&job.value, &lines);
+                        *counts.per_reason.entry((name.clone(), code)).or_insert(0) += 1;
+                    }
                     let share = share_key(&job.value);
                     if !share.is_empty() {
                         *counts
@@ -520,7 +529,8 @@ pub async fn job_counts<S: Store>(store: &S) -> Result<JobCounts, StoreError> {
 impl JobCounts {
     /// The EMF lines: `Jobs` per (`Stack`, `JobQueue`, `Status`), zeros included so that a
     /// queue that emptied reads 0 rather than nothing, and per (`Stack`, `JobQueue`, `Share`,
-    /// `Status`) for shares with jobs.
+    /// `Status`) for shares with jobs; `PendingJobs` per (`Stack`, `JobQueue`, `Reason`), the
+    /// reason codes being a fixed set.
     pub fn emf_lines(&self, stack: &str, now_ms: i64) -> Vec<String> {
         let queue_lines = self.per_queue.iter().map(|((queue, status), n)| EmfLine {
             dimensions: vec![
@@ -562,8 +572,17 @@ impl JobCounts {
             ],
             metrics: vec![("Jobs", Unit::Count, json!(n))],
         });
+        let reason_lines = self.per_reason.iter().map(|((queue, code), n)| EmfLine {
+            dimensions: vec![
+                ("Stack", stack.to_owned()),
+                ("JobQueue", queue.clone()),
+                ("Reason", code.clone()),
+            ],
+            metrics: vec![("PendingJobs", Unit::Count, json!(n))],
+        });
         queue_lines
             .chain(share_lines)
+            .chain(reason_lines)
             .map(|l| l.render(now_ms))
             .collect()
     }
@@ -1139,6 +1158,15 @@ mod tests {
         for (case, dims, expected) in cases {
             assert_eq!(jobs_at(dims), expected, "{case}");
         }
-        assert_eq!(lines.len(), COUNTED_STATUSES.len() + 2);
+        // No cycle has planned the RUNNABLE jobs: that is their reason.
+        let pending = lines
+            .iter()
+            .find(|l| l["Reason"] == "NOT_PLANNED_YET")
+            .unwrap_or_else(|| panic!("no PendingJobs line in {lines:#?}"));
+        assert_eq!(
+            (&pending["JobQueue"], &pending["PendingJobs"]),
+            (&json!("prod"), &json!(3))
+        );
+        assert_eq!(lines.len(), COUNTED_STATUSES.len() + 2 + 1);
     }
 }

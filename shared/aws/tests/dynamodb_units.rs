@@ -297,7 +297,9 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
             "{which} cycle over {shares} shares: {:?}",
             cycle.reads_by_source
         );
-        let bound = 7.0 + 2.0 * f64::from(shares);
+        // + 1: the queues' wait digests (one small partition, read consistently), which tell
+        // the cycle which lines' waits changed (docs/scheduling.md, "Why a job waits").
+        let bound = 8.0 + 2.0 * f64::from(shares);
         assert!(
             cycle.estimated.read <= bound,
             "a {which} cycle over {shares} shares reads {} RCU (estimated), more than {bound}",
@@ -309,8 +311,10 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
     // the item's size) and its runnable entry (1), 2 WCU per head where a keys-only index costs
     // 1. The first cycle over 4 shares records
     // one on each of its 64 heads.
+    // Beside them, each line's waits (about 4 WCU with 8 jobs named, docs/scheduling.md "Why
+    // a job waits") and the queue's digests of them.
     assert!(
-        four_first.estimated.write <= 2.0 * 64.0,
+        four_first.estimated.write <= 2.0 * 64.0 + 5.0 * 4.0 + 1.0,
         "first cycle: {} WCU (estimated) for 64 skip reasons: {:?}",
         four_first.estimated.write,
         four_first.writes_by_target

@@ -89,6 +89,18 @@ impl Fnv1a {
     }
 }
 
+/// For `Hash` types: a fingerprint fixed by FNV-1a and by how the types feed their bytes (the
+/// standard library's, for strings and integers).
+impl std::hash::Hasher for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) {
+        Fnv1a::write(self, bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

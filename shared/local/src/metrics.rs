@@ -16,11 +16,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
 use trainyard_app::ports::{
-    Clock, EnvironmentUsage, Event, JobQuery, Store, StoreError, SystemClock,
+    Clock, EnvironmentUsage, Event, JobQuery, LineWaits, Store, StoreError, SystemClock,
 };
+use trainyard_app::service::why::{every_line_waits, shown_reason_code};
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
 use trainyard_domain::job::{JobStatus, Requeue};
 use trainyard_domain::order::share_key;
+use trainyard_domain::queue::JobQueue;
 
 /// Upper bounds of the latency histograms' buckets, in seconds: from the loop's own reaction
 /// time (milliseconds) to a busy queue's wait (an hour).
@@ -58,17 +60,34 @@ impl Histogram {
         self.count
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
+    /// The series of one histogram, `labels` (`key="value",` each, escaped) on every line.
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         for (bound, count) in BUCKETS_S.iter().zip(self.counts) {
             cumulative += count;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {cumulative}");
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum_s);
-        let _ = writeln!(out, "{name}_count {}", self.count);
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
+        let braced = match labels.trim_end_matches(',') {
+            "" => String::new(),
+            labels => format!("{{{labels}}}"),
+        };
+        let _ = writeln!(out, "{name}_sum{braced} {}", self.sum_s);
+        let _ = writeln!(out, "{name}_count{braced} {}", self.count);
+    }
+}
+
+/// A histogram per queue, rendered as one family labelled `queue`.
+fn render_per_queue(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    histograms: &BTreeMap<String, Histogram>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for (queue, histogram) in histograms {
+        histogram.render(out, name, &format!("queue=\"{}\",", escape(queue)));
     }
 }
 
@@ -85,10 +104,10 @@ pub struct Counts {
     pub preemptions: u64,
     /// Passes of the scheduling loop.
     pub loop_passes: u64,
-    /// RUNNABLE → SCHEDULED, per dispatch.
-    pub dispatch_latency: Histogram,
-    /// Submitted → first SCHEDULED, per job.
-    pub wait_time: Histogram,
+    /// RUNNABLE → SCHEDULED, per dispatch, by queue.
+    pub dispatch_latency: BTreeMap<String, Histogram>,
+    /// Submitted → first SCHEDULED, per job, by queue.
+    pub wait_time: BTreeMap<String, Histogram>,
 }
 
 /// The metrics registry. Cheap to share behind an [`Arc`].
@@ -130,12 +149,17 @@ impl Metrics {
             JobStatus::Scheduled => {
                 counts.dispatches += 1;
                 let runnable_since = job.runnable_at.unwrap_or(job.created_at);
+                let queue = job.job_queue.clone();
                 counts
                     .dispatch_latency
+                    .entry(queue.clone())
+                    .or_default()
                     .observe(seconds_between(runnable_since, now_ms));
                 if job.attempts.len() <= 1 {
                     counts
                         .wait_time
+                        .entry(queue)
+                        .or_default()
                         .observe(seconds_between(job.created_at, now_ms));
                 }
             }
@@ -188,6 +212,12 @@ pub async fn observe(
 /// The whole exposition: counters from `metrics`, gauges read from `store` now.
 pub async fn render<S: Store>(metrics: &Metrics, store: &S) -> Result<String, StoreError> {
     let mut jobs: BTreeMap<(String, String, JobStatus), u64> = BTreeMap::new();
+    let lines = every_line_waits(store).await?;
+    let now_ms = SystemClock.now_ms();
+    let mut waiting = Waiting::default();
+    for queue in store.list_resources::<JobQueue>().await? {
+        waiting.oldest.insert(queue.value.job_queue_name, 0.0);
+    }
     let mut query = JobQuery {
         limit: SCRAPE_PAGE,
         ..JobQuery::default()
@@ -198,6 +228,9 @@ pub async fn render<S: Store>(metrics: &Metrics, store: &S) -> Result<String, St
             let job = &job.value;
             let key = (job.job_queue.clone(), share_key(job).to_owned(), job.status);
             *jobs.entry(key).or_insert(0) += 1;
+            if job.status == JobStatus::Runnable {
+                waiting.count(job, &lines, now_ms);
+            }
         }
         match page.next {
             Some(next) => query.after = Some(next),
@@ -293,17 +326,113 @@ pub async fn render<S: Store>(metrics: &Metrics, store: &S) -> Result<String, St
         let _ = writeln!(out, "# TYPE {name} counter");
         let _ = writeln!(out, "{name} {value}");
     }
-    counts.dispatch_latency.render(
+    render_per_queue(
         &mut out,
         "trainyard_dispatch_latency_seconds",
-        "Time from RUNNABLE to SCHEDULED, per dispatch.",
+        "Time from RUNNABLE to SCHEDULED, per dispatch, by queue.",
+        &counts.dispatch_latency,
     );
-    counts.wait_time.render(
+    render_per_queue(
         &mut out,
         "trainyard_wait_time_seconds",
-        "Time from submission to the first SCHEDULED, per job.",
+        "Time from submission to the first SCHEDULED, per job, by queue (admission wait).",
+        &counts.wait_time,
     );
+    waiting.render(&mut out);
     Ok(out)
+}
+
+/// Most shares of a queue `trainyard_pending_jobs` names; the rest are summed as `(other)`.
+pub const MAX_SHARES_PER_QUEUE: usize = 10;
+
+/// What the scrape learns of the RUNNABLE jobs: how many wait for each reason, and since when
+/// the oldest of each queue has waited.
+#[derive(Debug, Default)]
+struct Waiting {
+    /// RUNNABLE jobs by (queue, share, reason code), the reason as describe shows it.
+    pending: BTreeMap<(String, String, String), u64>,
+    /// Seconds the oldest RUNNABLE job of each queue has waited (since it joined its line).
+    oldest: BTreeMap<String, f64>,
+}
+
+impl Waiting {
+    fn count(
+        &mut self,
+        job: &trainyard_domain::job::ServiceJob,
+        lines: &BTreeMap<String, LineWaits>,
+        now_ms: i64,
+    ) {
+        let code = shown_reason_code(job, lines);
+        let key = (job.job_queue.clone(), share_key(job).to_owned(), code);
+        *self.pending.entry(key).or_insert(0) += 1;
+        let waited = seconds_between(job.runnable_at.unwrap_or(job.created_at), now_ms);
+        let oldest = self.oldest.entry(job.job_queue.clone()).or_insert(0.0);
+        *oldest = oldest.max(waited);
+    }
+
+    /// `pending` with each queue's shares beyond its [`MAX_SHARES_PER_QUEUE`] busiest summed
+    /// as `(other)`: the label set stays bounded however many shares submitters invent.
+    fn bounded(&self) -> BTreeMap<(String, String, String), u64> {
+        let mut per_share: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        for ((queue, share, _), n) in &self.pending {
+            *per_share.entry((queue, share)).or_insert(0) += n;
+        }
+        let mut ranked: Vec<((&str, &str), u64)> = per_share.into_iter().collect();
+        ranked.sort_by(|a, b| {
+            (a.0.0, std::cmp::Reverse(a.1), a.0.1).cmp(&(b.0.0, std::cmp::Reverse(b.1), b.0.1))
+        });
+        let mut named: std::collections::BTreeSet<(&str, &str)> = Default::default();
+        let mut per_queue: BTreeMap<&str, usize> = BTreeMap::new();
+        for ((queue, share), _) in ranked {
+            let n = per_queue.entry(queue).or_insert(0);
+            if *n < MAX_SHARES_PER_QUEUE {
+                named.insert((queue, share));
+            }
+            *n += 1;
+        }
+        let mut out = BTreeMap::new();
+        for ((queue, share, code), n) in &self.pending {
+            let share = if named.contains(&(queue.as_str(), share.as_str())) {
+                share.clone()
+            } else {
+                "(other)".to_owned()
+            };
+            *out.entry((queue.clone(), share, code.clone())).or_insert(0) += n;
+        }
+        out
+    }
+
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_pending_jobs RUNNABLE jobs by queue, share and the code of the reason they wait (as describe shows it); at most {MAX_SHARES_PER_QUEUE} shares a queue, the rest as (other)."
+        );
+        let _ = writeln!(out, "# TYPE trainyard_pending_jobs gauge");
+        for ((queue, share, code), n) in self.bounded() {
+            let _ = writeln!(
+                out,
+                "trainyard_pending_jobs{{queue=\"{}\",share=\"{}\",reason=\"{}\"}} {n}",
+                escape(&queue),
+                escape(&share),
+                escape(&code)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP trainyard_oldest_runnable_job_age_seconds How long the longest-waiting RUNNABLE job of each queue has waited (since it joined its line); 0 when none waits."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE trainyard_oldest_runnable_job_age_seconds gauge"
+        );
+        for (queue, age) in &self.oldest {
+            let _ = writeln!(
+                out,
+                "trainyard_oldest_runnable_job_age_seconds{{queue=\"{}\"}} {age}",
+                escape(queue)
+            );
+        }
+    }
 }
 
 /// Escapes a label value (backslash, double quote, newline), as the text format requires.
@@ -345,13 +474,86 @@ mod tests {
             h.observe(s);
         }
         let mut out = String::new();
-        h.render(&mut out, "x_seconds", "help");
+        h.render(&mut out, "x_seconds", "");
         assert!(out.contains("x_seconds_bucket{le=\"0.005\"} 1\n"), "{out}");
         assert!(out.contains("x_seconds_bucket{le=\"0.025\"} 3\n"), "{out}");
         assert!(out.contains("x_seconds_bucket{le=\"5\"} 3\n"), "{out}");
         assert!(out.contains("x_seconds_bucket{le=\"10\"} 4\n"), "{out}");
         assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 4\n"), "{out}");
         assert!(out.contains("x_seconds_count 4\n"), "{out}");
+    }
+
+    #[test]
+    fn pending_jobs_name_a_queues_busiest_shares_and_sum_the_rest() {
+        let mut waiting = Waiting::default();
+        for (i, n) in (1..=12u64).enumerate() {
+            let key = ("q".to_owned(), format!("s{i:02}"), "CODE".to_owned());
+            waiting.pending.insert(key, n);
+        }
+        let bounded = waiting.bounded();
+        let shares: Vec<&str> = bounded.keys().map(|(_, s, _)| s.as_str()).collect();
+        assert_eq!(shares.len(), MAX_SHARES_PER_QUEUE + 1, "{shares:?}");
+        assert!(
+            !shares.contains(&"s00") && !shares.contains(&"s01"),
+            "{shares:?}"
+        );
+        let other = ("q".to_owned(), "(other)".to_owned(), "CODE".to_owned());
+        assert_eq!(bounded[&other], 1 + 2, "the two least busy, summed");
+        assert_eq!(
+            bounded.values().sum::<u64>(),
+            (1..=12).sum::<u64>(),
+            "nothing lost"
+        );
+    }
+
+    #[test]
+    fn pending_jobs_count_each_job_by_the_reason_describe_shows() {
+        use trainyard_app::ports::{Document, JobWait};
+        use trainyard_scheduler::SkipReason;
+
+        let job = |id: &str| {
+            trainyard_app::contract::job(id)
+                .queue("q")
+                .runnable_at(1_000)
+                .build()
+        };
+        let waits = LineWaits {
+            queue: "q".into(),
+            share: String::new(),
+            at_ms: 2_000,
+            rank: 1,
+            lines: 1,
+            waits: vec![JobWait {
+                job_id: "a".into(),
+                reason: SkipReason::NoEnvironment,
+                since_ms: 2_000,
+            }]
+            .into(),
+        };
+        let lines: BTreeMap<String, LineWaits> = [(waits.key(), waits)].into();
+        let mut waiting = Waiting::default();
+        for id in ["a", "b"] {
+            waiting.count(&job(id), &lines, 61_000);
+        }
+        let late = trainyard_app::contract::job("c")
+            .queue("q")
+            .runnable_at(3_000)
+            .build();
+        waiting.count(&late, &lines, 61_000);
+        let codes: Vec<(&str, u64)> = waiting
+            .pending
+            .iter()
+            .map(|((_, _, code), n)| (code.as_str(), *n))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                ("MISCONFIGURATION:NO_SERVICE_ENVIRONMENT", 1),
+                (trainyard_app::service::why::NOT_PLANNED_YET, 1),
+                ("PRIORITY:JOBS_AHEAD", 1),
+            ]
+        );
+        assert_eq!(waiting.oldest["q"], 60.0);
     }
 
     #[test]

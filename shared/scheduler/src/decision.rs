@@ -79,7 +79,7 @@ impl std::fmt::Display for PreemptionReason {
 }
 
 /// Why `QUOTA_MANAGEMENT_LIMIT_EXCEEDED`: which bound the job can never fit (Batch's three texts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum QuotaLimitCause {
     /// The share may not borrow and its own limit is too small.
@@ -91,7 +91,7 @@ pub enum QuotaLimitCause {
 }
 
 /// Why a runnable job was not dispatched in this cycle.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SkipReason {
     /// Not enough free capacity now.

@@ -65,7 +65,7 @@ use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     AuditPage, AuditQuery, AuditRecord, AuditStore, BackendError, ClientTokenRecord, Clock,
     Document, EnvironmentUsage, InsertJob, JobQuery, LineWaits, NoEvents, Page, Resource,
-    StoreError, TrainingBackend, TrainingJobState, Versioned, Write, described,
+    StoreError, TrainingBackend, TrainingJobState, Versioned, WaitDigests, Write, described,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::environments::ServiceEnvironmentUpdate;
@@ -370,6 +370,10 @@ fn small_scenario() -> Scenario {
     s
 }
 
+/// The documents a reader is merely shown (each line's waits and their digests), whose writes
+/// draw their faults from a stream of their own.
+const SHOWN: [&str; 2] = [LineWaits::KIND, WaitDigests::KIND];
+
 /// The shared fault switchboard: one random stream, the on/off switch, and the journal.
 struct Chaos {
     state: Mutex<ChaosState>,
@@ -378,8 +382,8 @@ struct Chaos {
 
 struct ChaosState {
     rng: Rng,
-    /// The stream for writes of what a reader is merely shown (each line's waits): their own,
-    /// so that adding or dropping such a write does not move every later fault of a seed.
+    /// The stream for writes of what a reader is merely shown ([`SHOWN`]): their own, so that
+    /// adding or dropping such a write does not move every later fault of a seed.
     shown_rng: Rng,
     /// Whether the draws in progress come from `shown_rng`.
     shown: bool,
@@ -593,7 +597,7 @@ impl<S: SchedulingStore> SchedulingStore for FaultyStore<S> {
         let what = describe_writes(writes);
         let shown = writes
             .iter()
-            .all(|w| matches!(w, Write::Document { kind, .. } if *kind == LineWaits::KIND));
+            .all(|w| matches!(w, Write::Document { kind, .. } if SHOWN.contains(kind)));
         self.chaos.lock().shown = shown;
         let crash = self.before_write(&what);
         self.chaos.lock().shown = false;

@@ -24,7 +24,8 @@ pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatu
 pub use events::{Event, EventSink, NoEvents};
 pub use records::{
     CapacityHolder, ClientTokenRecord, EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery,
-    JobWait, LineWaits, NameFilter, Page, RunnableHead, ShareUsageRecord, quota_share_key,
+    JobWait, LineDigest, LineWaits, NameFilter, Page, RunnableHead, ShareUsageRecord, WaitDigests,
+    quota_share_key,
 };
 pub use store::{
     ConfigStore, Document, DocumentValue, JobStore, Resource, SchedulingStore, Store, StoreError,

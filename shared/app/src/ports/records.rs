@@ -260,16 +260,14 @@ pub struct LineWaits {
     pub rank: u32,
     /// How many of the queue's lines had waiting jobs.
     pub lines: u32,
-    /// How many of the line's jobs the cycle read and planned (its heads).
-    pub planned: u32,
     /// The first [`LineWaits::MAX_WAITS`] waiting jobs planned, in line order, each with why
-    /// (shared: every cycle reads every line's).
+    /// (shared: a copy costs a pointer).
     pub waits: std::sync::Arc<[JobWait]>,
 }
 
 impl LineWaits {
     /// Most jobs a line's document names (the rest wait behind them).
-    pub const MAX_WAITS: usize = 20;
+    pub const MAX_WAITS: usize = 8;
 
     /// The wait of `job_id`, if the document names it.
     pub fn wait_of(&self, job_id: &str) -> Option<(usize, &JobWait)> {
@@ -287,14 +285,22 @@ impl LineWaits {
             _ => self.wait_of(job_id),
         }
     }
+}
 
-    /// The same document but for when it was planned: whether writing `self` over `stored`
-    /// would tell a reader nothing new.
-    pub fn same_as(&self, stored: &LineWaits) -> bool {
-        self.rank == stored.rank
-            && self.lines == stored.lines
-            && self.planned == stored.planned
-            && self.waits == stored.waits
+impl LineWaits {
+    /// A fingerprint of what a reader is shown: the line's place, the jobs named and their
+    /// reasons with their figures (not how many jobs the cycle read, which moves with free
+    /// capacity and is shown nowhere); not when the line was planned, nor since when each job
+    /// waits. Equal digests, nothing to rewrite.
+    pub fn digest(&self) -> u64 {
+        use std::hash::Hash;
+        let mut hash = trainyard_domain::random::Fnv1a::new();
+        (self.rank, self.lines).hash(&mut hash);
+        for wait in self.waits.iter() {
+            wait.job_id.hash(&mut hash);
+            wait.reason.hash(&mut hash);
+        }
+        hash.finish()
     }
 }
 
@@ -302,6 +308,34 @@ impl Document for LineWaits {
     const KIND: &'static str = "line-waits";
     fn key(&self) -> String {
         quota_share_key(&self.queue, &self.share)
+    }
+}
+
+/// Per queue, what each of its lines' [`LineWaits`] holds, in brief: a cycle reads these (one
+/// small document a queue) to tell which lines changed, and reads and rewrites only those.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitDigests {
+    /// Queue name.
+    pub queue: String,
+    /// By share (empty for a FIFO queue's line).
+    pub lines: BTreeMap<String, LineDigest>,
+}
+
+/// A line's [`LineWaits`] in brief.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LineDigest {
+    /// [`LineWaits::digest`] of the stored document.
+    pub digest: u64,
+    /// Whether it names any job.
+    pub waiting: bool,
+}
+
+impl Document for WaitDigests {
+    const KIND: &'static str = "wait-digests";
+    fn key(&self) -> String {
+        self.queue.clone()
     }
 }
 

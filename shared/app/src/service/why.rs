@@ -29,7 +29,8 @@ use trainyard_scheduler::{
 
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, EventSink, JobWait, LineWaits, SchedulingStore, Versioned, quota_share_key,
+    ConfigStore, Document, EventSink, JobWait, LineWaits, SchedulingStore, StoreError, Versioned,
+    quota_share_key,
 };
 use crate::service::Service;
 use crate::service::jobs::QueuePlace;
@@ -148,6 +149,33 @@ pub fn current_reason(job: &ServiceJob, waits: &LineWaits) -> Option<String> {
         Some((_, w)) => Some(w.reason.to_string()),
         None => waits.waits.first().map(|first| jobs_ahead(waits, first)),
     }
+}
+
+/// The code metrics count a RUNNABLE job under when no cycle has given it a reason yet.
+pub const NOT_PLANNED_YET: &str = "NOT_PLANNED_YET";
+
+/// Every line's stored waits, by document key (`queue/share`): for a reader of many jobs.
+pub async fn every_line_waits<S: SchedulingStore>(
+    store: &S,
+) -> Result<BTreeMap<String, LineWaits>, StoreError> {
+    Ok(store
+        .list_documents::<LineWaits>()
+        .await?
+        .into_iter()
+        .map(|w| (w.value.key(), w.value))
+        .collect())
+}
+
+/// The code of the reason a RUNNABLE `job` is shown (its line's from `lines`, else its stored
+/// one; [`NOT_PLANNED_YET`] when it has none).
+pub fn shown_reason_code(job: &ServiceJob, lines: &BTreeMap<String, LineWaits>) -> String {
+    let shown = lines
+        .get(&quota_share_key(&job.job_queue, share_key(job)))
+        .and_then(|waits| current_reason(job, waits));
+    let reason = shown.as_deref().or(job.status_reason.as_deref());
+    reason
+        .map_or(NOT_PLANNED_YET, |r| r.split(" - ").next().unwrap_or(r))
+        .to_owned()
 }
 
 /// `PRIORITY:JOBS_AHEAD` for a job behind every job `waits` names, the first being `first`.

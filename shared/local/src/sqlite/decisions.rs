@@ -1,5 +1,6 @@
 //! Decision records in SQLite: one row per scheduling cycle, numbered in the order they were
-//! appended, the newest [`DECISIONS_KEPT`] kept (each append deletes what falls out).
+//! appended; the newest kept, at most [`DECISIONS_KEPT`] of them and [`DECISIONS_MAX_BYTES`] in
+//! all (each append deletes what falls out).
 
 use rusqlite::{OptionalExtension, params};
 use trainyard_app::ports::StoreError;
@@ -7,9 +8,16 @@ use trainyard_app::service::scheduling::{DecisionLog, DecisionRecord};
 
 use super::{SqliteStore, classify, cooperate, encode};
 
-/// How many records the store keeps. A record is bounded by the lines and the capacity (tens of
-/// KB for hundreds of lines), so this bounds the table to hundreds of MB at worst.
+/// How many records the store keeps at most.
 pub const DECISIONS_KEPT: i64 = 10_000;
+
+/// How many bytes of records the store keeps at most. A record grows with the lines and the
+/// capacity, not with the backlog, but at 1,000 busy shares it is about 3 MB: then fewer than
+/// [`DECISIONS_KEPT`] fit.
+pub const DECISIONS_MAX_BYTES: i64 = 256 * 1024 * 1024;
+
+/// Every how many appends the byte budget is enforced.
+const PRUNE_BYTES_EVERY: i64 = 16;
 
 /// One stored record, summarised for a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,18 +37,24 @@ pub struct DecisionRow {
 }
 
 impl SqliteStore {
-    fn append_decision_sync(&self, record: &DecisionRecord) -> Result<(), StoreError> {
+    /// Appends `record`, then drops the oldest beyond [`DECISIONS_KEPT`] and `max_bytes`.
+    fn append_decision_sync(
+        &self,
+        record: &DecisionRecord,
+        max_bytes: i64,
+    ) -> Result<(), StoreError> {
         let doc = encode(&record.id, record)?;
         let conn = self.lock();
         conn.execute(
-            "INSERT INTO decisions (id, at_ms, dispatches, preemptions, skips, doc) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO decisions (id, at_ms, dispatches, preemptions, skips, bytes, doc) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 record.id,
                 record.at_ms,
                 record.plan.dispatches.len() as i64,
                 record.plan.preemptions.len() as i64,
                 record.skips_total as i64,
+                doc.len() as i64,
                 doc
             ],
         )
@@ -48,6 +62,18 @@ impl SqliteStore {
         conn.execute(
             "DELETE FROM decisions WHERE seq <= last_insert_rowid() - ?1",
             [DECISIONS_KEPT],
+        )
+        .map_err(classify)?;
+        // The oldest beyond the byte budget, counting from the newest: a scan of the table, so
+        // every 16th append (the budget is overrun by at most 15 records meanwhile).
+        if conn.last_insert_rowid() % PRUNE_BYTES_EVERY != 0 {
+            return Ok(());
+        }
+        conn.execute(
+            "DELETE FROM decisions WHERE seq <= (SELECT max(seq) FROM \
+             (SELECT seq, sum(bytes) OVER (ORDER BY seq DESC) AS kept FROM decisions) \
+             WHERE kept > ?1)",
+            [max_bytes],
         )
         .map_err(classify)?;
         Ok(())
@@ -104,7 +130,7 @@ impl SqliteStore {
 impl DecisionLog for SqliteStore {
     async fn append_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
         cooperate().await;
-        self.append_decision_sync(record)
+        self.append_decision_sync(record, DECISIONS_MAX_BYTES)
     }
 }
 
@@ -145,5 +171,26 @@ mod tests {
         assert_eq!((seq, found), (10, record(10)));
         let (seq, _) = store.decision("10").unwrap().unwrap();
         assert_eq!(seq, 10);
+    }
+
+    #[test]
+    fn the_oldest_records_beyond_the_byte_budget_are_dropped() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let budget = 30_000;
+        let mut big = record(1);
+        // About a third of the budget each: three cannot all be kept.
+        big.trigger = "x".repeat(budget / 3);
+        for i in 1..=PRUNE_BYTES_EVERY {
+            big.id = format!("big-{i}");
+            store.append_decision_sync(&big, budget as i64).unwrap();
+        }
+        let kept: Vec<i64> = store
+            .decisions(100)
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        let n = PRUNE_BYTES_EVERY;
+        assert_eq!(kept, [n, n - 1], "the newest that fit");
     }
 }

@@ -109,6 +109,7 @@ const MIGRATIONS: &[&str] = &[
         dispatches   INTEGER NOT NULL,
         preemptions  INTEGER NOT NULL,
         skips        INTEGER NOT NULL,
+        bytes        INTEGER NOT NULL,
         doc          TEXT    NOT NULL
     );
     ",

@@ -17,8 +17,8 @@ use trainyard_scheduler::{
 use super::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
-    CapacityHolder, ConfigStore, Document, EnvironmentUsage, EventSink, Fence, LineWaits,
-    RunnableHead, SchedulingStore, ShareUsageRecord, Versioned,
+    CapacityHolder, ConfigStore, EnvironmentUsage, EventSink, Fence, RunnableHead, SchedulingStore,
+    ShareUsageRecord, Versioned, WaitDigests,
 };
 use crate::service::Service;
 
@@ -88,8 +88,8 @@ pub(super) struct Loaded {
     pub(super) share_usage: BTreeMap<ShareKey, Versioned<ShareUsageRecord>>,
     /// The scheduler lease the cycle dispatches with, if its pass holds one.
     pub(super) fence: Option<Fence>,
-    /// Each line's stored waits, by document key, with its version for the cycle's write.
-    pub(super) line_waits: BTreeMap<String, Versioned<LineWaits>>,
+    /// Each queue's digests of its lines' stored waits, with their version for the cycle's write.
+    pub(super) wait_digests: BTreeMap<String, Versioned<WaitDigests>>,
 }
 
 /// The configuration a cycle plans under, as stored.
@@ -305,12 +305,12 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             .collect();
         // Each share's usage now: its record brought forward with what it held since.
         let share_usage = self.share_usage().await?;
-        let line_waits = self
+        let wait_digests = self
             .store
-            .list_documents::<LineWaits>()
+            .list_documents::<WaitDigests>()
             .await?
             .into_iter()
-            .map(|w| (w.value.key(), w))
+            .map(|w| (w.value.queue.clone(), w))
             .collect();
         let now = self.clock.now_ms();
         snapshot.usage = share_usage
@@ -329,7 +329,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             fair_queues,
             share_usage,
             fence: None,
-            line_waits,
+            wait_digests,
         })
     }
 

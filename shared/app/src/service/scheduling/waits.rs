@@ -1,25 +1,30 @@
 //! Step 7 of a cycle: each line's [`LineWaits`], so that a waiting job's reason shows the
 //! figures of the latest cycle without the cycle writing the job.
+//!
+//! What it costs: one small [`WaitDigests`] document a queue is read with the snapshot; a line
+//! whose waits changed (by digest) is read, to carry since when each job waits, and rewritten;
+//! a queue with such a line has its digests rewritten. A cycle that changes nothing a reader is
+//! shown writes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use trainyard_scheduler::{Plan, SharedStr};
 
 use super::snapshot::Loaded;
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, Document, EventSink, JobWait, LineWaits, SchedulingStore, StoreError, Write,
+    ConfigStore, Document, EventSink, JobWait, LineDigest, LineWaits, SchedulingStore, StoreError,
+    WaitDigests, Write,
 };
 use crate::service::Service;
 
 /// Each line's waits as `plan` leaves them, in the order the plan first skipped a job of the
-/// line (the order lines were served), ranked within their queues. A line the store has waits
-/// for but the plan skipped nothing of (its jobs all left, or were dispatched) gets an empty
-/// document, so that no reader takes stale waits for current ones.
+/// line (the order lines were served), ranked within their queues; each job waiting since `now`
+/// (the stored waits carry the true times). A line that named jobs before but of which the plan
+/// skipped nothing (its jobs all left, or were dispatched) gets an empty document, so that no
+/// reader takes stale waits for current ones.
 fn line_waits(loaded: &Loaded, plan: &Plan, now: i64) -> Vec<LineWaits> {
-    // Each line being built, with its stored waits (looked up once, not once a job) and how
-    // far ahead in them the last job found was (the jobs before it that left the line).
-    let mut lines: Vec<(LineWaits, Vec<JobWait>, Option<&LineWaits>, usize)> = Vec::new();
+    let mut lines: Vec<(LineWaits, Vec<JobWait>)> = Vec::new();
     let mut index: foldhash::HashMap<(&str, &str), usize> = foldhash::HashMap::default();
     // Consecutive skips are mostly of one line: the last one's is tried first.
     let mut last: Option<(&SharedStr, &SharedStr, usize)> = None;
@@ -41,36 +46,23 @@ fn line_waits(loaded: &Loaded, plan: &Plan, now: i64) -> Vec<LineWaits> {
                         at_ms: now,
                         ..LineWaits::default()
                     };
-                    let stored = loaded.line_waits.get(&line.key()).map(|s| &s.value);
-                    lines.push((line, Vec::new(), stored, 0));
+                    lines.push((line, Vec::new()));
                     lines.len() - 1
                 }),
         };
         last = Some((&waiting.queue, &waiting.share, i));
-        let (line, waits, stored, shift) = &mut lines[i];
-        line.planned += 1;
-        if waits.len() >= LineWaits::MAX_WAITS {
-            continue;
+        let (_, waits) = &mut lines[i];
+        if waits.len() < LineWaits::MAX_WAITS {
+            waits.push(JobWait {
+                job_id: skip.job_id.clone(),
+                reason: skip.reason.clone(),
+                since_ms: now,
+            });
         }
-        // Waiting for the same kind of thing as before: since when it did.
-        let before = stored.and_then(|s| s.wait_near(&skip.job_id, waits.len() + *shift));
-        if let Some((j, _)) = before {
-            *shift = j.saturating_sub(waits.len());
-        }
-        let since_ms = before
-            .filter(|(_, w)| {
-                std::mem::discriminant(&w.reason) == std::mem::discriminant(&skip.reason)
-            })
-            .map_or(now, |(_, w)| w.since_ms);
-        waits.push(JobWait {
-            job_id: skip.job_id.clone(),
-            reason: skip.reason.clone(),
-            since_ms,
-        });
     }
     let mut lines: Vec<LineWaits> = lines
         .into_iter()
-        .map(|(mut line, waits, _, _)| {
+        .map(|(mut line, waits)| {
             line.waits = waits.into();
             line
         })
@@ -84,47 +76,130 @@ fn line_waits(loaded: &Loaded, plan: &Plan, now: i64) -> Vec<LineWaits> {
     for line in &mut lines {
         line.lines = per_queue[&line.queue];
     }
-    // Lines that waited and now do not.
-    for stored in loaded.line_waits.values() {
-        let stored = &stored.value;
-        let line = (stored.queue.as_str(), stored.share.as_str());
-        if !stored.waits.is_empty() && !index.contains_key(&line) {
-            lines.push(LineWaits {
-                queue: stored.queue.clone(),
-                share: stored.share.clone(),
-                at_ms: now,
-                ..LineWaits::default()
-            });
+    // Lines that named jobs and now have none waiting.
+    for digests in loaded.wait_digests.values() {
+        let digests = &digests.value;
+        for (share, digest) in &digests.lines {
+            let line = (digests.queue.as_str(), share.as_str());
+            if digest.waiting && !index.contains_key(&line) {
+                lines.push(LineWaits {
+                    queue: digests.queue.clone(),
+                    share: share.clone(),
+                    at_ms: now,
+                    ..LineWaits::default()
+                });
+            }
         }
     }
     lines
 }
 
+/// `line` with each job's wait counted from when `stored` first gave it a reason of this kind.
+fn carry_since(line: &mut LineWaits, stored: &LineWaits) {
+    let mut shift = 0;
+    let waits: Vec<JobWait> = line
+        .waits
+        .iter()
+        .enumerate()
+        .map(|(i, wait)| {
+            let before = stored.wait_near(&wait.job_id, i + shift);
+            if let Some((j, _)) = before {
+                shift = j.saturating_sub(i);
+            }
+            let same_kind = |w: &&JobWait| {
+                std::mem::discriminant(&w.reason) == std::mem::discriminant(&wait.reason)
+            };
+            let since_ms = before
+                .map(|(_, w)| w)
+                .filter(same_kind)
+                .map_or(wait.since_ms, |w| w.since_ms);
+            JobWait {
+                since_ms,
+                ..wait.clone()
+            }
+        })
+        .collect();
+    line.waits = waits.into();
+}
+
 impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
-    /// Step 7: writes each line's waits that changed since the stored ones (not merely their
-    /// time): at most one small document per line per cycle, however long the line.
+    /// Step 7: writes the waits of each line whose digest changed, then the digests of each
+    /// queue that had such a line (see the module docs).
     pub(super) async fn record_waits(
         &self,
         loaded: &Loaded,
         plan: &Plan,
         now: i64,
     ) -> Result<(), AppError> {
+        let mut digests: BTreeMap<String, WaitDigests> = BTreeMap::new();
+        let mut changed: BTreeSet<String> = BTreeSet::new();
         for line in line_waits(loaded, plan, now) {
-            let stored = loaded.line_waits.get(&line.key());
-            if stored.is_some_and(|s| line.same_as(&s.value)) {
+            let digest = LineDigest {
+                digest: line.digest(),
+                waiting: !line.waits.is_empty(),
+            };
+            let queue = digests.entry(line.queue.clone()).or_insert_with(|| {
+                loaded
+                    .wait_digests
+                    .get(&line.queue)
+                    .map_or_else(WaitDigests::default, |d| d.value.clone())
+            });
+            if queue.lines.get(&line.share) == Some(&digest) {
                 continue;
             }
-            let version = stored.map_or(0, |s| s.version);
+            // A line the digests know is read (now, not with the snapshot: only a line that
+            // changed costs a read), to carry since when its jobs wait; a new one is created.
+            let known = queue.lines.contains_key(&line.share);
+            let (queue_name, share) = (line.queue.clone(), line.share.clone());
+            if self.write_line(line, known).await? {
+                queue.queue = queue_name.clone();
+                queue.lines.insert(share, digest);
+                changed.insert(queue_name);
+            }
+        }
+        for queue in changed {
+            let version = loaded.wait_digests.get(&queue).map_or(0, |d| d.version);
+            let Some(doc) = digests.remove(&queue) else {
+                continue;
+            };
             match self
                 .store
-                .commit(&[Write::document_value(line, version)])
+                .commit(&[Write::document_value(doc, version)])
                 .await
             {
-                // A concurrent cycle wrote the line's waits: as current as these.
+                // A concurrent cycle's digests: the next cycle rewrites what they miss.
                 Ok(()) | Err(StoreError::Conflict) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         Ok(())
+    }
+
+    /// Writes one line's waits over the stored ones (read first when `known`, or when creating
+    /// it finds one: the digests missed a write), each job's wait counted from the stored
+    /// one's. False when a concurrent cycle wrote the line first.
+    async fn write_line(&self, mut line: LineWaits, known: bool) -> Result<bool, AppError> {
+        let mut version = 0;
+        let mut read = known;
+        loop {
+            if read {
+                let stored = self.store.get_document::<LineWaits>(&line.key()).await?;
+                if let Some(stored) = &stored {
+                    carry_since(&mut line, &stored.value);
+                }
+                version = stored.map_or(0, |s| s.version);
+            }
+            match self
+                .store
+                .commit(&[Write::document_value(line.clone(), version)])
+                .await
+            {
+                Ok(()) => return Ok(true),
+                Err(StoreError::Conflict) if !read => read = true,
+                // A concurrent cycle wrote the line's waits: as current as these.
+                Err(StoreError::Conflict) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
