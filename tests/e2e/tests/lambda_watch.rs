@@ -206,13 +206,18 @@ impl Stand {
     }
 
     fn submit(&mut self, name: &str, hyper: Value, extra: Value) -> String {
+        self.submit_wide(name, 1, hyper, extra)
+    }
+
+    /// [`Stand::submit`] of a job needing `instances` instances.
+    fn submit_wide(&mut self, name: &str, instances: u32, hyper: Value, extra: Value) -> String {
         let payload = json!({
             "TrainingJobName": name,
             "RoleArn": ROLE,
             "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
             "HyperParameters": hyper,
             "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
-            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50},
             "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
         });
         let mut request = json!({
@@ -411,6 +416,33 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
     );
     let done = s.describe(&ok);
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
+
+    // 1b. A job wider than the environment waits. Why is shown from its line's waits, which
+    // the scheduler function writes as its own role and the api function reads as its own: the
+    // explanation's `asOf` is that document's cycle.
+    let wide = s.submit_wide(
+        "e2e-wide",
+        10_000,
+        json!({"emulator_duration_s": "1"}),
+        json!({}),
+    );
+    assert_eq!(s.launched_by_bus(), 0);
+    let waiting = s.describe(&wide);
+    assert_eq!(waiting["status"], "RUNNABLE", "{waiting}");
+    let reason = waiting["statusReason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE - "),
+        "{waiting}"
+    );
+    let (status, why) = s.api_at("/trainyard/v1/explainservicejob", &json!({"jobId": wide}));
+    assert_eq!(status, 200, "{why}");
+    assert!(why["asOf"].as_i64().is_some(), "{why}");
+    assert_eq!(why["blockers"][0]["kind"], "NEVER_RUNS", "{why}");
+    let (status, body) = s.api(
+        "terminateservicejob",
+        &json!({"jobId": wide, "reason": "e2e: wide case done"}),
+    );
+    assert_eq!(status, 200, "{body}");
 
     // 2. Delivery is at least once and unordered: every event again, latest first, changes
     // nothing.
