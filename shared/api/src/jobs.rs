@@ -495,9 +495,6 @@ pub(crate) async fn explain<S: Store, E: EventSink>(
     if let Some(reason) = &job.status_reason {
         out["statusReason"] = json!(reason);
     }
-    if let Some((rank, lines)) = explanation.share_rank {
-        out["shareRank"] = json!({ "rank": rank, "of": lines });
-    }
     Ok(out)
 }
 

@@ -23,6 +23,7 @@
 pub mod arn;
 pub mod environment;
 pub mod job;
+pub mod labels;
 pub mod limits;
 pub mod names;
 pub mod order;

@@ -21,6 +21,7 @@ use trainyard_app::ports::{
 use trainyard_app::service::why::{every_line_waits, shown_reason_code};
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
 use trainyard_domain::job::{JobStatus, Requeue};
+use trainyard_domain::labels::{MAX_SHARES_PER_QUEUE, bounded_shares};
 use trainyard_domain::order::share_key;
 use trainyard_domain::queue::JobQueue;
 
@@ -342,9 +343,6 @@ pub async fn render<S: Store>(metrics: &Metrics, store: &S) -> Result<String, St
     Ok(out)
 }
 
-/// Most shares of a queue `trainyard_pending_jobs` names; the rest are summed as `(other)`.
-pub const MAX_SHARES_PER_QUEUE: usize = 10;
-
 /// What the scrape learns of the RUNNABLE jobs: how many wait for each reason, and since when
 /// the oldest of each queue has waited.
 #[derive(Debug, Default)]
@@ -373,33 +371,25 @@ impl Waiting {
     /// `pending` with each queue's shares beyond its [`MAX_SHARES_PER_QUEUE`] busiest summed
     /// as `(other)`: the label set stays bounded however many shares submitters invent.
     fn bounded(&self) -> BTreeMap<(String, String, String), u64> {
-        let mut per_share: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-        for ((queue, share, _), n) in &self.pending {
-            *per_share.entry((queue, share)).or_insert(0) += n;
-        }
-        let mut ranked: Vec<((&str, &str), u64)> = per_share.into_iter().collect();
-        ranked.sort_by(|a, b| {
-            (a.0.0, std::cmp::Reverse(a.1), a.0.1).cmp(&(b.0.0, std::cmp::Reverse(b.1), b.0.1))
-        });
-        let mut named: std::collections::BTreeSet<(&str, &str)> = Default::default();
-        let mut per_queue: BTreeMap<&str, usize> = BTreeMap::new();
-        for ((queue, share), _) in ranked {
-            let n = per_queue.entry(queue).or_insert(0);
-            if *n < MAX_SHARES_PER_QUEUE {
-                named.insert((queue, share));
-            }
-            *n += 1;
-        }
-        let mut out = BTreeMap::new();
+        let mut per_share: BTreeMap<(String, String), BTreeMap<String, u64>> = BTreeMap::new();
         for ((queue, share, code), n) in &self.pending {
-            let share = if named.contains(&(queue.as_str(), share.as_str())) {
-                share.clone()
-            } else {
-                "(other)".to_owned()
-            };
-            *out.entry((queue.clone(), share, code.clone())).or_insert(0) += n;
+            let codes = per_share.entry((queue.clone(), share.clone())).or_default();
+            *codes.entry(code.clone()).or_insert(0) += n;
         }
-        out
+        let sum = |codes: &BTreeMap<String, u64>| codes.values().sum();
+        let merge = |into: &mut BTreeMap<String, u64>, codes: BTreeMap<String, u64>| {
+            for (code, n) in codes {
+                *into.entry(code).or_insert(0) += n;
+            }
+        };
+        bounded_shares(per_share, sum, merge)
+            .into_iter()
+            .flat_map(|((queue, share), codes)| {
+                codes
+                    .into_iter()
+                    .map(move |(code, n)| ((queue.clone(), share.clone(), code), n))
+            })
+            .collect()
     }
 
     fn render(&self, out: &mut String) {

@@ -374,6 +374,15 @@ fn small_scenario() -> Scenario {
 /// draw their faults from a stream of their own.
 const SHOWN: [&str; 2] = [LineWaits::KIND, WaitDigests::KIND];
 
+/// Which random stream a fault is drawn from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    /// Every fault but those of [`Stream::Shown`].
+    Main,
+    /// Writes of what a reader is merely shown ([`SHOWN`]).
+    Shown,
+}
+
 /// The shared fault switchboard: one random stream, the on/off switch, and the journal.
 struct Chaos {
     state: Mutex<ChaosState>,
@@ -385,8 +394,6 @@ struct ChaosState {
     /// The stream for writes of what a reader is merely shown ([`SHOWN`]): their own, so that
     /// adding or dropping such a write does not move every later fault of a seed.
     shown_rng: Rng,
-    /// Whether the draws in progress come from `shown_rng`.
-    shown: bool,
     on: bool,
     injected: u64,
     by_kind: BTreeMap<&'static str, u64>,
@@ -400,14 +407,18 @@ impl Chaos {
 
     /// Draws whether fault `kind` happens now (never while faults are off); journals it.
     fn roll(&self, rate: f64, kind: &'static str, what: &str) -> bool {
+        self.roll_in(Stream::Main, rate, kind, what)
+    }
+
+    /// [`Chaos::roll`], drawing from `stream`.
+    fn roll_in(&self, stream: Stream, rate: f64, kind: &'static str, what: &str) -> bool {
         let mut s = self.lock();
         if !s.on || rate <= 0.0 {
             return false;
         }
-        let draw = if s.shown {
-            s.shown_rng.unit()
-        } else {
-            s.rng.unit()
+        let draw = match stream {
+            Stream::Main => s.rng.unit(),
+            Stream::Shown => s.shown_rng.unit(),
         };
         if draw >= rate {
             return false;
@@ -484,24 +495,19 @@ impl<S> FaultyStore<S> {
         self.chaos.roll(self.rates.index_lag, "index_lag", what)
     }
 
-    /// The fault drawn for a write: `Err` before it, or `Ok(true)` to fail after it.
-    fn before_write(&self, what: &str) -> Result<bool, StoreError> {
-        if self
-            .chaos
-            .roll(self.rates.store_conflict, "store_conflict", what)
-        {
+    /// The fault drawn from `stream` for a write: `Err` before it, or `Ok(true)` to fail after
+    /// it.
+    fn before_write(&self, stream: Stream, what: &str) -> Result<bool, StoreError> {
+        let roll = |rate, kind| self.chaos.roll_in(stream, rate, kind, what);
+        if roll(self.rates.store_conflict, "store_conflict") {
             return Err(StoreError::Conflict);
         }
-        if self
-            .chaos
-            .roll(self.rates.store_unavailable, "store_unavailable", what)
-        {
+        if roll(self.rates.store_unavailable, "store_unavailable") {
             return Err(unavailable(what));
         }
-        Ok(self.chaos.roll(
+        Ok(roll(
             self.rates.store_crash_after_write,
             "store_crash_after_write",
-            what,
         ))
     }
 }
@@ -525,7 +531,7 @@ impl<S: JobStore> JobStore for FaultyStore<S> {
 
     async fn update_job(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
         let what = format!("update of job {} ({})", job.job_id, job.status);
-        let crash = self.before_write(&what)?;
+        let crash = self.before_write(Stream::Main, &what)?;
         let version = self.inner.update_job(job, expected).await?;
         if crash {
             return Err(unavailable(&what));
@@ -598,10 +604,8 @@ impl<S: SchedulingStore> SchedulingStore for FaultyStore<S> {
         let shown = writes
             .iter()
             .all(|w| matches!(w, Write::Document { kind, .. } if SHOWN.contains(kind)));
-        self.chaos.lock().shown = shown;
-        let crash = self.before_write(&what);
-        self.chaos.lock().shown = false;
-        let crash = crash?;
+        let stream = if shown { Stream::Shown } else { Stream::Main };
+        let crash = self.before_write(stream, &what)?;
         self.inner.commit(writes).await?;
         if crash {
             return Err(unavailable(&what));
@@ -1479,7 +1483,6 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
         state: Mutex::new(ChaosState {
             rng: Rng::new(workload.seed ^ 0xC4A0_5EED),
             shown_rng: Rng::new(workload.seed ^ 0x5407_5EED),
-            shown: false,
             on: false,
             injected: 0,
             by_kind: BTreeMap::new(),

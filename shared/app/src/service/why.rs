@@ -20,21 +20,18 @@ use trainyard_domain::order::share_key;
 use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::JobQueue;
 use trainyard_domain::quota_share::QuotaShare;
-use trainyard_domain::{ResourceStatus, State};
 use trainyard_scheduler::retry;
 use trainyard_scheduler::{
-    Config as PlannerConfig, EnvironmentState, PendingJob, QuotaShareState, SkipReason, Snapshot,
-    WaitKind, plan_cycle,
+    Config as PlannerConfig, QuotaShareState, SkipReason, Snapshot, WaitKind, plan_cycle,
 };
 
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, Document, EventSink, JobWait, LineWaits, SchedulingStore, StoreError, Versioned,
-    quota_share_key,
+    ConfigStore, Document, EventSink, JobWait, LineWaits, RunnableHead, SchedulingStore,
+    StoreError, Versioned, quota_share_key,
 };
 use crate::service::Service;
-use crate::service::jobs::QueuePlace;
-use crate::service::scheduling::queue_state;
+use crate::service::scheduling::{environment_state, pending, queue_state};
 
 /// The code of a RUNNABLE job behind the first jobs of its line, which the cycle did not read.
 pub const JOBS_AHEAD_CODE: &str = "PRIORITY:JOBS_AHEAD";
@@ -75,6 +72,15 @@ impl Blocker {
     }
 }
 
+/// A line's place among its queue's lines with waiting jobs, as the latest cycle served them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShareRank {
+    /// 1 for the line served first.
+    pub rank: u32,
+    /// How many lines had waiting jobs.
+    pub of: u32,
+}
+
 /// One entry of a job's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -105,8 +111,8 @@ pub struct Explanation {
     pub position: Option<u64>,
     /// Its line's place among its queue's lines with waiting jobs, as served in the latest
     /// cycle (`rank` of `lines`), for a queue with shares.
-    #[serde(skip)]
-    pub share_rank: Option<(u32, u32)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share_rank: Option<ShareRank>,
     /// What holds it back, most fundamental first; empty when nothing does (it is not
     /// RUNNABLE, or no cycle has planned it yet).
     pub blockers: Vec<Blocker>,
@@ -128,10 +134,16 @@ fn line_name(waits: &LineWaits) -> String {
     }
 }
 
+/// Whether `waits` were planned after `job` took its place in line (its submission or last
+/// requeue): else they say nothing of it.
+fn planned_since_joined(waits: &LineWaits, job: &ServiceJob) -> bool {
+    waits.at_ms >= job.runnable_at.unwrap_or(i64::MAX)
+}
+
 /// The reason to show for `job` given its line's latest `waits`, if they say more than the
 /// job's stored reason (see the module docs).
 pub fn current_reason(job: &ServiceJob, waits: &LineWaits) -> Option<String> {
-    if job.status != JobStatus::Runnable || waits.at_ms < job.runnable_at.unwrap_or(i64::MAX) {
+    if job.status != JobStatus::Runnable || !planned_since_joined(waits, job) {
         return None;
     }
     match waits.wait_of(&job.job_id) {
@@ -221,17 +233,15 @@ fn history(job: &ServiceJob, current: Option<(&str, i64)>) -> Vec<HistoryEntry> 
     let mut out = vec![entry(job.created_at, "submitted".into(), None)];
     for (n, attempt) in job.attempts.iter().enumerate() {
         if let Some(at) = attempt.started_at {
-            let event = format!(
+            let mut event = format!(
                 "attempt {} dispatched as training job {}",
                 n + 1,
                 attempt.training_job_name
             );
-            let env = attempt.service_environment.as_deref();
-            out.push(entry(
-                at,
-                env.map_or(event.clone(), |env| format!("{event} in {env}")),
-                None,
-            ));
+            if let Some(env) = &attempt.service_environment {
+                event.push_str(&format!(" in {env}"));
+            }
+            out.push(entry(at, event, None));
         }
         if let Some(at) = attempt.stopped_at {
             let event = format!("attempt {} ended", n + 1);
@@ -294,12 +304,15 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             return Ok(explanation);
         }
         let waits = self.line_waits_of(&job).await?;
-        let waits = waits.filter(|w| w.at_ms >= job.runnable_at.unwrap_or(i64::MAX));
-        let place: Option<QueuePlace> = self.queue_position(&job).await?;
-        explanation.position = place.map(|p| p.position);
+        let waits = waits.filter(|w| planned_since_joined(w, &job));
+        let queue = self.store.get_resource::<JobQueue>(&job.job_queue).await?;
+        let queue = queue.map(|q| q.value);
+        if let Some(queue) = &queue {
+            explanation.position = self.place_in(&job, queue).await?.map(|p| p.position);
+        }
         let mut blockers = Vec::new();
         // What would hold it back with the pool to itself.
-        if let Some(reason) = self.alone(&job).await? {
+        if let Some(reason) = self.alone(&job, queue.as_ref()).await? {
             blockers.push(Blocker::of(&reason, None, None));
         }
         let now = self.clock.now_ms();
@@ -314,7 +327,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         if let Some(waits) = &waits {
             explanation.as_of = Some(waits.at_ms);
             if waits.lines > 1 {
-                explanation.share_rank = Some((waits.rank, waits.lines));
+                explanation.share_rank = Some(ShareRank {
+                    rank: waits.rank,
+                    of: waits.lines,
+                });
             }
             let own = waits.wait_of(&job.job_id);
             let ahead = explanation
@@ -366,11 +382,14 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     /// Why `job` would wait with the pool to itself (nothing else running or waiting, its
     /// backoff over), if it would: the configuration keeps it from ever running, or holds it
     /// (a disabled environment).
-    async fn alone(&self, job: &ServiceJob) -> Result<Option<SkipReason>, AppError> {
-        let Some(queue) = self.store.get_resource::<JobQueue>(&job.job_queue).await? else {
+    async fn alone(
+        &self,
+        job: &ServiceJob,
+        queue: Option<&JobQueue>,
+    ) -> Result<Option<SkipReason>, AppError> {
+        let Some(queue) = queue else {
             return Ok(Some(SkipReason::UnknownQueue));
         };
-        let queue = queue.value;
         let policy = match &queue.scheduling_policy {
             Some(name) => self
                 .store
@@ -399,29 +418,15 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         let mut environments = Vec::new();
         if let Some(name) = queue.service_environment() {
             let env: Option<Versioned<ServiceEnvironment>> = self.store.get_resource(name).await?;
-            if let Some(env) = env.map(|e| e.value) {
-                environments.push(EnvironmentState {
-                    name: env.service_environment_name,
-                    enabled: env.state == State::Enabled && env.status != ResourceStatus::Deleting,
-                    limits: env.capacity_limits,
-                });
-            }
+            environments.extend(env.map(|e| environment_state(e.value)));
         }
+        // The job as a cycle would see it, its backoff over.
+        let (mut alone, _) = pending(RunnableHead::of(job, 0), false);
+        alone.not_before_ms = None;
         let snapshot = Snapshot {
             environments,
-            queues: vec![queue_state(&queue, policy.as_ref(), shares)],
-            pending: vec![PendingJob {
-                job_id: job.job_id.as_str().into(),
-                queue: job.job_queue.as_str().into(),
-                share: Some(share_key(job))
-                    .filter(|s| !s.is_empty())
-                    .map(Into::into),
-                priority: job.priority(),
-                runnable_at_ms: job.runnable_at.unwrap_or(job.created_at),
-                instances: std::sync::Arc::new(job.training.instances.clone()),
-                max_runtime_s: job.training.max_runtime_s,
-                not_before_ms: None,
-            }],
+            queues: vec![queue_state(queue, policy.as_ref(), shares)],
+            pending: vec![alone],
             ..Snapshot::default()
         };
         let now = self.clock.now_ms();

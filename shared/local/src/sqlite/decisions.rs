@@ -106,14 +106,18 @@ impl SqliteStore {
     /// The record numbered `seq`, or with id `seq`, with its number.
     pub fn decision(&self, seq_or_id: &str) -> Result<Option<(i64, DecisionRecord)>, StoreError> {
         let conn = self.lock();
-        let found: Option<(i64, String)> = conn
-            .query_row(
-                "SELECT seq, doc FROM decisions WHERE id = ?1 OR CAST(seq AS TEXT) = ?1",
+        // By the key or by the unique id: each an index lookup (`--all` looks up every record).
+        let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+        let found: Option<(i64, String)> = match seq_or_id.parse::<i64>() {
+            Ok(seq) => conn.query_row("SELECT seq, doc FROM decisions WHERE seq = ?1", [seq], row),
+            Err(_) => conn.query_row(
+                "SELECT seq, doc FROM decisions WHERE id = ?1",
                 [seq_or_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(classify)?;
+                row,
+            ),
+        }
+        .optional()
+        .map_err(classify)?;
         found
             .map(|(seq, doc)| {
                 serde_json::from_str(&doc)

@@ -19,11 +19,16 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         let Some(queue) = self.store.get_resource::<JobQueue>(&job.job_queue).await? else {
             return Ok(None);
         };
-        let share = queue
-            .value
-            .scheduling_policy
-            .as_ref()
-            .map(|_| share_key(job));
+        self.place_in(job, &queue.value).await
+    }
+
+    /// [`Service::queue_position`] of a RUNNABLE `job` of `queue`, read already.
+    pub(crate) async fn place_in(
+        &self,
+        job: &ServiceJob,
+        queue: &JobQueue,
+    ) -> Result<Option<QueuePlace>, AppError> {
+        let share = queue.scheduling_policy.as_ref().map(|_| share_key(job));
         let ahead = self
             .store
             .runnable_jobs(&job.job_queue, share_key(job), POSITION_SCAN_LIMIT)

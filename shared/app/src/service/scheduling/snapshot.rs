@@ -23,7 +23,7 @@ use crate::ports::{
 use crate::service::Service;
 
 /// What a cycle remembers of a pending job it handed the planner, to act on the plan.
-pub(super) struct Waiting {
+pub(crate) struct Waiting {
     /// The version the snapshot read: a dispatch or reason write expects it.
     pub(super) version: u64,
     /// The status reason stored then.
@@ -102,7 +102,7 @@ struct Configuration {
 }
 
 /// The planner's view of a head, and what the cycle keeps of it.
-fn pending(head: RunnableHead, time_limits: bool) -> (PendingJob, Waiting) {
+pub(crate) fn pending(head: RunnableHead, time_limits: bool) -> (PendingJob, Waiting) {
     let waiting = Waiting {
         version: head.version,
         status_reason: head.status_reason,
@@ -163,13 +163,18 @@ fn environment_states(
             env.service_environment_name.clone(),
             max.saturating_sub(used),
         );
-        states.push(EnvironmentState {
-            name: env.service_environment_name,
-            enabled: env.state == State::Enabled && env.status != ResourceStatus::Deleting,
-            limits: env.capacity_limits,
-        });
+        states.push(environment_state(env));
     }
     (states, free)
+}
+
+/// The planner's view of an environment: disabled or being deleted, it dispatches nothing.
+pub(crate) fn environment_state(env: ServiceEnvironment) -> EnvironmentState {
+    EnvironmentState {
+        name: env.service_environment_name,
+        enabled: env.state == State::Enabled && env.status != ResourceStatus::Deleting,
+        limits: env.capacity_limits,
+    }
 }
 
 /// Adds to a queue's lines the `fresh` RUNNABLE jobs of that queue that they lack (an index that
