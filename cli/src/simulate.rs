@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use trainyard_sim::driver::{Progress, run};
+use trainyard_sim::driver::{Progress, run_with_estimates};
+use trainyard_sim::eta::EtaSettings;
 use trainyard_sim::policies::Policy;
 use trainyard_sim::record::RunRecord;
 use trainyard_sim::scenario::Scenario;
@@ -62,6 +63,14 @@ pub struct SimulateArgs {
     /// With --faults: a range of seeds, `A..B` (B excluded).
     #[arg(long, requires = "faults", conflicts_with = "seed")]
     seeds: Option<String>,
+    /// Makes a start-time estimate for every waiting job at its submission and every 15
+    /// virtual minutes, scores each against the start that followed, and reports the scores
+    /// (eta-POLICY.md with --out) and each job's estimate at submission (eta_p50_s, eta_p90_s).
+    #[arg(long, conflicts_with = "faults")]
+    eta: bool,
+    /// With --eta: rollouts per forecast.
+    #[arg(long, requires = "eta", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    eta_rollouts: u32,
 }
 
 /// Parses `A..B` (B excluded, A < B).
@@ -165,6 +174,26 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     for (k, v) in scenario.parameters() {
         println!("{k}: {v}");
     }
+    let eta = args.eta.then(|| {
+        let settings = EtaSettings::default();
+        EtaSettings {
+            options: trainyard_forecast::Options {
+                rollouts: args.eta_rollouts,
+                seed: scenario.seed,
+                ..settings.options.clone()
+            },
+            ..settings
+        }
+    });
+    if let Some(eta) = &eta {
+        println!(
+            "estimates: {} rollouts, every {} s while a job waits, horizon {} h, up to {} jobs a line",
+            eta.options.rollouts,
+            eta.every_s,
+            eta.options.horizon_s / 3_600,
+            eta.per_line
+        );
+    }
     let mut runs = Vec::new();
     for policy in policies {
         let started = Instant::now();
@@ -183,8 +212,11 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
                 );
             }
         };
-        let record = run(&trace, &scenario, policy, &mut report)
+        let record = run_with_estimates(&trace, &scenario, policy, eta.as_ref(), &mut report)
             .with_context(|| format!("policy {}", policy.name()))?;
+        if let Some(run) = record.eta.as_ref().filter(|_| args.out.is_none()) {
+            print!("{}", trainyard_sim::eta::markdown(policy.name(), run));
+        }
         eprintln!(
             "{}: replayed in {:.1} s",
             policy.name(),

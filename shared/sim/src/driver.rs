@@ -59,10 +59,12 @@ use trainyard_emulator::model::{
     Config as EmulatorConfig, Emulator, SageMakerError, StateChange, TimeFormat,
 };
 
+use crate::eta::{EtaSettings, Tracker};
 use crate::policies::{Policy, Route, Setup, TeamLoad};
 use crate::record::{JobRecord, RunRecord, ShareInterval, UsageInterval};
 use crate::scenario::Scenario;
 use crate::trace::{Trace, TraceJob};
+use trainyard_forecast::Arrival;
 use trainyard_scheduler::{
     Config as PlannerConfig, EnvironmentState, PendingJob, QuotaShareState, SharedStr, SkipReason,
     Snapshot, plan_cycle,
@@ -670,6 +672,19 @@ pub fn run(
     policy: Policy,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunRecord, SimError> {
+    run_with_estimates(trace, scenario, policy, None, progress)
+}
+
+/// [`run`], and with `eta`, start-time estimates made and scored along the way
+/// ([`crate::eta`]): the run's `eta` and each job's `eta_p50_s` and `eta_p90_s`.
+pub fn run_with_estimates(
+    trace: &Trace,
+    scenario: &Scenario,
+    policy: Policy,
+    eta: Option<&EtaSettings>,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunRecord, SimError> {
+    let mut tracker = eta.map(|settings| Tracker::new(settings.clone(), T0_MS));
     let teams = team_loads(trace, scenario);
     let setup = Setup::new(policy, scenario, &teams);
     let clock = Arc::new(ManualClock::new(T0_MS));
@@ -828,6 +843,26 @@ pub fn run(
                 tags: [(TEAM_TAG.to_owned(), p.team.clone())].into(),
                 client_token: None,
             };
+            if let Some(tracker) = tracker.as_mut() {
+                let share = cmd
+                    .quota_share_name
+                    .as_deref()
+                    .or(cmd.share_identifier.as_deref());
+                let ty = p
+                    .job
+                    .instance_type
+                    .as_deref()
+                    .unwrap_or(&scenario.instance_type);
+                tracker.submitted(
+                    (cmd.job_queue.as_str().into(), share.map(SharedStr::from)),
+                    Arrival {
+                        at_ms: now,
+                        priority: cmd.scheduling_priority.unwrap_or(0),
+                        instances: Arc::new([(ty.to_owned(), p.job.instances)].into()),
+                        max_runtime_s: Some(requested_runtime_s(p.job.duration_s)),
+                    },
+                );
+            }
             let submitted_job =
                 ready(service.submit(cmd))?.map_err(app(&format!("submitting {}", p.job.id)))?;
             ids.push(submitted_job.job_id);
@@ -902,8 +937,14 @@ pub fn run(
         }
         dirty = false;
 
-        // 3. Record.
+        // 3. Record (and estimate start times, when asked to).
         recorder.observe(now, store, &teams);
+        if let Some(tracker) = tracker.as_mut().filter(|t| t.due(now)) {
+            let snapshot = ready(service.forecast_snapshot(&config, tracker.per_line()))?
+                .map_err(app("reading a forecast's snapshot"))?;
+            let mut job = |id: &str| Some(ready(store.get_job(id)).ok()?.ok()??.value);
+            tracker.forecast(now, &snapshot, &config.planner, &mut job);
+        }
         if passes.is_multiple_of(PROGRESS_EVERY) {
             progress(&Progress {
                 policy: policy.name(),
@@ -922,13 +963,27 @@ pub fn run(
             ..never_started(&p)
         });
     }
+    let eta = tracker.map(Tracker::finish);
+    // Each job's estimate at submission, to be written beside its realised start.
+    let at_submission: BTreeMap<&str, [Option<f64>; 2]> = eta
+        .iter()
+        .flat_map(|eta| &eta.predictions)
+        .filter(|p| p.at_submission)
+        .map(|p| (p.job_id.as_str(), p.published_s))
+        .collect();
     let mut replayed = planned.iter().zip(&ids);
     for slot in records.iter_mut().filter(|r| r.is_none()) {
         let Some((p, id)) = replayed.next() else {
             break;
         };
         if let Some(stored) = ready(store.get_job(id))?? {
-            *slot = Some(job_record(p, &stored.value));
+            let [eta_p50_s, eta_p90_s] =
+                at_submission.get(id.as_str()).copied().unwrap_or_default();
+            *slot = Some(JobRecord {
+                eta_p50_s,
+                eta_p90_s,
+                ..job_record(p, &stored.value)
+            });
         }
     }
     let jobs = records.into_iter().flatten().collect();
@@ -938,6 +993,7 @@ pub fn run(
         usage,
         shares,
         end_s: seconds(now),
+        eta,
     })
 }
 
@@ -957,6 +1013,8 @@ fn never_started(p: &Planned<'_>) -> JobRecord {
         preemptions: 0,
         preempted_instance_s: 0.0,
         never_runs: None,
+        eta_p50_s: None,
+        eta_p90_s: None,
     }
 }
 

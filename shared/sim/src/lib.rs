@@ -10,6 +10,7 @@
 //!   tier rule.
 //! - [`policies`]: each compared policy as real Trainyard configuration.
 //! - [`driver`]: the discrete-event replay over virtual time that produces a run record.
+//! - [`eta`]: start-time estimates made during a run and scored against the starts that followed.
 //! - [`faults`]: seeded fault injection with invariants at every step and a liveness phase.
 //! - [`measures`]: utilization, waits, completion, slowdown, fairness and preemption cost of a
 //!   run, as one [`measures::PolicySummary`] per policy.
@@ -17,6 +18,7 @@
 //! - [`plots`]: SVG plots (utilization over time, wait-time CDFs).
 
 pub mod driver;
+pub mod eta;
 pub mod faults;
 pub mod measures;
 pub mod plots;

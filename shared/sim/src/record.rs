@@ -35,6 +35,13 @@ pub struct JobRecord {
     /// if it cannot: such a job is not replayed, and counts as never started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub never_runs: Option<String>,
+    /// Its start-time estimate at submission, p50 and p90, as waits in seconds (runs with
+    /// estimates only; `None` also when the estimate was beyond the horizon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_p50_s: Option<f64>,
+    /// See `eta_p50_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_p90_s: Option<f64>,
 }
 
 impl JobRecord {
@@ -95,4 +102,7 @@ pub struct RunRecord {
     pub shares: Vec<ShareInterval>,
     /// Virtual time covered by the run.
     pub end_s: f64,
+    /// Start-time estimates made and scored during the run, if it was asked for them.
+    #[serde(skip)]
+    pub eta: Option<crate::eta::EtaRun>,
 }

@@ -217,6 +217,14 @@ pub fn write_report(
     for run in &sorted {
         let stem = file_stem(&run.policy);
         write(&format!("jobs-{stem}.csv"), &jobs_csv(run))?;
+        if let Some(eta) = &run.eta {
+            write(
+                &format!("eta-{stem}.md"),
+                &crate::eta::markdown(&run.policy, eta),
+            )?;
+            let scores = serde_json::to_string_pretty(&crate::eta::scores(eta))?;
+            write(&format!("eta-{stem}.json"), &format!("{scores}\n"))?;
+        }
         write(
             &format!("utilization-{stem}.svg"),
             &utilization_svg(run, axis_end_s)?,
@@ -409,6 +417,8 @@ fn jobs_csv(run: &RunRecord) -> String {
         "preemptions",
         "preempted_instance_s",
         "never_runs",
+        "eta_p50_s",
+        "eta_p90_s",
     ];
     let mut out = csv_line(&header.map(String::from));
     for job in &run.jobs {
@@ -431,6 +441,8 @@ fn jobs_csv(run: &RunRecord) -> String {
             job.preemptions.to_string(),
             csv_number(Some(job.preempted_instance_s)),
             job.never_runs.clone().unwrap_or_default(),
+            csv_number(job.eta_p50_s),
+            csv_number(job.eta_p90_s),
         ]));
     }
     out

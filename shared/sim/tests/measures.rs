@@ -32,6 +32,8 @@ fn job(id: &str, submit_s: f64, wait_s: f64, duration_s: f64) -> JobRecord {
         preemptions: 0,
         preempted_instance_s: 0.0,
         never_runs: None,
+        eta_p50_s: None,
+        eta_p90_s: None,
     }
 }
 
@@ -402,6 +404,7 @@ fn waits_completion_and_preemption_of_a_small_run() {
         usage: vec![],
         shares: vec![],
         end_s: 1000.0,
+        eta: None,
     };
     let s = PolicySummary::of(&run);
     // Waits: 0, 10, 30, 500 (censored at the end of the run), 20.
@@ -494,6 +497,7 @@ fn a_preempted_job_waits_again_after_its_first_start_and_its_lost_work_is_a_shar
         usage: vec![usage(0.0, 300.0, 2, 4, true)],
         shares: vec![],
         end_s: 300.0,
+        eta: None,
     };
     let s = PolicySummary::of(&run);
     assert_eq!(s.wait_after_start_s.count, 1, "only the preempted job");

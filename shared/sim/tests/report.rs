@@ -58,6 +58,8 @@ fn job(
         preemptions: 0,
         preempted_instance_s: 0.0,
         never_runs: None,
+        eta_p50_s: None,
+        eta_p90_s: None,
     }
 }
 
@@ -120,6 +122,7 @@ fn run(policy: &str, slowness: f64) -> RunRecord {
             },
         ],
         end_s,
+        eta: None,
     }
 }
 

@@ -338,6 +338,22 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         })
     }
 
+    /// What a start-time forecast rolls forward from: the snapshot a cycle would read, but with
+    /// the first `per_line` RUNNABLE jobs of every line (the jobs to estimate) instead of the
+    /// heads. A separate, less frequent read than the cycle's.
+    pub async fn forecast_snapshot(
+        &self,
+        config: &CycleConfig,
+        per_line: usize,
+    ) -> Result<Snapshot, AppError> {
+        let config = CycleConfig {
+            head_extra: per_line,
+            max_heads: per_line,
+            ..config.clone()
+        };
+        Ok(self.load_snapshot(&config, &[]).await?.snapshot)
+    }
+
     /// Every environment, queue, policy and quota share.
     async fn load_configuration(&self) -> Result<Configuration, AppError> {
         let environments = self.store.list_resources::<ServiceEnvironment>().await?;

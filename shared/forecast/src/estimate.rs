@@ -1,0 +1,364 @@
+//! From rollouts to a published estimate: the spread of start times over the rollouts gives raw
+//! quantiles; an online calibration widens or narrows them until the published p50 and p90
+//! cover about 50% and 90% of the starts that followed, and the coverage measured so far is
+//! published beside every estimate.
+//!
+//! # Calibration
+//!
+//! Adaptive conformal inference (Gibbs & Candès 2021) on a log scale, per group of alike
+//! estimates. A published quantile is the raw one moved by the group's correction `θ`:
+//! `w' = (w + c)·e^θ − c`, with `c` = 300 s (so that a job expected to start at once is neither
+//! stretched to zero nor to infinity). The outcomes learnt in a round (between two forecasts,
+//! [`Calibration::settle`]) move `θ` once, by `γ·(misses/outcomes − α)`, `γ` = 0.05, `α` = 0.5 for
+//! the p50 and 0.1 for the p90: misses more often than `α` widen the estimates, fewer narrow
+//! them, whatever the rollouts' own bias, so that over time the share of covered outcomes tends
+//! to `1 − α`. One step a round, not one an outcome: the outcomes of one round are not
+//! independent (a long job that ends starts many waiting jobs at once, each with estimates made
+//! every few minutes), and stepping once for each would swing `θ` by their number.
+//! A published quantile never goes beyond the horizon; there it is "later".
+//!
+//! An outcome is known at the start, or as soon as the published quantile passes while the job
+//! still waits (a miss): feedback comes no later than the quantile itself, not only when a job
+//! that waits days finally starts. (Learning only from starts favours the short waits that
+//! resolve first, and under a growing backlog narrows the estimates exactly when they should
+//! widen.)
+//!
+//! A group is the job's queue, its size (1, 2-8, 9+ instances) and where its raw median falls
+//! (under 10 min, 1 h, 6 h, later, beyond the horizon): rollouts err differently for a large job
+//! or a long wait, and one correction for all would over-cover some and under-cover others.
+//! Every level keeps its own correction; an estimate takes the narrowest with
+//! [`Calibration::MIN_OUTCOMES`] outcomes (then the queue and wait, then the queue). With none,
+//! the estimate is raw and says it is uncalibrated.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// The start times one job had over a forecast's rollouts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Samples {
+    /// Start times (epoch ms) in the rollouts in which it started, ascending.
+    pub starts_ms: Vec<i64>,
+    /// Rollouts run in all (those in which it did not start within the horizon count too).
+    pub rollouts: u32,
+}
+
+impl Samples {
+    /// The `q` quantile of the start time, `None` when it falls beyond the horizon.
+    pub fn quantile(&self, q: f64) -> Option<i64> {
+        let rank = (q * f64::from(self.rollouts)).ceil().max(1.0) as usize;
+        self.starts_ms.get(rank - 1).copied()
+    }
+}
+
+/// What a job's estimate is calibrated with: its queue and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope<'a> {
+    /// Queue.
+    pub queue: &'a str,
+    /// Instances it takes.
+    pub instances: u64,
+}
+
+/// A published start-time estimate of a waiting job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Estimate {
+    /// When it was made (epoch ms).
+    pub at_ms: i64,
+    /// Median start time (epoch ms); `None`: beyond the horizon.
+    pub p50_ms: Option<i64>,
+    /// 90th-percentile start time (epoch ms); `None`: beyond the horizon.
+    pub p90_ms: Option<i64>,
+    /// Probability of starting within an hour, 6 hours and 24 hours of `at_ms`.
+    pub within: [f64; 3],
+    /// The rollouts' own p50 and p90 (epoch ms), before calibration.
+    pub raw_ms: [Option<i64>; 2],
+    /// Coverage measured in its calibration group so far; `None` while it is uncalibrated.
+    pub coverage: Option<Coverage>,
+}
+
+/// Horizons of [`Estimate::within`].
+pub const WITHIN_S: [i64; 3] = [3_600, 6 * 3_600, 24 * 3_600];
+
+/// How often published quantiles covered the starts that followed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Coverage {
+    /// Share of starts at or before the published p50.
+    pub p50: f64,
+    /// Share of starts at or before the published p90.
+    pub p90: f64,
+    /// Starts counted (at most [`Calibration::WINDOW`]).
+    pub outcomes: usize,
+}
+
+/// One group's corrections and newest outcomes, per quantile (p50, p90).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Group {
+    theta: [f64; 2],
+    outcomes: [usize; 2],
+    /// Misses and outcomes learnt since the last [`Calibration::settle`].
+    round: [(usize, usize); 2],
+    /// Whether each recent outcome was covered, newest last.
+    covered: [VecDeque<bool>; 2],
+}
+
+impl Group {
+    fn coverage(&self) -> Coverage {
+        let share = |i: usize| {
+            let window = &self.covered[i];
+            window.iter().filter(|c| **c).count() as f64 / window.len().max(1) as f64
+        };
+        Coverage {
+            p50: share(0),
+            p90: share(1),
+            outcomes: self.covered[1].len(),
+        }
+    }
+}
+
+/// Online calibration per group of alike estimates.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    groups: BTreeMap<String, Group>,
+}
+
+const OFFSET_S: f64 = 300.0;
+const GAMMA: f64 = 0.002;
+const ALPHA: [f64; 2] = [0.5, 0.1];
+const THETA_LIMIT: f64 = 5.0;
+
+fn wait_s(at_ms: i64, now_ms: i64) -> f64 {
+    (at_ms - now_ms).max(0) as f64 / 1_000.0
+}
+
+fn adjust(wait_s: f64, theta: f64) -> i64 {
+    (((wait_s + OFFSET_S) * theta.exp() - OFFSET_S).max(0.0) * 1_000.0) as i64
+}
+
+/// The groups an estimate belongs to, narrowest first.
+fn groups(scope: Scope<'_>, raw_p50_wait_s: Option<f64>) -> [String; 3] {
+    let size = match scope.instances {
+        0 | 1 => "1",
+        2..=8 => "2-8",
+        _ => "9+",
+    };
+    let wait = match raw_p50_wait_s {
+        None => "beyond",
+        Some(w) if w < 600.0 => "<10m",
+        Some(w) if w < 3_600.0 => "<1h",
+        Some(w) if w < 6.0 * 3_600.0 => "<6h",
+        Some(_) => ">6h",
+    };
+    let queue = scope.queue;
+    [
+        format!("{queue}|{size}|{wait}"),
+        format!("{queue}|*|{wait}"),
+        format!("{queue}|*|*"),
+    ]
+}
+
+impl Calibration {
+    /// Outcomes a group needs before it calibrates estimates.
+    pub const MIN_OUTCOMES: usize = 50;
+    /// Outcomes its published coverage is measured over.
+    pub const WINDOW: usize = 1_000;
+
+    /// The estimate published for a job of `scope` whose rollouts from `now_ms` gave `samples`.
+    pub fn estimate(
+        &self,
+        scope: Scope<'_>,
+        now_ms: i64,
+        samples: &Samples,
+        horizon_ms: i64,
+    ) -> Estimate {
+        let raw_ms = [samples.quantile(0.5), samples.quantile(0.9)];
+        let raw_wait = raw_ms.map(|at| at.map(|at| wait_s(at, now_ms)));
+        let group = groups(scope, raw_wait[0]).into_iter().find_map(|g| {
+            self.groups
+                .get(&g)
+                .filter(|g| g.outcomes[1] >= Self::MIN_OUTCOMES)
+        });
+        let theta = group.map_or([0.0, 0.0], |g| g.theta);
+        let publish = |i: usize| {
+            raw_wait[i]
+                .map(|w| adjust(w, theta[i]))
+                .filter(|w| *w <= horizon_ms)
+                .map(|w| now_ms + w)
+        };
+        let within = WITHIN_S.map(|h| {
+            let started = samples
+                .starts_ms
+                .iter()
+                .filter(|at| adjust(wait_s(**at, now_ms), theta[0]) <= h * 1_000)
+                .count();
+            started as f64 / f64::from(samples.rollouts.max(1))
+        });
+        Estimate {
+            at_ms: now_ms,
+            p50_ms: publish(0),
+            p90_ms: publish(1),
+            within,
+            raw_ms,
+            coverage: group.map(Group::coverage),
+        }
+    }
+
+    /// The outcome of `estimate`'s quantile `i` (0: p50, 1: p90) for a job of `scope`: whether
+    /// the job started by it. Known at the start, or once the quantile has passed while the job
+    /// still waits (see [`Self::due`]). A quantile beyond the horizon teaches nothing.
+    pub fn observe(&mut self, scope: Scope<'_>, estimate: &Estimate, i: usize, covered: bool) {
+        if estimate.raw_ms[i].is_none() {
+            return;
+        }
+        let raw_p50_wait = estimate.raw_ms[0].map(|at| wait_s(at, estimate.at_ms));
+        for name in groups(scope, raw_p50_wait) {
+            let group = self.groups.entry(name).or_default();
+            group.round[i].0 += usize::from(!covered);
+            group.round[i].1 += 1;
+            group.outcomes[i] += 1;
+            let window = &mut group.covered[i];
+            if window.len() == Self::WINDOW {
+                window.pop_front();
+            }
+            window.push_back(covered);
+        }
+    }
+
+    /// Ends a round: each group's corrections take one step towards the outcomes learnt since
+    /// the last round.
+    pub fn settle(&mut self) {
+        for group in self.groups.values_mut() {
+            for (i, alpha) in ALPHA.iter().enumerate() {
+                let (misses, n) = std::mem::take(&mut group.round[i]);
+                if n > 0 {
+                    let excess = misses as f64 - alpha * n as f64;
+                    group.theta[i] =
+                        (group.theta[i] + GAMMA * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
+                }
+            }
+        }
+    }
+
+    /// The outcomes of `estimate` known at `now_ms` for a job that `started_ms` (if it has):
+    /// `(quantile, covered)` for each quantile that has not been observed yet, as `observed`
+    /// says, and whose outcome is known.
+    pub fn due(
+        estimate: &Estimate,
+        observed: [bool; 2],
+        now_ms: i64,
+        started_ms: Option<i64>,
+    ) -> Vec<(usize, bool)> {
+        [estimate.p50_ms, estimate.p90_ms]
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !observed[*i])
+            .filter_map(|(i, q)| {
+                let q = q?;
+                match started_ms {
+                    Some(start) => Some((i, start <= q)),
+                    None if now_ms > q => Some((i, false)),
+                    None => None,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_domain::random::SplitMix64;
+
+    const SCOPE: Scope<'static> = Scope {
+        queue: "q",
+        instances: 1,
+    };
+
+    fn samples(waits_s: &[i64], rollouts: u32) -> Samples {
+        let mut starts_ms: Vec<i64> = waits_s.iter().map(|w| w * 1_000).collect();
+        starts_ms.sort_unstable();
+        Samples {
+            starts_ms,
+            rollouts,
+        }
+    }
+
+    #[test]
+    fn quantiles_count_rollouts_beyond_the_horizon() {
+        let s = samples(&[10, 20, 30, 40], 10);
+        assert_eq!(s.quantile(0.1), Some(10_000));
+        assert_eq!(s.quantile(0.4), Some(40_000));
+        assert_eq!(s.quantile(0.5), None, "6 of 10 rollouts never started it");
+        let uncal = Calibration::default().estimate(SCOPE, 0, &s, i64::MAX);
+        assert_eq!(uncal.within, [0.4, 0.4, 0.4]);
+        assert!(uncal.coverage.is_none(), "no history: uncalibrated");
+    }
+
+    /// The rollouts here are twice too optimistic (every job really waits twice its sampled
+    /// wait, spread 1-3x); calibration must bring both quantiles' coverage to their targets.
+    #[test]
+    fn calibration_corrects_biased_rollouts_to_the_target_coverage() {
+        let mut calibration = Calibration::default();
+        let mut rng = SplitMix64::new(42);
+        let mut hits = (0, 0);
+        let n = 40_000;
+        for i in 0..n {
+            let base = 600 + rng.below(7_200) as i64;
+            let waits: Vec<i64> = (0..32).map(|_| base + rng.below(600) as i64).collect();
+            let estimate = calibration.estimate(SCOPE, 0, &samples(&waits, 32), i64::MAX);
+            let actual_ms = (base as f64 * (1.0 + 2.0 * rng.unit()) * 1_000.0) as i64;
+            if i >= n / 2 {
+                hits.0 += usize::from(estimate.p50_ms.is_some_and(|p| actual_ms <= p));
+                hits.1 += usize::from(estimate.p90_ms.is_some_and(|p| actual_ms <= p));
+            }
+            for (q, covered) in Calibration::due(&estimate, [false; 2], 0, Some(actual_ms)) {
+                calibration.observe(SCOPE, &estimate, q, covered);
+            }
+            if i % 20 == 19 {
+                calibration.settle();
+            }
+        }
+        let (p50, p90) = (
+            hits.0 as f64 / (n / 2) as f64,
+            hits.1 as f64 / (n / 2) as f64,
+        );
+        assert!((0.45..=0.55).contains(&p50), "p50 coverage {p50}");
+        assert!((0.87..=0.93).contains(&p90), "p90 coverage {p90}");
+        let last = calibration.estimate(SCOPE, 0, &samples(&[3_600; 32], 32), i64::MAX);
+        let published = last.coverage.expect("calibrated");
+        assert_eq!(published.outcomes, Calibration::WINDOW);
+        assert!((0.85..=0.95).contains(&published.p90), "{published:?}");
+        let other = Scope {
+            queue: "other",
+            instances: 1,
+        };
+        assert!(
+            calibration
+                .estimate(other, 0, &samples(&[60], 1), i64::MAX)
+                .coverage
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_quantile_that_passes_while_the_job_waits_is_a_miss_known_at_once() {
+        let estimate = Calibration::default().estimate(SCOPE, 0, &samples(&[60, 120], 2), i64::MAX);
+        let (p50, p90) = (estimate.p50_ms.unwrap(), estimate.p90_ms.unwrap());
+        assert!(Calibration::due(&estimate, [false; 2], p50 - 1, None).is_empty());
+        assert_eq!(
+            Calibration::due(&estimate, [false; 2], p50 + 1, None),
+            [(0, false)]
+        );
+        assert_eq!(
+            Calibration::due(&estimate, [true, false], p90 + 1, None),
+            [(1, false)],
+            "the p50 was already counted"
+        );
+        assert_eq!(
+            Calibration::due(&estimate, [false; 2], p90 + 5, Some(p90)),
+            [(0, false), (1, true)]
+        );
+    }
+}

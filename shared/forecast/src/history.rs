@@ -1,0 +1,263 @@
+//! What the past says about the future: how long attempts of each job family ran, and how often
+//! each line received new jobs. A host feeds it what it observes (an attempt that ended, a job
+//! submitted) and a rollout samples from it. Everything is bounded: the newest
+//! [`History::RUNTIMES_KEPT`] runtimes per family and [`History::ARRIVALS_KEPT`] arrivals per line.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use trainyard_domain::random::SplitMix64;
+use trainyard_scheduler::SharedStr;
+use trainyard_scheduler::snapshot::Instances;
+
+/// Jobs whose attempts are expected to run alike: same queue, same share, same instances. The
+/// queue and share stand in for "who submits it and what for"; the instance count for its size.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Family {
+    /// Queue.
+    pub queue: SharedStr,
+    /// Fair-share identifier or quota share (`None` in a FIFO queue).
+    pub share: Option<SharedStr>,
+    /// Instances taken, all types together.
+    pub instances: u64,
+}
+
+impl Family {
+    /// The family of a job that takes `instances` in `queue` and `share`.
+    pub fn of(queue: &SharedStr, share: Option<&SharedStr>, instances: &Instances) -> Self {
+        Self {
+            queue: queue.clone(),
+            share: share.cloned(),
+            instances: instances.values().map(|n| u64::from(*n)).sum(),
+        }
+    }
+}
+
+/// A line of jobs: a FIFO queue, or one share of a queue.
+pub type Line = (SharedStr, Option<SharedStr>);
+
+/// A job as submitted, enough to stand for a future arrival of the same line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrival {
+    /// When it was submitted (epoch ms).
+    pub at_ms: i64,
+    /// `schedulingPriority`.
+    pub priority: u32,
+    /// Instances it needs.
+    pub instances: Arc<Instances>,
+    /// `MaxRuntimeInSeconds`, if set.
+    pub max_runtime_s: Option<u64>,
+}
+
+/// Runtimes per family and arrivals per line, newest kept.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    runtimes: BTreeMap<Family, VecDeque<u64>>,
+    arrivals: BTreeMap<Line, VecDeque<Arrival>>,
+}
+
+/// How many runtimes a family's sample needs before it is used alone; with fewer, the queue and
+/// share's runtimes (any size) are used, then the queue's, then every runtime seen.
+const MIN_SAMPLE: usize = 8;
+
+impl History {
+    /// Runtimes kept per family: enough for a stable p90, few enough to follow a change.
+    pub const RUNTIMES_KEPT: usize = 64;
+    /// Arrivals kept per line, from which its rate and the shapes of future arrivals come.
+    pub const ARRIVALS_KEPT: usize = 64;
+    /// Arrivals older than this do not count towards a line's rate.
+    pub const ARRIVAL_WINDOW_MS: i64 = 24 * 3_600_000;
+
+    /// An attempt of `family` ran `runtime_s` (dispatch to end, so provisioning is included) and
+    /// ended by itself (not preempted, which would cut it short).
+    pub fn observe_runtime(&mut self, family: Family, runtime_s: u64) {
+        let kept = self.runtimes.entry(family).or_default();
+        if kept.len() == Self::RUNTIMES_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(runtime_s);
+    }
+
+    /// A job was submitted to `line`.
+    pub fn observe_arrival(&mut self, line: Line, arrival: Arrival) {
+        let kept = self.arrivals.entry(line).or_default();
+        if kept.len() == Self::ARRIVALS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(arrival);
+    }
+
+    /// Runtimes observed in all.
+    pub fn runtimes_observed(&self) -> usize {
+        self.runtimes.values().map(VecDeque::len).sum()
+    }
+
+    /// A total runtime for an attempt of `family` that has run `elapsed_s` so far: drawn from
+    /// the observed runtimes longer than `elapsed_s` (the attempt is known to outlast those that
+    /// are not), from the narrowest group with [`MIN_SAMPLE`] runtimes, and never beyond
+    /// `cap_s` (its `MaxRuntimeInSeconds`). Without any history it is the cap, as Slurm assumes.
+    pub fn sample_runtime(
+        &self,
+        family: &Family,
+        elapsed_s: u64,
+        cap_s: u64,
+        rng: &mut SplitMix64,
+    ) -> u64 {
+        let Some(sample) = self.sample_for(family) else {
+            return cap_s.max(elapsed_s);
+        };
+        let longer = sample.iter().filter(|r| **r > elapsed_s).count();
+        let total = if longer == 0 {
+            // It has outlived every runtime seen: assume it is half-way through.
+            elapsed_s.saturating_mul(2).max(elapsed_s + 60)
+        } else {
+            let pick = rng.below(longer as u64) as usize;
+            sample
+                .iter()
+                .copied()
+                .filter(|r| *r > elapsed_s)
+                .nth(pick)
+                .unwrap_or(elapsed_s)
+        };
+        total.min(cap_s).max(elapsed_s)
+    }
+
+    /// The narrowest group of runtimes large enough to sample: the family, its queue and share,
+    /// its queue, everything.
+    fn sample_for(&self, family: &Family) -> Option<Vec<u64>> {
+        if let Some(own) = self.runtimes.get(family).filter(|r| r.len() >= MIN_SAMPLE) {
+            return Some(own.iter().copied().collect());
+        }
+        let groups: [&dyn Fn(&Family) -> bool; 3] = [
+            &|f| f.queue == family.queue && f.share == family.share,
+            &|f| f.queue == family.queue,
+            &|_| true,
+        ];
+        for matches in groups {
+            let sample: Vec<u64> = self
+                .runtimes
+                .iter()
+                .filter(|(f, _)| matches(f))
+                .flat_map(|(_, r)| r.iter().copied())
+                .collect();
+            if sample.len() >= MIN_SAMPLE {
+                return Some(sample);
+            }
+        }
+        None
+    }
+
+    /// Each line's arrival rate (per ms) as of `now_ms`, over the arrivals of the last
+    /// [`Self::ARRIVAL_WINDOW_MS`] (over the time since the first one kept when that is shorter,
+    /// at least an hour), with the arrivals future ones are drawn like.
+    pub fn arrival_rates(&self, now_ms: i64) -> Vec<(Line, f64, Vec<Arrival>)> {
+        self.arrivals
+            .iter()
+            .filter_map(|(line, kept)| {
+                let recent: Vec<Arrival> = kept
+                    .iter()
+                    .filter(|a| a.at_ms > now_ms - Self::ARRIVAL_WINDOW_MS && a.at_ms <= now_ms)
+                    .cloned()
+                    .collect();
+                let first = recent.first()?.at_ms;
+                let span_ms = if kept.len() == Self::ARRIVALS_KEPT {
+                    now_ms - first
+                } else {
+                    Self::ARRIVAL_WINDOW_MS.min(now_ms - first)
+                }
+                .max(3_600_000);
+                Some((line.clone(), recent.len() as f64 / span_ms as f64, recent))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn family(queue: &str, instances: u32) -> Family {
+        Family::of(
+            &queue.into(),
+            Some(&"team".into()),
+            &[("ml.g5.xlarge".to_owned(), instances)].into(),
+        )
+    }
+
+    #[test]
+    fn a_runtime_is_drawn_from_longer_ones_seen_and_never_beyond_the_cap() {
+        let mut history = History::default();
+        let f = family("q", 1);
+        for r in [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 40_000] {
+            history.observe_runtime(f.clone(), r);
+        }
+        let mut rng = SplitMix64::new(7);
+        for _ in 0..200 {
+            let total = history.sample_runtime(&f, 1_000, 30_000, &mut rng);
+            assert!(
+                [3_600, 7_200, 10_000, 20_000, 30_000].contains(&total),
+                "{total}"
+            );
+        }
+        assert_eq!(
+            history.sample_runtime(&f, 50_000, 86_400, &mut rng),
+            86_400,
+            "outlived everything: twice its age (100,000 s), capped"
+        );
+    }
+
+    #[test]
+    fn a_family_with_few_runtimes_borrows_from_its_queue_then_from_everything() {
+        let mut history = History::default();
+        let mut rng = SplitMix64::new(1);
+        assert_eq!(
+            history.sample_runtime(&family("q", 1), 0, 86_400, &mut rng),
+            86_400,
+            "no history: the cap"
+        );
+        for _ in 0..8 {
+            history.observe_runtime(family("other", 4), 100);
+        }
+        assert_eq!(
+            history.sample_runtime(&family("q", 1), 0, 86_400, &mut rng),
+            100
+        );
+        for _ in 0..8 {
+            history.observe_runtime(family("q", 2), 500);
+        }
+        assert_eq!(
+            history.sample_runtime(&family("q", 1), 0, 86_400, &mut rng),
+            500,
+            "its queue and share before everything"
+        );
+    }
+
+    #[test]
+    fn a_line_rate_counts_recent_arrivals_over_their_span() {
+        let mut history = History::default();
+        let line: Line = ("q".into(), None);
+        for i in 0..10 {
+            history.observe_arrival(
+                line.clone(),
+                Arrival {
+                    at_ms: i * 360_000,
+                    priority: 0,
+                    instances: Arc::new([("ml.a".to_owned(), 1)].into()),
+                    max_runtime_s: None,
+                },
+            );
+        }
+        let rates = history.arrival_rates(3_600_000);
+        assert_eq!(rates.len(), 1);
+        // 10 arrivals in the first hour.
+        assert!(
+            (rates[0].1 * 3_600_000.0 - 10.0).abs() < 1e-9,
+            "{}",
+            rates[0].1
+        );
+        assert!(
+            history.arrival_rates(30 * 3_600_000).is_empty(),
+            "all too old"
+        );
+    }
+}

@@ -1,0 +1,450 @@
+//! One rollout: the real planner run forward in virtual time from a snapshot, with running
+//! attempts ending when a sampled runtime says, dispatched jobs running for a sampled runtime,
+//! and new jobs arriving at each line's recent rate. What comes out is when each waiting job of
+//! the snapshot was dispatched, if it was within the horizon.
+//!
+//! The planner sees in each step what a host's cycle would: the environments and queues of the
+//! snapshot, every running attempt, and the first `free + heads_extra` jobs of each line (the
+//! order of `trainyard_domain::order`). Capacity in use comes from the running attempts (the
+//! snapshot's `in_use` records are a host's and are not carried forward).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use trainyard_domain::random::SplitMix64;
+use trainyard_scheduler::fair_share::ShareUsage;
+use trainyard_scheduler::{
+    Config, PendingJob, QueuePolicy, RunningJob, ShareKey, SharedStr, Snapshot, plan_cycle,
+};
+
+use crate::history::{Arrival, Family, History, Line};
+
+/// How far and how finely rollouts look ahead.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Rollouts per forecast.
+    pub rollouts: u32,
+    /// A job not dispatched this far ahead is "beyond the horizon".
+    pub horizon_s: u64,
+    /// Heads planned per line beyond its environment's free instances (as a host's cycle).
+    pub heads_extra: usize,
+    /// The shortest step between two planner runs, in seconds.
+    pub min_step_s: u64,
+    /// Steps grow with the time looked ahead: at least this fraction of it. Start times are
+    /// resolved to about this fraction of the wait, far finer than the estimates' spread.
+    pub step_fraction: f64,
+    /// Most jobs arriving in one rollout, all lines together.
+    pub max_arrivals: usize,
+    /// Seed of the first rollout; rollout `k` uses `mix64(seed + k)`.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            rollouts: 32,
+            horizon_s: 7 * 86_400,
+            heads_extra: 16,
+            min_step_s: 60,
+            step_fraction: 0.05,
+            max_arrivals: 2_000,
+            seed: 0,
+        }
+    }
+}
+
+/// What a rollout draws runtimes and arrivals from.
+#[derive(Debug, Clone, Copy)]
+pub enum World<'a> {
+    /// Runtimes sampled from history (capped by `MaxRuntimeInSeconds`), arrivals at each line's
+    /// recent rate.
+    Sampled(&'a History),
+    /// Slurm's shadow schedule: every attempt runs to its `MaxRuntimeInSeconds`, nothing
+    /// arrives. The baseline the sampled estimates are measured against.
+    Shadow,
+}
+
+/// A line's future arrivals.
+struct Arrivals {
+    line: Line,
+    rate_per_ms: f64,
+    like: Vec<Arrival>,
+    next_ms: i64,
+}
+
+/// The world of one rollout.
+struct Rollout<'a> {
+    world: World<'a>,
+    planner: &'a Config,
+    options: &'a Options,
+    rng: SplitMix64,
+    snapshot: Snapshot,
+    /// When each of `snapshot.running` ends, in the same order.
+    ends: Vec<i64>,
+    lines: BTreeMap<Line, Vec<PendingJob>>,
+    environment_of: BTreeMap<SharedStr, String>,
+    capacity: BTreeMap<String, u64>,
+    half_life_s: BTreeMap<SharedStr, u32>,
+    arrivals: Vec<Arrivals>,
+    arrived: usize,
+}
+
+/// Where a waiting job stands in its line (`trainyard_domain::order::runnable_rank`).
+fn rank(job: &PendingJob) -> (Reverse<u32>, i64, &str) {
+    let priority = if job.share.is_some() { job.priority } else { 0 };
+    (Reverse(priority), job.runnable_at_ms, &job.job_id)
+}
+
+fn line_of(queue: &SharedStr, share: Option<&SharedStr>) -> Line {
+    (queue.clone(), share.cloned())
+}
+
+fn cap_s(max_runtime_s: Option<u64>, planner: &Config) -> u64 {
+    max_runtime_s.unwrap_or(planner.default_runtime_s)
+}
+
+/// When each of the snapshot's waiting jobs would be dispatched in one rollout from `now_ms`;
+/// a job missing from the result was not dispatched within the horizon.
+pub fn roll(
+    snapshot: &Snapshot,
+    now_ms: i64,
+    planner: &Config,
+    world: World<'_>,
+    options: &Options,
+    rng: SplitMix64,
+) -> BTreeMap<SharedStr, i64> {
+    let mut rollout = Rollout::new(snapshot, now_ms, planner, world, options, rng);
+    let targets: BTreeSet<SharedStr> = snapshot.pending.iter().map(|p| p.job_id.clone()).collect();
+    rollout.run(now_ms, &targets)
+}
+
+impl<'a> Rollout<'a> {
+    fn new(
+        snapshot: &Snapshot,
+        now_ms: i64,
+        planner: &'a Config,
+        world: World<'a>,
+        options: &'a Options,
+        mut rng: SplitMix64,
+    ) -> Self {
+        let mut lines: BTreeMap<Line, Vec<PendingJob>> = BTreeMap::new();
+        for job in &snapshot.pending {
+            lines
+                .entry(line_of(&job.queue, job.share.as_ref()))
+                .or_default()
+                .push(job.clone());
+        }
+        for line in lines.values_mut() {
+            line.sort_by(|a, b| rank(a).cmp(&rank(b)));
+        }
+        let environment_of = snapshot
+            .queues
+            .iter()
+            .filter_map(|q| Some((SharedStr::from(q.name.as_str()), q.environment.clone()?)))
+            .collect();
+        let capacity = snapshot
+            .environments
+            .iter()
+            .map(|e| {
+                let total = e.limits.iter().find(|l| l.is_total());
+                let max = match total {
+                    Some(l) => u64::from(l.max_capacity),
+                    None => e.limits.iter().map(|l| u64::from(l.max_capacity)).sum(),
+                };
+                (e.name.clone(), max)
+            })
+            .collect();
+        let half_life_s = snapshot
+            .queues
+            .iter()
+            .filter_map(|q| match &q.policy {
+                QueuePolicy::FairShare(p) => Some((q.name.as_str().into(), p.share_decay_s())),
+                _ => None,
+            })
+            .collect();
+        // Running attempts end when their sampled runtime says (in the shadow world, at their
+        // cap, as the planner itself assumes).
+        let ends = snapshot
+            .running
+            .iter()
+            .map(|job| match world {
+                World::Shadow => job.expected_end_ms,
+                World::Sampled(history) => {
+                    let family = Family::of(&job.queue, job.share.as_ref(), &job.instances);
+                    let elapsed_s =
+                        u64::try_from((now_ms - job.started_at_ms) / 1_000).unwrap_or(0);
+                    let cap = u64::try_from((job.expected_end_ms - job.started_at_ms) / 1_000)
+                        .unwrap_or(0);
+                    let total = history.sample_runtime(&family, elapsed_s, cap, &mut rng);
+                    job.started_at_ms + i64::try_from(total).unwrap_or(i64::MAX / 4) * 1_000
+                }
+            })
+            .collect();
+        let known_queues: BTreeSet<&str> =
+            snapshot.queues.iter().map(|q| q.name.as_str()).collect();
+        let arrivals = match world {
+            World::Shadow => Vec::new(),
+            World::Sampled(history) => history
+                .arrival_rates(now_ms)
+                .into_iter()
+                .filter(|(line, rate, _)| *rate > 0.0 && known_queues.contains(line.0.as_str()))
+                .map(|(line, rate_per_ms, like)| Arrivals {
+                    line,
+                    rate_per_ms,
+                    like,
+                    next_ms: now_ms,
+                })
+                .collect(),
+        };
+        let mut rollout = Self {
+            world,
+            planner,
+            options,
+            rng,
+            snapshot: Snapshot {
+                environments: snapshot.environments.clone(),
+                queues: snapshot.queues.clone(),
+                running: snapshot.running.clone(),
+                pending: Vec::new(),
+                usage: snapshot.usage.clone(),
+                in_use: BTreeMap::new(),
+            },
+            ends,
+            lines,
+            environment_of,
+            capacity,
+            half_life_s,
+            arrivals,
+            arrived: 0,
+        };
+        for i in 0..rollout.arrivals.len() {
+            rollout.draw_next_arrival(i);
+        }
+        rollout
+    }
+
+    fn run(&mut self, now_ms: i64, targets: &BTreeSet<SharedStr>) -> BTreeMap<SharedStr, i64> {
+        let horizon_ms = now_ms.saturating_add(secs_ms(self.options.horizon_s));
+        let mut starts = BTreeMap::new();
+        let mut t = now_ms;
+        loop {
+            self.snapshot.pending = self.heads();
+            let plan = plan_cycle(&self.snapshot, t, self.planner);
+            for preemption in &plan.preemptions {
+                self.requeue(&preemption.victim_job_id, t);
+            }
+            for dispatch in &plan.dispatches {
+                if let Some(job) = self.take_pending(&dispatch.queue, &dispatch.job_id) {
+                    if targets.contains(&job.job_id) {
+                        starts.entry(job.job_id.clone()).or_insert(t);
+                    }
+                    self.start(job, t);
+                }
+            }
+            if starts.len() == targets.len() {
+                break;
+            }
+            let step = secs_ms(self.options.min_step_s)
+                .max(((t - now_ms) as f64 * self.options.step_fraction) as i64);
+            let Some(next) = self.next_event(t) else {
+                break; // Nothing will change: whatever waits now waits for ever.
+            };
+            let next = next.max(t + step);
+            if next > horizon_ms {
+                break;
+            }
+            self.advance(t, next);
+            t = next;
+        }
+        starts
+    }
+
+    /// The first jobs of each line, as many as a host's cycle would read.
+    fn heads(&self) -> Vec<PendingJob> {
+        let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+        for job in &self.snapshot.running {
+            if let Some(env) = self.environment_of.get(&job.queue) {
+                *held.entry(env).or_default() +=
+                    job.instances.values().map(|n| u64::from(*n)).sum::<u64>();
+            }
+        }
+        let mut heads = Vec::new();
+        for ((queue, _), line) in &self.lines {
+            let free = self.environment_of.get(queue).map_or(0, |env| {
+                let max = self.capacity.get(env).copied().unwrap_or(0);
+                max.saturating_sub(held.get(env.as_str()).copied().unwrap_or(0))
+            });
+            let n = usize::try_from(free)
+                .unwrap_or(usize::MAX)
+                .saturating_add(self.options.heads_extra);
+            heads.extend(line.iter().take(n).cloned());
+        }
+        heads
+    }
+
+    fn take_pending(&mut self, queue: &SharedStr, job_id: &SharedStr) -> Option<PendingJob> {
+        for ((q, _), line) in self.lines.iter_mut() {
+            if q != queue {
+                continue;
+            }
+            if let Some(i) = line.iter().position(|j| j.job_id == *job_id) {
+                return Some(line.remove(i));
+            }
+        }
+        None
+    }
+
+    /// A dispatched job holds its instances until its sampled runtime is up.
+    fn start(&mut self, job: PendingJob, t: i64) {
+        let cap = cap_s(job.max_runtime_s, self.planner);
+        let runtime_s = match self.world {
+            World::Shadow => cap,
+            World::Sampled(history) => {
+                let family = Family::of(&job.queue, job.share.as_ref(), &job.instances);
+                history.sample_runtime(&family, 0, cap, &mut self.rng)
+            }
+        };
+        self.ends.push(t.saturating_add(secs_ms(runtime_s)));
+        self.snapshot.running.push(RunningJob {
+            job_id: job.job_id,
+            queue: job.queue,
+            share: job.share,
+            priority: job.priority,
+            started_at_ms: t,
+            instances: job.instances,
+            expected_end_ms: t.saturating_add(secs_ms(cap)),
+        });
+    }
+
+    /// A preempted attempt frees its instances now and its job waits again, from now.
+    fn requeue(&mut self, job_id: &SharedStr, t: i64) {
+        let Some(i) = self
+            .snapshot
+            .running
+            .iter()
+            .position(|r| r.job_id == *job_id)
+        else {
+            return;
+        };
+        let job = self.snapshot.running.swap_remove(i);
+        self.ends.swap_remove(i);
+        let max_runtime_s = u64::try_from((job.expected_end_ms - job.started_at_ms) / 1_000).ok();
+        self.enqueue(PendingJob {
+            job_id: job.job_id,
+            queue: job.queue,
+            share: job.share,
+            priority: job.priority,
+            runnable_at_ms: t,
+            instances: job.instances,
+            max_runtime_s,
+            not_before_ms: None,
+        });
+    }
+
+    fn enqueue(&mut self, job: PendingJob) {
+        let line = self
+            .lines
+            .entry(line_of(&job.queue, job.share.as_ref()))
+            .or_default();
+        let at = line.partition_point(|j| rank(j) < rank(&job));
+        line.insert(at, job);
+    }
+
+    /// The next time something changes after `t`: an attempt ends, a job arrives or a backoff
+    /// runs out.
+    fn next_event(&self, t: i64) -> Option<i64> {
+        let end = self.ends.iter().copied().min();
+        let arrival = self.arrivals.iter().map(|a| a.next_ms).min();
+        let backoff = self
+            .lines
+            .values()
+            .flatten()
+            .filter_map(|j| j.not_before_ms)
+            .filter(|at| *at > t)
+            .min();
+        [end, arrival, backoff].into_iter().flatten().min()
+    }
+
+    /// Moves the world from `from` to `to`: fair-share usage grows with what each share held,
+    /// attempts that ended by `to` release their instances, and jobs due by `to` arrive.
+    fn advance(&mut self, from: i64, to: i64) {
+        let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
+        for job in &self.snapshot.running {
+            if let Some(share) = &job.share {
+                let key = ShareKey {
+                    queue: job.queue.clone(),
+                    share: share.clone(),
+                };
+                *held.entry(key).or_default() +=
+                    job.instances.values().map(|n| u64::from(*n)).sum::<u64>();
+            }
+        }
+        for key in held.keys() {
+            if self.half_life_s.contains_key(&key.queue) {
+                self.snapshot
+                    .usage
+                    .entry(key.clone())
+                    .or_insert(ShareUsage {
+                        instance_seconds: 0.0,
+                        at_ms: from,
+                    });
+            }
+        }
+        for (key, usage) in self.snapshot.usage.iter_mut() {
+            if let Some(half_life_s) = self.half_life_s.get(&key.queue) {
+                let instances = held.get(key).copied().unwrap_or(0);
+                *usage = usage.advance(to, instances, *half_life_s);
+            }
+        }
+        let mut i = 0;
+        while i < self.ends.len() {
+            if self.ends[i] <= to {
+                self.ends.swap_remove(i);
+                self.snapshot.running.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        for a in 0..self.arrivals.len() {
+            while self.arrivals[a].next_ms <= to && self.arrived < self.options.max_arrivals {
+                let arrivals = &self.arrivals[a];
+                let like = &arrivals.like[self.rng.below(arrivals.like.len() as u64) as usize];
+                let job = PendingJob {
+                    job_id: format!("~arrival-{}", self.arrived).into(),
+                    queue: arrivals.line.0.clone(),
+                    share: arrivals.line.1.clone(),
+                    priority: like.priority,
+                    runnable_at_ms: arrivals.next_ms,
+                    instances: Arc::clone(&like.instances),
+                    max_runtime_s: like.max_runtime_s,
+                    not_before_ms: None,
+                };
+                self.arrived += 1;
+                self.enqueue(job);
+                self.draw_next_arrival(a);
+            }
+            if self.arrived >= self.options.max_arrivals {
+                self.arrivals[a].next_ms = i64::MAX;
+            }
+        }
+    }
+
+    /// Poisson arrivals: exponential gaps at the line's rate.
+    fn draw_next_arrival(&mut self, a: usize) {
+        let u = 1.0 - self.rng.unit(); // (0, 1]
+        let gap = -u.ln() / self.arrivals[a].rate_per_ms;
+        let next = self.arrivals[a].next_ms as f64 + gap.max(1.0);
+        self.arrivals[a].next_ms = if next >= i64::MAX as f64 / 2.0 {
+            i64::MAX
+        } else {
+            next as i64
+        };
+    }
+}
+
+fn secs_ms(s: u64) -> i64 {
+    i64::try_from(s)
+        .unwrap_or(i64::MAX / 4_000)
+        .saturating_mul(1_000)
+}

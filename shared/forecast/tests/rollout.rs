@@ -1,0 +1,176 @@
+//! Rollouts on small worlds whose answer can be worked out by hand.
+
+use std::sync::Arc;
+
+use trainyard_domain::environment::CapacityLimit;
+use trainyard_forecast::{Arrival, Family, History, Options, forecast, shadow};
+use trainyard_scheduler::{
+    Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob, Snapshot,
+};
+
+const TYPE: &str = "ml.g5.xlarge";
+const HOUR_MS: i64 = 3_600_000;
+
+fn instances(n: u32) -> Arc<std::collections::BTreeMap<String, u32>> {
+    Arc::new([(TYPE.to_owned(), n)].into())
+}
+
+fn queue(name: &str, priority: u32) -> QueueState {
+    QueueState {
+        name: name.into(),
+        priority,
+        environment: Some("env".into()),
+        policy: QueuePolicy::Fifo,
+        aging: None,
+    }
+}
+
+fn running(id: &str, started_at_ms: i64, max_runtime_s: i64) -> RunningJob {
+    RunningJob {
+        job_id: id.into(),
+        queue: "low".into(),
+        share: None,
+        priority: 0,
+        started_at_ms,
+        instances: instances(1),
+        expected_end_ms: started_at_ms + max_runtime_s * 1_000,
+    }
+}
+
+fn pending(id: &str, queue: &str, runnable_at_ms: i64) -> PendingJob {
+    PendingJob {
+        job_id: id.into(),
+        queue: queue.into(),
+        share: None,
+        priority: 0,
+        runnable_at_ms,
+        instances: instances(1),
+        max_runtime_s: Some(24 * 3_600),
+        not_before_ms: None,
+    }
+}
+
+/// Two instances, both busy since time 0 with day-long limits; three jobs wait in `low`.
+fn world() -> Snapshot {
+    Snapshot {
+        environments: vec![EnvironmentState {
+            name: "env".into(),
+            enabled: true,
+            limits: vec![CapacityLimit {
+                max_capacity: 2,
+                capacity_unit: "NUM_INSTANCES".into(),
+            }],
+        }],
+        queues: vec![queue("high", 100), queue("low", 1)],
+        running: vec![running("r1", 0, 86_400), running("r2", 0, 86_400)],
+        pending: vec![
+            pending("a", "low", 1),
+            pending("b", "low", 2),
+            pending("c", "low", 3),
+        ],
+        ..Snapshot::default()
+    }
+}
+
+fn options(rollouts: u32) -> Options {
+    Options {
+        rollouts,
+        seed: 9,
+        ..Options::default()
+    }
+}
+
+fn history_of_hour_long_jobs() -> History {
+    let mut history = History::default();
+    for _ in 0..16 {
+        history.observe_runtime(Family::of(&"low".into(), None, &instances(1)), 3_600);
+    }
+    history
+}
+
+#[test]
+fn the_shadow_schedule_runs_every_attempt_to_its_time_limit() {
+    let starts = shadow(&world(), 0, &Config::default(), &options(1));
+    // r1 and r2 end at 24 h; a and b start then, c when a ends at 48 h.
+    assert_eq!(starts.get("a"), Some(&(24 * HOUR_MS)));
+    assert_eq!(starts.get("b"), Some(&(24 * HOUR_MS)));
+    assert_eq!(starts.get("c"), Some(&(48 * HOUR_MS)));
+}
+
+#[test]
+fn rollouts_use_the_runtimes_seen_not_the_time_limits() {
+    // Everything of the family ran an hour, and r1 and r2 are 30 minutes in.
+    let now = HOUR_MS / 2;
+    let samples = forecast(
+        &world(),
+        now,
+        &Config::default(),
+        &history_of_hour_long_jobs(),
+        &options(8),
+    );
+    let a = &samples["a"];
+    assert_eq!(a.starts_ms.len(), 8, "started in every rollout");
+    assert!(a.starts_ms.iter().all(|s| *s == HOUR_MS), "{a:?}");
+    let c = &samples["c"];
+    assert!(c.starts_ms.iter().all(|s| *s == 2 * HOUR_MS), "{c:?}");
+    let again = forecast(
+        &world(),
+        now,
+        &Config::default(),
+        &history_of_hour_long_jobs(),
+        &options(8),
+    );
+    assert_eq!(samples, again, "same inputs, same samples");
+}
+
+#[test]
+fn arrivals_in_a_higher_priority_queue_push_a_waiting_job_back() {
+    let now = HOUR_MS / 2;
+    let quiet = forecast(
+        &world(),
+        now,
+        &Config::default(),
+        &history_of_hour_long_jobs(),
+        &options(16),
+    );
+    let mut busy = history_of_hour_long_jobs();
+    // `high` received a job every 10 minutes over the last day.
+    for i in 0..64 {
+        busy.observe_arrival(
+            ("high".into(), None),
+            Arrival {
+                at_ms: now - i * 600_000,
+                priority: 0,
+                instances: instances(1),
+                max_runtime_s: Some(3_600),
+            },
+        );
+    }
+    let overtaken = forecast(&world(), now, &Config::default(), &busy, &options(16));
+    let median = |s: &trainyard_forecast::Samples| s.quantile(0.5).unwrap_or(i64::MAX);
+    assert!(
+        median(&overtaken["c"]) > median(&quiet["c"]),
+        "c: {:?} vs {:?}",
+        overtaken["c"],
+        quiet["c"]
+    );
+}
+
+#[test]
+fn a_job_that_never_fits_has_no_start_within_the_horizon() {
+    let mut world = world();
+    world.pending.push(PendingJob {
+        instances: instances(3),
+        ..pending("wide", "low", 0)
+    });
+    let samples = forecast(
+        &world,
+        0,
+        &Config::default(),
+        &history_of_hour_long_jobs(),
+        &options(4),
+    );
+    assert!(samples["wide"].starts_ms.is_empty());
+    assert_eq!(samples["wide"].quantile(0.5), None);
+    assert_eq!(samples["a"].starts_ms.len(), 4, "it blocks nobody");
+}

@@ -1,0 +1,652 @@
+//! Start-time estimates, measured: while a run replays, [`Tracker`] makes an estimate for every
+//! waiting job at its submission and every `every_s` of virtual time while it waits, from only
+//! what is known at that time (the store's snapshot, the runtimes of attempts that have ended,
+//! the submissions so far), and scores each against the start that followed.
+//!
+//! Four estimators are scored on the same prediction points (the baselines of
+//! `docs/benchmarks.md#start-time-estimates`):
+//!
+//! - `position`: jobs ahead in its environment ÷ the environment's starts over the last hour
+//!   (Kueue's idea of an estimate); a point, used as every quantile.
+//! - `shadow`: Slurm's shadow schedule, the planner run forward with every attempt running to its
+//!   `MaxRuntimeInSeconds` and nothing arriving; a point.
+//! - `rollouts`: the raw quantiles of `trainyard_forecast::forecast`.
+//! - `trainyard`: the same, calibrated online (what Trainyard publishes).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use trainyard_domain::job::{Requeue, ServiceJob};
+use trainyard_forecast::{Arrival, Calibration, Estimate, Family, History, Options, Scope};
+use trainyard_scheduler::{Config, SharedStr, Snapshot};
+
+/// How estimates are made and measured in a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtaSettings {
+    /// Rollouts, horizon and steps of each forecast; the seed is mixed with the time.
+    pub options: Options,
+    /// How often a waiting job gets a new estimate (virtual seconds).
+    pub every_s: u64,
+    /// Waiting jobs read per line for a forecast (the first ones in line order).
+    pub per_line: usize,
+    /// A job submitted since the last forecast gets its estimate at the first pass at least
+    /// this long after the last forecast (virtual seconds).
+    pub min_gap_s: u64,
+}
+
+impl Default for EtaSettings {
+    fn default() -> Self {
+        Self {
+            options: Options::default(),
+            every_s: 900,
+            per_line: 1_000,
+            min_gap_s: 60,
+        }
+    }
+}
+
+/// One estimate, scored. Waits are seconds from when the estimate was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The job (its id in the run's store).
+    pub job_id: String,
+    /// When it was made (virtual seconds from the trace's start).
+    pub made_s: f64,
+    /// Whether it was the job's first (made at its submission).
+    pub at_submission: bool,
+    /// Its queue (the calibration scope).
+    pub queue: String,
+    /// Instances the job takes.
+    pub instances: u64,
+    /// The wait that followed.
+    pub actual_s: f64,
+    /// `position`'s estimate.
+    pub position_s: Option<f64>,
+    /// `shadow`'s estimate (`None`: beyond the horizon).
+    pub shadow_s: Option<f64>,
+    /// Raw p50 and p90 of the rollouts.
+    pub raw_s: [Option<f64>; 2],
+    /// Published (calibrated) p50 and p90.
+    pub published_s: [Option<f64>; 2],
+    /// Whether its scope was calibrated when it was made.
+    pub calibrated: bool,
+}
+
+/// What a run's estimates came to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EtaRun {
+    /// Every prediction whose job started before the run ended.
+    pub predictions: Vec<Prediction>,
+    /// Predictions whose job never started.
+    pub unresolved: usize,
+    /// Forecasts made.
+    pub forecasts: usize,
+    /// Rollouts per forecast.
+    pub rollouts: u32,
+    /// The horizon, in seconds (estimates beyond it count as the horizon in losses).
+    pub horizon_s: u64,
+}
+
+/// A prediction waiting for its job's start.
+struct Open {
+    job_id: SharedStr,
+    made_ms: i64,
+    at_submission: bool,
+    queue: SharedStr,
+    instances: u64,
+    position_ms: Option<i64>,
+    shadow_ms: Option<i64>,
+    estimate: Estimate,
+    calibrated: bool,
+    /// Whether the calibration has learnt the outcome of its p50 and of its p90.
+    observed: [bool; 2],
+}
+
+/// Makes and scores estimates over one run.
+pub struct Tracker {
+    settings: EtaSettings,
+    history: History,
+    calibration: Calibration,
+    next_tick_ms: i64,
+    last_ms: i64,
+    submitted_since: bool,
+    open: BTreeMap<SharedStr, Vec<Open>>,
+    families: BTreeMap<SharedStr, Family>,
+    predicted: BTreeSet<SharedStr>,
+    runtime_seen: BTreeSet<SharedStr>,
+    watched: BTreeSet<SharedStr>,
+    starts: VecDeque<(i64, String)>,
+    run: EtaRun,
+    t0_ms: i64,
+}
+
+impl Tracker {
+    /// A tracker for a run whose virtual time starts at `t0_ms`.
+    pub fn new(settings: EtaSettings, t0_ms: i64) -> Self {
+        let run = EtaRun {
+            rollouts: settings.options.rollouts,
+            horizon_s: settings.options.horizon_s,
+            ..EtaRun::default()
+        };
+        Self {
+            next_tick_ms: t0_ms,
+            last_ms: i64::MIN / 2,
+            settings,
+            history: History::default(),
+            calibration: Calibration::default(),
+            submitted_since: false,
+            open: BTreeMap::new(),
+            families: BTreeMap::new(),
+            predicted: BTreeSet::new(),
+            runtime_seen: BTreeSet::new(),
+            watched: BTreeSet::new(),
+            starts: VecDeque::new(),
+            run,
+            t0_ms,
+        }
+    }
+
+    /// A job was submitted to `line`.
+    pub fn submitted(&mut self, line: (SharedStr, Option<SharedStr>), arrival: Arrival) {
+        self.history.observe_arrival(line, arrival);
+        self.submitted_since = true;
+    }
+
+    /// Whether a forecast is due at `now_ms`: the periodic one, or a job submitted since the
+    /// last forecast (at most one per `min_gap_s`).
+    pub fn due(&self, now_ms: i64) -> bool {
+        now_ms >= self.next_tick_ms
+            || (self.submitted_since && now_ms - self.last_ms >= secs_ms(self.settings.min_gap_s))
+    }
+
+    /// Waiting jobs read per line for a forecast.
+    pub fn per_line(&self) -> usize {
+        self.settings.per_line
+    }
+
+    /// Scores what started since the last forecast, learns from what ended, and makes the
+    /// estimates due at `now_ms` from `snapshot` (read with [`Self::per_line`] jobs a line).
+    /// `job` reads a job from the store.
+    pub fn forecast(
+        &mut self,
+        now_ms: i64,
+        snapshot: &Snapshot,
+        planner: &Config,
+        job: &mut dyn FnMut(&str) -> Option<ServiceJob>,
+    ) {
+        let periodic = now_ms >= self.next_tick_ms;
+        self.learn(now_ms, snapshot, job);
+        for p in &snapshot.pending {
+            self.families
+                .entry(p.job_id.clone())
+                .or_insert_with(|| Family::of(&p.queue, p.share.as_ref(), &p.instances));
+        }
+        let fresh: Vec<&SharedStr> = snapshot
+            .pending
+            .iter()
+            .map(|p| &p.job_id)
+            .filter(|id| !self.predicted.contains(*id))
+            .collect();
+        if periodic || !fresh.is_empty() {
+            self.estimate(now_ms, snapshot, planner, periodic);
+        }
+        self.watched = snapshot
+            .pending
+            .iter()
+            .map(|p| p.job_id.clone())
+            .chain(snapshot.running.iter().map(|r| r.job_id.clone()))
+            .collect();
+        self.last_ms = now_ms;
+        self.submitted_since = false;
+        if periodic {
+            self.next_tick_ms = now_ms + secs_ms(self.settings.every_s);
+        }
+    }
+
+    /// The run's scored estimates; predictions still open count as unresolved.
+    pub fn finish(mut self) -> EtaRun {
+        self.run.unresolved = self.open.values().map(Vec::len).sum();
+        self.run
+    }
+
+    /// Resolves the open predictions of jobs that left the waiting line and records the
+    /// runtimes of attempts that ended.
+    fn learn(
+        &mut self,
+        now_ms: i64,
+        snapshot: &Snapshot,
+        job: &mut dyn FnMut(&str) -> Option<ServiceJob>,
+    ) {
+        let waiting: BTreeSet<&str> = snapshot.pending.iter().map(|p| p.job_id.as_str()).collect();
+        let running: BTreeMap<&str, i64> = snapshot
+            .running
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.started_at_ms))
+            .collect();
+        // Jobs seen before that are neither waiting nor running now have ended: their attempts'
+        // runtimes are history.
+        let gone: Vec<SharedStr> = self
+            .watched
+            .iter()
+            .chain(self.open.keys())
+            .filter(|id| !waiting.contains(id.as_str()) && !running.contains_key(id.as_str()))
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut stored: BTreeMap<SharedStr, ServiceJob> = BTreeMap::new();
+        for id in &gone {
+            if let Some(found) = job(id) {
+                stored.insert(id.clone(), found);
+            }
+        }
+        for (id, found) in &stored {
+            if !found.status.is_terminal() || !self.runtime_seen.insert(id.clone()) {
+                continue;
+            }
+            let Some(family) = self.families.get(id) else {
+                continue;
+            };
+            for attempt in &found.attempts {
+                let ran_to_its_end = matches!(attempt.failed_as, None | Some(Requeue::Retry));
+                if let (Some(start), Some(stop), true) =
+                    (attempt.started_at, attempt.stopped_at, ran_to_its_end)
+                {
+                    let runtime_s = u64::try_from((stop - start) / 1_000).unwrap_or(0);
+                    self.history.observe_runtime(family.clone(), runtime_s);
+                }
+            }
+        }
+        let resolvable: Vec<SharedStr> = self
+            .open
+            .keys()
+            .filter(|id| !waiting.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in resolvable {
+            let Some(opens) = self.open.remove(&id) else {
+                continue;
+            };
+            let started_after = |made_ms: i64| -> Option<i64> {
+                if let Some(at) = running.get(id.as_str()).filter(|at| **at >= made_ms) {
+                    return Some(*at);
+                }
+                stored
+                    .get(&id)?
+                    .attempts
+                    .iter()
+                    .filter_map(|a| a.started_at)
+                    .find(|at| *at >= made_ms)
+            };
+            let mut still_open = Vec::new();
+            for open in opens {
+                match started_after(open.made_ms) {
+                    Some(start) => self.score(open, start, now_ms),
+                    None => still_open.push(open),
+                }
+            }
+            if !still_open.is_empty() {
+                // Started before the estimate and preempted since, or read before its start
+                // was recorded: it waits on.
+                if waiting.contains(id.as_str()) || running.contains_key(id.as_str()) {
+                    self.open.insert(id, still_open);
+                } else {
+                    self.run.unresolved += still_open.len();
+                }
+            }
+        }
+        // Quantiles that passed while their job waits on are misses, known now.
+        for opens in self.open.values_mut() {
+            for open in opens {
+                Self::teach(&mut self.calibration, open, now_ms, None);
+            }
+        }
+        self.calibration.settle();
+    }
+
+    /// Teaches the calibration the outcomes of `open` known at `now_ms`.
+    fn teach(calibration: &mut Calibration, open: &mut Open, now_ms: i64, started_ms: Option<i64>) {
+        let scope = Scope {
+            queue: &open.queue,
+            instances: open.instances,
+        };
+        for (q, covered) in Calibration::due(&open.estimate, open.observed, now_ms, started_ms) {
+            calibration.observe(scope, &open.estimate, q, covered);
+            open.observed[q] = true;
+        }
+    }
+
+    fn score(&mut self, mut open: Open, start_ms: i64, now_ms: i64) {
+        Self::teach(&mut self.calibration, &mut open, now_ms, Some(start_ms));
+        self.starts.push_back((start_ms, open.queue.to_string()));
+        let wait = |at: Option<i64>| at.map(|at| (at - open.made_ms) as f64 / 1_000.0);
+        self.run.predictions.push(Prediction {
+            job_id: open.job_id.to_string(),
+            made_s: (open.made_ms - self.t0_ms) as f64 / 1_000.0,
+            at_submission: open.at_submission,
+            queue: open.queue.to_string(),
+            instances: open.instances,
+            actual_s: (start_ms - open.made_ms) as f64 / 1_000.0,
+            position_s: wait(open.position_ms),
+            shadow_s: wait(open.shadow_ms),
+            raw_s: open.estimate.raw_ms.map(wait),
+            published_s: [open.estimate.p50_ms, open.estimate.p90_ms].map(wait),
+            calibrated: open.calibrated,
+        });
+    }
+
+    fn estimate(&mut self, now_ms: i64, snapshot: &Snapshot, planner: &Config, periodic: bool) {
+        let options = Options {
+            seed: self.settings.options.seed ^ (now_ms as u64),
+            ..self.settings.options.clone()
+        };
+        let samples =
+            trainyard_forecast::forecast(snapshot, now_ms, planner, &self.history, &options);
+        let shadow = trainyard_forecast::shadow(snapshot, now_ms, planner, &options);
+        let positions = self.positions(now_ms, snapshot);
+        self.run.forecasts += 1;
+        for p in &snapshot.pending {
+            let first = !self.predicted.contains(&p.job_id);
+            if !periodic && !first {
+                continue;
+            }
+            let Some(s) = samples.get(&p.job_id) else {
+                continue;
+            };
+            let instances = p.instances.values().map(|n| u64::from(*n)).sum();
+            let scope = Scope {
+                queue: &p.queue,
+                instances,
+            };
+            let horizon_ms = secs_ms(self.settings.options.horizon_s);
+            let estimate = self.calibration.estimate(scope, now_ms, s, horizon_ms);
+            let open = Open {
+                job_id: p.job_id.clone(),
+                made_ms: now_ms,
+                at_submission: first,
+                queue: p.queue.clone(),
+                instances,
+                position_ms: positions.get(&p.job_id).copied(),
+                shadow_ms: shadow.get(&p.job_id).copied(),
+                calibrated: estimate.coverage.is_some(),
+                estimate,
+                observed: [false; 2],
+            };
+            self.predicted.insert(p.job_id.clone());
+            self.open.entry(p.job_id.clone()).or_default().push(open);
+        }
+    }
+
+    /// `position`: the jobs ahead of each waiting job in its environment (every job of a
+    /// higher-priority queue, and those of its own queue that became RUNNABLE before it) over
+    /// the starts of the last hour in the environment's queues.
+    fn positions(&mut self, now_ms: i64, snapshot: &Snapshot) -> BTreeMap<SharedStr, i64> {
+        while self
+            .starts
+            .front()
+            .is_some_and(|(at, _)| *at < now_ms - 3_600_000)
+        {
+            self.starts.pop_front();
+        }
+        let env_of: BTreeMap<&str, (&str, u32)> = snapshot
+            .queues
+            .iter()
+            .filter_map(|q| Some((q.name.as_str(), (q.environment.as_deref()?, q.priority))))
+            .collect();
+        let mut per_env_starts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, queue) in &self.starts {
+            if let Some((env, _)) = env_of.get(queue.as_str()) {
+                *per_env_starts.entry(env).or_default() += 1;
+            }
+        }
+        // Jobs per queue in the order they became RUNNABLE, and per environment and priority.
+        let mut in_queue: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
+        let mut by_priority: BTreeMap<&str, BTreeMap<u32, usize>> = BTreeMap::new();
+        for p in &snapshot.pending {
+            in_queue
+                .entry(p.queue.as_str())
+                .or_default()
+                .push((p.runnable_at_ms, p.job_id.as_str()));
+            if let Some((env, priority)) = env_of.get(p.queue.as_str()) {
+                *by_priority
+                    .entry(env)
+                    .or_default()
+                    .entry(*priority)
+                    .or_default() += 1;
+            }
+        }
+        for jobs in in_queue.values_mut() {
+            jobs.sort_unstable();
+        }
+        let mut positions = BTreeMap::new();
+        for p in &snapshot.pending {
+            let Some((env, priority)) = env_of.get(p.queue.as_str()) else {
+                continue;
+            };
+            let Some(rate) = per_env_starts.get(env).copied().filter(|n| *n > 0) else {
+                continue;
+            };
+            let higher: usize = by_priority.get(env).map_or(0, |counts| {
+                counts.range(priority + 1..).map(|(_, n)| n).sum()
+            });
+            let own = in_queue.get(p.queue.as_str()).map_or(0, |jobs| {
+                jobs.partition_point(|j| *j < (p.runnable_at_ms, p.job_id.as_str()))
+            });
+            let ahead = (higher + own) as i64;
+            positions.insert(
+                p.job_id.clone(),
+                now_ms + (ahead + 1) * 3_600_000 / rate as i64,
+            );
+        }
+        positions
+    }
+}
+
+fn secs_ms(s: u64) -> i64 {
+    i64::try_from(s).unwrap_or(i64::MAX / 4_000) * 1_000
+}
+
+/// How one estimator did on one group of predictions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// The group (`all`, `at submission`, a wait bucket, a size bucket).
+    pub stratum: String,
+    /// `position`, `shadow`, `rollouts` or `trainyard`.
+    pub method: String,
+    /// Predictions in the group.
+    pub n: usize,
+    /// Share of starts at or before the p50.
+    pub p50_coverage: f64,
+    /// Share of starts at or before the p90.
+    pub p90_coverage: f64,
+    /// Mean pinball loss of the p50 at τ = 0.5, hours.
+    pub pinball_p50_h: f64,
+    /// Mean pinball loss of the p90 at τ = 0.9, hours.
+    pub pinball_p90_h: f64,
+    /// Share of p50s within max(10 min, 20%) of the wait that followed.
+    pub hit_rate: f64,
+}
+
+/// The estimators scored, in report order.
+pub const METHODS: [&str; 4] = ["position", "shadow", "rollouts", "trainyard"];
+
+/// A prediction's p50 and p90 wait under `method` (a point estimator gives the same for both);
+/// beyond the horizon counts as the horizon.
+fn quantiles(p: &Prediction, method: &str, horizon_s: f64) -> [f64; 2] {
+    let or_horizon = |w: Option<f64>| w.unwrap_or(horizon_s);
+    match method {
+        "position" => [or_horizon(p.position_s); 2],
+        "shadow" => [or_horizon(p.shadow_s); 2],
+        "rollouts" => p.raw_s.map(or_horizon),
+        _ => p.published_s.map(or_horizon),
+    }
+}
+
+fn pinball(tau: f64, actual: f64, predicted: f64) -> f64 {
+    if actual >= predicted {
+        tau * (actual - predicted)
+    } else {
+        (1.0 - tau) * (predicted - actual)
+    }
+}
+
+/// The groups predictions are scored in: every prediction, those made at submission, by the
+/// wait that followed, and by the job's size.
+fn strata(p: &Prediction) -> Vec<String> {
+    let wait = match p.actual_s {
+        w if w < 600.0 => "wait < 10 min",
+        w if w < 3_600.0 => "wait 10 min-1 h",
+        w if w < 6.0 * 3_600.0 => "wait 1-6 h",
+        _ => "wait > 6 h",
+    };
+    let size = match p.instances {
+        0 | 1 => "1 instance",
+        2..=8 => "2-8 instances",
+        _ => "9+ instances",
+    };
+    let mut strata = vec!["all".to_owned()];
+    if p.at_submission {
+        strata.push("at submission".to_owned());
+    }
+    strata.extend([wait.to_owned(), size.to_owned()]);
+    strata
+}
+
+/// Every estimator's score, overall and per stratum (strata in first-seen order of a fixed list).
+pub fn scores(run: &EtaRun) -> Vec<Score> {
+    let horizon_s = run.horizon_s as f64;
+    let mut groups: BTreeMap<String, Vec<&Prediction>> = BTreeMap::new();
+    for p in &run.predictions {
+        for s in strata(p) {
+            groups.entry(s).or_default().push(p);
+        }
+    }
+    let order = [
+        "all",
+        "at submission",
+        "wait < 10 min",
+        "wait 10 min-1 h",
+        "wait 1-6 h",
+        "wait > 6 h",
+        "1 instance",
+        "2-8 instances",
+        "9+ instances",
+    ];
+    let mut out = Vec::new();
+    for stratum in order {
+        let Some(group) = groups.get(stratum) else {
+            continue;
+        };
+        let n = group.len();
+        for method in METHODS {
+            let (mut c50, mut c90, mut l50, mut l90, mut hits) = (0usize, 0usize, 0.0, 0.0, 0usize);
+            for p in group {
+                let [q50, q90] = quantiles(p, method, horizon_s);
+                let y = p.actual_s;
+                c50 += usize::from(y <= q50);
+                c90 += usize::from(y <= q90);
+                l50 += pinball(0.5, y, q50);
+                l90 += pinball(0.9, y, q90);
+                hits += usize::from((q50 - y).abs() <= (0.2 * y).max(600.0));
+            }
+            let share = |k: usize| k as f64 / n as f64;
+            out.push(Score {
+                stratum: stratum.to_owned(),
+                method: method.to_owned(),
+                n,
+                p50_coverage: share(c50),
+                p90_coverage: share(c90),
+                pinball_p50_h: l50 / n as f64 / 3_600.0,
+                pinball_p90_h: l90 / n as f64 / 3_600.0,
+                hit_rate: share(hits),
+            });
+        }
+    }
+    out
+}
+
+/// The report of a run's estimates, as markdown: the scores and whether the targets of
+/// `docs/benchmarks.md#start-time-estimates` were met.
+pub fn markdown(policy: &str, run: &EtaRun) -> String {
+    let scores = scores(run);
+    let mut out = format!(
+        "# Start-time estimates under `{policy}`\n\n{} predictions scored ({} of them at \
+         submission), {} whose job never started; {} forecasts of {} rollouts each, horizon \
+         {} h. Losses in hours; beyond the horizon counts as the horizon.\n\n",
+        run.predictions.len(),
+        run.predictions.iter().filter(|p| p.at_submission).count(),
+        run.unresolved,
+        run.forecasts,
+        run.rollouts,
+        run.horizon_s / 3_600
+    );
+    out.push_str(
+        "| stratum | n | method | p50 coverage | p90 coverage | pinball 0.5 | pinball 0.9 | hit rate |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for s in &scores {
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.2} | {:.3} |\n",
+            s.stratum,
+            s.n,
+            s.method,
+            s.p50_coverage,
+            s.p90_coverage,
+            s.pinball_p50_h,
+            s.pinball_p90_h,
+            s.hit_rate
+        ));
+    }
+    out.push('\n');
+    for verdict in verdicts(&scores) {
+        out.push_str(&format!("- {verdict}\n"));
+    }
+    out
+}
+
+/// The targets, each with its measured figure and whether it was met.
+pub fn verdicts(scores: &[Score]) -> Vec<String> {
+    let get = |stratum: &str, method: &str| {
+        scores
+            .iter()
+            .find(|s| s.stratum == stratum && s.method == method)
+    };
+    let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+    let mut out = Vec::new();
+    if let Some(all) = get("all", "trainyard") {
+        let ok = (0.87..=0.93).contains(&all.p90_coverage);
+        out.push(format!(
+            "p90 coverage overall {:.3} (target 0.87-0.93): {}",
+            all.p90_coverage,
+            mark(ok)
+        ));
+        if let Some(shadow) = get("all", "shadow") {
+            let ratio = all.pinball_p90_h / shadow.pinball_p90_h.max(f64::MIN_POSITIVE);
+            out.push(format!(
+                "pinball 0.9 {:.2} h vs shadow schedule {:.2} h, ratio {ratio:.2} (target <= 0.7): {}",
+                all.pinball_p90_h,
+                shadow.pinball_p90_h,
+                mark(ratio <= 0.7)
+            ));
+            out.push(format!(
+                "hit rate {:.3} vs shadow schedule {:.3}",
+                all.hit_rate, shadow.hit_rate
+            ));
+        }
+    }
+    let low: Vec<String> = scores
+        .iter()
+        .filter(|s| s.method == "trainyard" && s.n >= 200 && s.p90_coverage < 0.85)
+        .map(|s| format!("{} {:.3}", s.stratum, s.p90_coverage))
+        .collect();
+    out.push(if low.is_empty() {
+        "p90 coverage >= 0.85 in every stratum of 200 or more: met".to_owned()
+    } else {
+        format!(
+            "p90 coverage >= 0.85 in every stratum of 200 or more: NOT met ({})",
+            low.join(", ")
+        )
+    });
+    out
+}

@@ -1,0 +1,155 @@
+//! Start-time estimates made during a run: every job that waited gets an estimate at its
+//! submission and more while it waits, each scored against the start that followed, with only
+//! what was known when it was made; and the scores are what their definitions say.
+
+#![allow(clippy::unwrap_used)]
+
+use trainyard_forecast::Options;
+use trainyard_sim::driver::{run, run_with_estimates};
+use trainyard_sim::eta::{EtaRun, EtaSettings, Prediction, scores};
+use trainyard_sim::policies::Policy;
+use trainyard_sim::scenario::Scenario;
+use trainyard_sim::trace::{Format, Trace, parse};
+
+/// Waves of one-instance jobs on the small scenario's 8 instances: 20 jobs every 10 minutes
+/// for 3 hours, each running 5-25 minutes, so that jobs queue for a while in every wave.
+fn waves() -> Trace {
+    let mut lines = Vec::new();
+    for wave in 0..18u32 {
+        for j in 0..20u32 {
+            let duration = 300 + ((wave * 7 + j * 13) % 5) * 300;
+            lines.push(format!(
+                r#"{{"id":"w{wave}-{j}","submit_s":{},"duration_s":{duration},"instances":1,"queue":"research","share":"vision"}}"#,
+                wave * 600
+            ));
+        }
+    }
+    parse(&lines.join("\n"), Format::Jsonl).unwrap()
+}
+
+fn settings() -> EtaSettings {
+    EtaSettings {
+        options: Options {
+            rollouts: 8,
+            seed: 3,
+            ..Options::default()
+        },
+        ..EtaSettings::default()
+    }
+}
+
+#[test]
+fn every_job_that_waited_is_estimated_at_submission_and_scored_when_it_starts() {
+    let trace = waves();
+    let scenario = Scenario::load("small").unwrap();
+    let with = run_with_estimates(
+        &trace,
+        &scenario,
+        Policy::Trainyard,
+        Some(&settings()),
+        &mut |_| {},
+    )
+    .unwrap();
+    let without = run(&trace, &scenario, Policy::Trainyard, &mut |_| {}).unwrap();
+    // Estimating observes and never changes the run.
+    let strip = |jobs: &[trainyard_sim::record::JobRecord]| {
+        jobs.iter()
+            .map(|j| (j.trace_id.clone(), j.first_start_s, j.end_s))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&with.jobs), strip(&without.jobs));
+
+    let eta = with.eta.as_ref().unwrap();
+    assert_eq!(eta.unresolved, 0, "every job started");
+    let waited = with
+        .jobs
+        .iter()
+        .filter(|j| j.wait_s().unwrap() > 60.0)
+        .count();
+    assert!(waited > 100, "the trace must make jobs wait: {waited}");
+    let at_submission = eta.predictions.iter().filter(|p| p.at_submission).count();
+    assert!(
+        at_submission >= waited,
+        "{at_submission} estimates at submission, {waited} waited"
+    );
+    assert!(
+        eta.predictions.len() > at_submission,
+        "and more while they wait"
+    );
+    for job in with.jobs.iter().filter(|j| j.wait_s().unwrap() > 60.0) {
+        assert!(
+            job.eta_p50_s.is_some() && job.eta_p90_s >= job.eta_p50_s,
+            "{job:?}"
+        );
+    }
+    for p in &eta.predictions {
+        assert!(p.actual_s >= 0.0, "{p:?}");
+        assert!(p.raw_s[1] >= p.raw_s[0], "{p:?}");
+    }
+    // Runtimes are learnt as jobs end: the rollouts beat the time limits (a day and more
+    // here, for jobs of at most 25 minutes) on the median by far.
+    let all = scores(eta);
+    let get = |method: &str| {
+        all.iter()
+            .find(|s| s.stratum == "all" && s.method == method)
+            .unwrap()
+    };
+    assert!(
+        get("rollouts").pinball_p50_h < get("shadow").pinball_p50_h / 2.0,
+        "{:?} vs {:?}",
+        get("rollouts"),
+        get("shadow")
+    );
+}
+
+fn prediction(actual_s: f64, p50_s: f64, p90_s: f64) -> Prediction {
+    Prediction {
+        job_id: "j".into(),
+        made_s: 0.0,
+        at_submission: true,
+        queue: "q".into(),
+        instances: 1,
+        actual_s,
+        position_s: None,
+        shadow_s: Some(p90_s),
+        raw_s: [Some(p50_s), Some(p90_s)],
+        published_s: [Some(p50_s), None],
+        calibrated: false,
+    }
+}
+
+#[test]
+fn scores_follow_their_definitions() {
+    let run = EtaRun {
+        predictions: vec![
+            prediction(3_600.0, 3_600.0, 7_200.0),
+            prediction(7_200.0, 3_600.0, 3_600.0),
+        ],
+        unresolved: 0,
+        forecasts: 1,
+        rollouts: 1,
+        horizon_s: 36_000,
+    };
+    let all = scores(&run);
+    let get = |method: &str| {
+        all.iter()
+            .find(|s| s.stratum == "all" && s.method == method)
+            .unwrap()
+    };
+    let rollouts = get("rollouts");
+    assert_eq!(rollouts.n, 2);
+    assert_eq!(rollouts.p50_coverage, 0.5);
+    assert_eq!(rollouts.p90_coverage, 0.5);
+    // p50: 0 and 0.5 × 1 h; p90: 0.1 × 1 h (over) and 0.9 × 1 h (under).
+    assert!((rollouts.pinball_p50_h - 0.25).abs() < 1e-9);
+    assert!((rollouts.pinball_p90_h - 0.5).abs() < 1e-9);
+    assert_eq!(rollouts.hit_rate, 0.5, "within max(10 min, 20%) once");
+    // A published p90 beyond the horizon covers every start and costs the horizon.
+    let published = get("trainyard");
+    assert_eq!(published.p90_coverage, 1.0);
+    assert!((published.pinball_p90_h - 0.1 * ((10.0 - 1.0) + (10.0 - 2.0)) / 2.0).abs() < 1e-9);
+    assert!(
+        get("position").p90_coverage == 1.0,
+        "no estimate: the horizon"
+    );
+}
