@@ -8,13 +8,13 @@
 //! Adaptive conformal inference (Gibbs & Candès 2021) on a log scale, per group of alike
 //! estimates. A published quantile is the raw one moved by the group's correction `θ`:
 //! `w' = (w + c)·e^θ − c`, with `c` = 300 s (so that a job expected to start at once is neither
-//! stretched to zero nor to infinity). The outcomes learnt in a round (between two forecasts,
-//! [`Calibration::settle`]) move `θ` once, by `γ·(misses/outcomes − α)`, `γ` = 0.05, `α` = 0.5 for
-//! the p50 and 0.1 for the p90: misses more often than `α` widen the estimates, fewer narrow
-//! them, whatever the rollouts' own bias, so that over time the share of covered outcomes tends
-//! to `1 − α`. One step a round, not one an outcome: the outcomes of one round are not
-//! independent (a long job that ends starts many waiting jobs at once, each with estimates made
-//! every few minutes), and stepping once for each would swing `θ` by their number.
+//! stretched to zero nor to infinity). Every outcome moves `θ` by `γ·(miss − α)`, `γ` = 0.002,
+//! `α` = 0.5 for the p50 and 0.1 for the p90, applied once a round ([`Calibration::settle`],
+//! between two forecasts, so that every estimate of a forecast sees the same corrections):
+//! misses more often than `α` widen the estimates, fewer narrow them, whatever the rollouts' own
+//! bias, so that over time the share of covered outcomes tends to `1 − α`. `γ` is small because
+//! outcomes come in correlated floods (a long job that ends starts many waiting jobs at once,
+//! each estimated every few minutes); a larger one swings the estimates by the flood's size.
 //! A published quantile never goes beyond the horizon; there it is "later".
 //!
 //! An outcome is known at the start, or as soon as the published quantile passes while the job
@@ -99,7 +99,7 @@ struct Group {
     theta: [f64; 2],
     outcomes: [usize; 2],
     /// Misses and outcomes learnt since the last [`Calibration::settle`].
-    round: [(usize, usize); 2],
+    round: [f64; 2],
     /// Whether each recent outcome was covered, newest last.
     covered: [VecDeque<bool>; 2],
 }
@@ -195,10 +195,13 @@ impl Calibration {
                 .count();
             started as f64 / f64::from(samples.rollouts.max(1))
         });
+        // The two corrections are learnt apart: the p90 never goes before the p50.
+        let p50_ms = publish(0);
+        let p90_ms = publish(1).map(|p90| p50_ms.map_or(p90, |p50| p90.max(p50)));
         Estimate {
             at_ms: now_ms,
-            p50_ms: publish(0),
-            p90_ms: publish(1),
+            p50_ms,
+            p90_ms: if p50_ms.is_some() { p90_ms } else { None },
             within,
             raw_ms,
             coverage: group.map(Group::coverage),
@@ -215,8 +218,8 @@ impl Calibration {
         let raw_p50_wait = estimate.raw_ms[0].map(|at| wait_s(at, estimate.at_ms));
         for name in groups(scope, raw_p50_wait) {
             let group = self.groups.entry(name).or_default();
-            group.round[i].0 += usize::from(!covered);
-            group.round[i].1 += 1;
+            let miss = if covered { 0.0 } else { 1.0 };
+            group.round[i] += miss - ALPHA[i];
             group.outcomes[i] += 1;
             let window = &mut group.covered[i];
             if window.len() == Self::WINDOW {
@@ -230,13 +233,9 @@ impl Calibration {
     /// the last round.
     pub fn settle(&mut self) {
         for group in self.groups.values_mut() {
-            for (i, alpha) in ALPHA.iter().enumerate() {
-                let (misses, n) = std::mem::take(&mut group.round[i]);
-                if n > 0 {
-                    let excess = misses as f64 - alpha * n as f64;
-                    group.theta[i] =
-                        (group.theta[i] + GAMMA * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
-                }
+            for i in 0..2 {
+                let excess = std::mem::take(&mut group.round[i]);
+                group.theta[i] = (group.theta[i] + GAMMA * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
             }
         }
     }

@@ -26,8 +26,10 @@
 //! - [`history`]: runtimes per job family and arrivals per line, bounded.
 //! - [`rollout`]: one rollout of the planner in virtual time.
 //! - [`estimate`]: quantiles, probabilities and the online calibration.
+//! - [`forecaster`]: what a host keeps between rounds, and a round: learn, then estimate.
 
 pub mod estimate;
+pub mod forecaster;
 pub mod history;
 pub mod rollout;
 
@@ -37,6 +39,7 @@ use trainyard_domain::random::{SplitMix64, mix64};
 use trainyard_scheduler::{Config, SharedStr, Snapshot};
 
 pub use estimate::{Calibration, Coverage, Estimate, Samples, Scope};
+pub use forecaster::{Forecaster, Learnt, Open, Resolved};
 pub use history::{Arrival, Family, History, Line};
 pub use rollout::{Options, World};
 

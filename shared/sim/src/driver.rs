@@ -843,28 +843,28 @@ pub fn run_with_estimates(
                 tags: [(TEAM_TAG.to_owned(), p.team.clone())].into(),
                 client_token: None,
             };
+            let share = cmd
+                .quota_share_name
+                .as_deref()
+                .or(cmd.share_identifier.as_deref());
+            let line = (cmd.job_queue.as_str().into(), share.map(SharedStr::from));
+            let priority = cmd.scheduling_priority.unwrap_or(0);
+            let submitted_job =
+                ready(service.submit(cmd))?.map_err(app(&format!("submitting {}", p.job.id)))?;
             if let Some(tracker) = tracker.as_mut() {
-                let share = cmd
-                    .quota_share_name
-                    .as_deref()
-                    .or(cmd.share_identifier.as_deref());
                 let ty = p
                     .job
                     .instance_type
                     .as_deref()
                     .unwrap_or(&scenario.instance_type);
-                tracker.submitted(
-                    (cmd.job_queue.as_str().into(), share.map(SharedStr::from)),
-                    Arrival {
-                        at_ms: now,
-                        priority: cmd.scheduling_priority.unwrap_or(0),
-                        instances: Arc::new([(ty.to_owned(), p.job.instances)].into()),
-                        max_runtime_s: Some(requested_runtime_s(p.job.duration_s)),
-                    },
-                );
+                let arrival = Arrival {
+                    at_ms: now,
+                    priority,
+                    instances: Arc::new([(ty.to_owned(), p.job.instances)].into()),
+                    max_runtime_s: Some(requested_runtime_s(p.job.duration_s)),
+                };
+                tracker.submitted(submitted_job.job_id.as_str().into(), line, arrival);
             }
-            let submitted_job =
-                ready(service.submit(cmd))?.map_err(app(&format!("submitting {}", p.job.id)))?;
             ids.push(submitted_job.job_id);
             next += 1;
             submitted += 1;

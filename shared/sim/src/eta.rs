@@ -13,12 +13,12 @@
 //! - `rollouts`: the raw quantiles of `trainyard_forecast::forecast`.
 //! - `trainyard`: the same, calibrated online (what Trainyard publishes).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use trainyard_domain::job::{Requeue, ServiceJob};
-use trainyard_forecast::{Arrival, Calibration, Estimate, Family, History, Options, Scope};
+use trainyard_domain::job::ServiceJob;
+use trainyard_forecast::{Arrival, Forecaster, Line, Options, Resolved};
 use trainyard_scheduler::{Config, SharedStr, Snapshot};
 
 /// How estimates are made and measured in a run.
@@ -88,34 +88,21 @@ pub struct EtaRun {
     pub horizon_s: u64,
 }
 
-/// A prediction waiting for its job's start.
-struct Open {
-    job_id: SharedStr,
+/// What the baselines said when an estimate was made.
+#[derive(Debug, Clone, Copy)]
+struct Baselines {
     made_ms: i64,
-    at_submission: bool,
-    queue: SharedStr,
-    instances: u64,
     position_ms: Option<i64>,
     shadow_ms: Option<i64>,
-    estimate: Estimate,
-    calibrated: bool,
-    /// Whether the calibration has learnt the outcome of its p50 and of its p90.
-    observed: [bool; 2],
 }
 
 /// Makes and scores estimates over one run.
 pub struct Tracker {
     settings: EtaSettings,
-    history: History,
-    calibration: Calibration,
+    forecaster: Forecaster<Baselines>,
     next_tick_ms: i64,
     last_ms: i64,
     submitted_since: bool,
-    open: BTreeMap<SharedStr, Vec<Open>>,
-    families: BTreeMap<SharedStr, Family>,
-    predicted: BTreeSet<SharedStr>,
-    runtime_seen: BTreeSet<SharedStr>,
-    watched: BTreeSet<SharedStr>,
     starts: VecDeque<(i64, String)>,
     run: EtaRun,
     t0_ms: i64,
@@ -132,24 +119,18 @@ impl Tracker {
         Self {
             next_tick_ms: t0_ms,
             last_ms: i64::MIN / 2,
+            forecaster: Forecaster::new(settings.options.clone()),
             settings,
-            history: History::default(),
-            calibration: Calibration::default(),
             submitted_since: false,
-            open: BTreeMap::new(),
-            families: BTreeMap::new(),
-            predicted: BTreeSet::new(),
-            runtime_seen: BTreeSet::new(),
-            watched: BTreeSet::new(),
             starts: VecDeque::new(),
             run,
             t0_ms,
         }
     }
 
-    /// A job was submitted to `line`.
-    pub fn submitted(&mut self, line: (SharedStr, Option<SharedStr>), arrival: Arrival) {
-        self.history.observe_arrival(line, arrival);
+    /// Job `job_id` was submitted to `line`.
+    pub fn submitted(&mut self, job_id: SharedStr, line: Line, arrival: Arrival) {
+        self.forecaster.submitted(job_id, line, arrival);
         self.submitted_since = true;
     }
 
@@ -176,27 +157,27 @@ impl Tracker {
         job: &mut dyn FnMut(&str) -> Option<ServiceJob>,
     ) {
         let periodic = now_ms >= self.next_tick_ms;
-        self.learn(now_ms, snapshot, job);
-        for p in &snapshot.pending {
-            self.families
-                .entry(p.job_id.clone())
-                .or_insert_with(|| Family::of(&p.queue, p.share.as_ref(), &p.instances));
+        let learnt = self.forecaster.learn(now_ms, snapshot, job);
+        self.run.unresolved += learnt.dropped;
+        for resolved in learnt.resolved {
+            self.score(resolved);
         }
-        let fresh: Vec<&SharedStr> = snapshot
-            .pending
-            .iter()
-            .map(|p| &p.job_id)
-            .filter(|id| !self.predicted.contains(*id))
-            .collect();
-        if periodic || !fresh.is_empty() {
-            self.estimate(now_ms, snapshot, planner, periodic);
+        if !self.forecaster.wants(snapshot, periodic) {
+            self.last_ms = now_ms;
+            self.submitted_since = false;
+            return;
         }
-        self.watched = snapshot
-            .pending
-            .iter()
-            .map(|p| p.job_id.clone())
-            .chain(snapshot.running.iter().map(|r| r.job_id.clone()))
-            .collect();
+        let shadow =
+            trainyard_forecast::shadow(snapshot, now_ms, planner, self.forecaster.options());
+        let positions = self.positions(now_ms, snapshot);
+        let made = self
+            .forecaster
+            .estimate(now_ms, snapshot, planner, periodic, |p| Baselines {
+                made_ms: now_ms,
+                position_ms: positions.get(&p.job_id).copied(),
+                shadow_ms: shadow.get(&p.job_id).copied(),
+            });
+        self.run.forecasts += usize::from(!made.is_empty());
         self.last_ms = now_ms;
         self.submitted_since = false;
         if periodic {
@@ -204,178 +185,30 @@ impl Tracker {
         }
     }
 
-    /// The run's scored estimates; predictions still open count as unresolved.
+    /// The run's scored estimates; estimates still open count as unresolved.
     pub fn finish(mut self) -> EtaRun {
-        self.run.unresolved = self.open.values().map(Vec::len).sum();
+        self.run.unresolved += self.forecaster.open();
         self.run
     }
 
-    /// Resolves the open predictions of jobs that left the waiting line and records the
-    /// runtimes of attempts that ended.
-    fn learn(
-        &mut self,
-        now_ms: i64,
-        snapshot: &Snapshot,
-        job: &mut dyn FnMut(&str) -> Option<ServiceJob>,
-    ) {
-        let waiting: BTreeSet<&str> = snapshot.pending.iter().map(|p| p.job_id.as_str()).collect();
-        let running: BTreeMap<&str, i64> = snapshot
-            .running
-            .iter()
-            .map(|r| (r.job_id.as_str(), r.started_at_ms))
-            .collect();
-        // Jobs seen before that are neither waiting nor running now have ended: their attempts'
-        // runtimes are history.
-        let gone: Vec<SharedStr> = self
-            .watched
-            .iter()
-            .chain(self.open.keys())
-            .filter(|id| !waiting.contains(id.as_str()) && !running.contains_key(id.as_str()))
-            .cloned()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let mut stored: BTreeMap<SharedStr, ServiceJob> = BTreeMap::new();
-        for id in &gone {
-            if let Some(found) = job(id) {
-                stored.insert(id.clone(), found);
-            }
-        }
-        for (id, found) in &stored {
-            if !found.status.is_terminal() || !self.runtime_seen.insert(id.clone()) {
-                continue;
-            }
-            let Some(family) = self.families.get(id) else {
-                continue;
-            };
-            for attempt in &found.attempts {
-                let ran_to_its_end = matches!(attempt.failed_as, None | Some(Requeue::Retry));
-                if let (Some(start), Some(stop), true) =
-                    (attempt.started_at, attempt.stopped_at, ran_to_its_end)
-                {
-                    let runtime_s = u64::try_from((stop - start) / 1_000).unwrap_or(0);
-                    self.history.observe_runtime(family.clone(), runtime_s);
-                }
-            }
-        }
-        let resolvable: Vec<SharedStr> = self
-            .open
-            .keys()
-            .filter(|id| !waiting.contains(id.as_str()))
-            .cloned()
-            .collect();
-        for id in resolvable {
-            let Some(opens) = self.open.remove(&id) else {
-                continue;
-            };
-            let started_after = |made_ms: i64| -> Option<i64> {
-                if let Some(at) = running.get(id.as_str()).filter(|at| **at >= made_ms) {
-                    return Some(*at);
-                }
-                stored
-                    .get(&id)?
-                    .attempts
-                    .iter()
-                    .filter_map(|a| a.started_at)
-                    .find(|at| *at >= made_ms)
-            };
-            let mut still_open = Vec::new();
-            for open in opens {
-                match started_after(open.made_ms) {
-                    Some(start) => self.score(open, start, now_ms),
-                    None => still_open.push(open),
-                }
-            }
-            if !still_open.is_empty() {
-                // Started before the estimate and preempted since, or read before its start
-                // was recorded: it waits on.
-                if waiting.contains(id.as_str()) || running.contains_key(id.as_str()) {
-                    self.open.insert(id, still_open);
-                } else {
-                    self.run.unresolved += still_open.len();
-                }
-            }
-        }
-        // Quantiles that passed while their job waits on are misses, known now.
-        for opens in self.open.values_mut() {
-            for open in opens {
-                Self::teach(&mut self.calibration, open, now_ms, None);
-            }
-        }
-        self.calibration.settle();
-    }
-
-    /// Teaches the calibration the outcomes of `open` known at `now_ms`.
-    fn teach(calibration: &mut Calibration, open: &mut Open, now_ms: i64, started_ms: Option<i64>) {
-        let scope = Scope {
-            queue: &open.queue,
-            instances: open.instances,
-        };
-        for (q, covered) in Calibration::due(&open.estimate, open.observed, now_ms, started_ms) {
-            calibration.observe(scope, &open.estimate, q, covered);
-            open.observed[q] = true;
-        }
-    }
-
-    fn score(&mut self, mut open: Open, start_ms: i64, now_ms: i64) {
-        Self::teach(&mut self.calibration, &mut open, now_ms, Some(start_ms));
-        self.starts.push_back((start_ms, open.queue.to_string()));
-        let wait = |at: Option<i64>| at.map(|at| (at - open.made_ms) as f64 / 1_000.0);
+    fn score(&mut self, resolved: Resolved<Baselines>) {
+        let Resolved { open, started_ms } = resolved;
+        let made_ms = open.extra.made_ms;
+        self.starts.push_back((started_ms, open.queue.to_string()));
+        let wait = |at: Option<i64>| at.map(|at| (at - made_ms) as f64 / 1_000.0);
         self.run.predictions.push(Prediction {
             job_id: open.job_id.to_string(),
-            made_s: (open.made_ms - self.t0_ms) as f64 / 1_000.0,
-            at_submission: open.at_submission,
+            made_s: (made_ms - self.t0_ms) as f64 / 1_000.0,
+            at_submission: open.first,
             queue: open.queue.to_string(),
             instances: open.instances,
-            actual_s: (start_ms - open.made_ms) as f64 / 1_000.0,
-            position_s: wait(open.position_ms),
-            shadow_s: wait(open.shadow_ms),
+            actual_s: (started_ms - made_ms) as f64 / 1_000.0,
+            position_s: wait(open.extra.position_ms),
+            shadow_s: wait(open.extra.shadow_ms),
             raw_s: open.estimate.raw_ms.map(wait),
             published_s: [open.estimate.p50_ms, open.estimate.p90_ms].map(wait),
-            calibrated: open.calibrated,
+            calibrated: open.estimate.coverage.is_some(),
         });
-    }
-
-    fn estimate(&mut self, now_ms: i64, snapshot: &Snapshot, planner: &Config, periodic: bool) {
-        let options = Options {
-            seed: self.settings.options.seed ^ (now_ms as u64),
-            ..self.settings.options.clone()
-        };
-        let samples =
-            trainyard_forecast::forecast(snapshot, now_ms, planner, &self.history, &options);
-        let shadow = trainyard_forecast::shadow(snapshot, now_ms, planner, &options);
-        let positions = self.positions(now_ms, snapshot);
-        self.run.forecasts += 1;
-        for p in &snapshot.pending {
-            let first = !self.predicted.contains(&p.job_id);
-            if !periodic && !first {
-                continue;
-            }
-            let Some(s) = samples.get(&p.job_id) else {
-                continue;
-            };
-            let instances = p.instances.values().map(|n| u64::from(*n)).sum();
-            let scope = Scope {
-                queue: &p.queue,
-                instances,
-            };
-            let horizon_ms = secs_ms(self.settings.options.horizon_s);
-            let estimate = self.calibration.estimate(scope, now_ms, s, horizon_ms);
-            let open = Open {
-                job_id: p.job_id.clone(),
-                made_ms: now_ms,
-                at_submission: first,
-                queue: p.queue.clone(),
-                instances,
-                position_ms: positions.get(&p.job_id).copied(),
-                shadow_ms: shadow.get(&p.job_id).copied(),
-                calibrated: estimate.coverage.is_some(),
-                estimate,
-                observed: [false; 2],
-            };
-            self.predicted.insert(p.job_id.clone());
-            self.open.entry(p.job_id.clone()).or_default().push(open);
-        }
     }
 
     /// `position`: the jobs ahead of each waiting job in its environment (every job of a

@@ -1,0 +1,334 @@
+//! What a host keeps between forecasts: the history it learns from, the calibration, and the
+//! estimates it published that have not met their outcome yet. Each round a host gives it a
+//! snapshot (with every waiting job to estimate) and a way to read a job; it learns what
+//! started and what ended since the last round, then makes the estimates.
+//!
+//! ```text
+//! round:  learn(now, &snapshot, read_job) -> resolved estimates (for hosts that score them)
+//!         estimate(now, &snapshot, &planner, all) -> { job: Estimate }
+//! ```
+//!
+//! Everything it keeps is bounded by the jobs waiting or running, except the history's own
+//! bounded windows.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use trainyard_domain::job::{Requeue, ServiceJob};
+use trainyard_scheduler::{Config, PendingJob, SharedStr, Snapshot};
+
+use crate::estimate::{Calibration, Estimate, Scope};
+use crate::history::{Arrival, Family, History, Line};
+use crate::rollout::Options;
+
+/// A published estimate waiting for its outcome, with what the host keeps beside it.
+#[derive(Debug, Clone)]
+pub struct Open<T> {
+    /// The job.
+    pub job_id: SharedStr,
+    /// Its queue (the calibration's scope, with `instances`).
+    pub queue: SharedStr,
+    /// Instances it takes.
+    pub instances: u64,
+    /// Whether it was the job's first estimate of this wait.
+    pub first: bool,
+    /// The estimate.
+    pub estimate: Estimate,
+    /// The host's own data.
+    pub extra: T,
+    /// Whether the calibration has learnt the outcome of its p50 and of its p90.
+    observed: [bool; 2],
+}
+
+/// An estimate whose job started.
+#[derive(Debug, Clone)]
+pub struct Resolved<T> {
+    /// The estimate.
+    pub open: Open<T>,
+    /// When the job started (dispatch).
+    pub started_ms: i64,
+}
+
+/// What one round learnt.
+#[derive(Debug, Clone)]
+pub struct Learnt<T> {
+    /// Estimates whose job started since the last round.
+    pub resolved: Vec<Resolved<T>>,
+    /// Estimates whose job left the line without starting after them.
+    pub dropped: usize,
+}
+
+/// A host's forecasting state.
+#[derive(Debug, Clone)]
+pub struct Forecaster<T = ()> {
+    options: Options,
+    history: History,
+    calibration: Calibration,
+    open: BTreeMap<SharedStr, Vec<Open<T>>>,
+    /// The family of every job waiting or running at the last round (for the runtimes of
+    /// attempts that end).
+    families: BTreeMap<SharedStr, Family>,
+    /// Jobs whose arrival is known: reported by the host, or seen at the last round.
+    arrived: BTreeSet<SharedStr>,
+    /// Jobs estimated during their current wait.
+    estimated: BTreeSet<SharedStr>,
+}
+
+fn instances_of(job: &PendingJob) -> u64 {
+    job.instances.values().map(|n| u64::from(*n)).sum()
+}
+
+impl<T> Forecaster<T> {
+    /// A forecaster that has seen nothing yet: its first estimates are uncalibrated and assume
+    /// every attempt runs to its time limit, until attempts end.
+    pub fn new(options: Options) -> Self {
+        Self {
+            options,
+            history: History::default(),
+            calibration: Calibration::default(),
+            open: BTreeMap::new(),
+            families: BTreeMap::new(),
+            arrived: BTreeSet::new(),
+            estimated: BTreeSet::new(),
+        }
+    }
+
+    /// The options rounds run with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// What it has learnt.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// A job was submitted to `line` (for hosts that see submissions; others learn arrivals
+    /// from the jobs that appear in the snapshots, missing those that start and end between two
+    /// rounds).
+    pub fn submitted(&mut self, job_id: SharedStr, line: Line, arrival: Arrival) {
+        self.arrived.insert(job_id);
+        self.history.observe_arrival(line, arrival);
+    }
+
+    /// Learns from `snapshot` at `now_ms`: estimates of jobs that started are resolved and
+    /// teach the calibration, quantiles that passed while their job still waits teach it a
+    /// miss, attempts that ended give their runtimes, and jobs seen for the first time are
+    /// arrivals. `read_job` reads a job from the store (for those that left the snapshot).
+    pub fn learn(
+        &mut self,
+        now_ms: i64,
+        snapshot: &Snapshot,
+        read_job: &mut dyn FnMut(&str) -> Option<ServiceJob>,
+    ) -> Learnt<T> {
+        let waiting: BTreeSet<&str> = snapshot.pending.iter().map(|p| p.job_id.as_str()).collect();
+        let running: BTreeMap<&str, i64> = snapshot
+            .running
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.started_at_ms))
+            .collect();
+        let present = |id: &str| waiting.contains(id) || running.contains_key(id);
+        // Jobs of the last round, or with open estimates, that are neither waiting nor running
+        // now have ended: their attempts' runtimes are history.
+        let gone: BTreeSet<SharedStr> = self
+            .families
+            .keys()
+            .chain(self.open.keys())
+            .filter(|id| !present(id))
+            .cloned()
+            .collect();
+        let mut stored: BTreeMap<SharedStr, ServiceJob> = BTreeMap::new();
+        for id in gone {
+            if let Some(job) = read_job(&id) {
+                stored.insert(id, job);
+            }
+        }
+        for (id, job) in &stored {
+            let Some(family) = self.families.get(id).filter(|_| job.status.is_terminal()) else {
+                continue;
+            };
+            for attempt in &job.attempts {
+                // Preempted, capacity-refused and lost attempts were cut short.
+                let ran_its_course = matches!(attempt.failed_as, None | Some(Requeue::Retry));
+                if let (Some(start), Some(stop), true) =
+                    (attempt.started_at, attempt.stopped_at, ran_its_course)
+                {
+                    let runtime_s = u64::try_from((stop - start) / 1_000).unwrap_or(0);
+                    self.history.observe_runtime(family.clone(), runtime_s);
+                }
+            }
+        }
+
+        let mut learnt = Learnt {
+            resolved: Vec::new(),
+            dropped: 0,
+        };
+        for (id, opens) in std::mem::take(&mut self.open) {
+            let started_after = |made_ms: i64| -> Option<i64> {
+                if let Some(at) = running.get(id.as_str()).filter(|at| **at >= made_ms) {
+                    return Some(*at);
+                }
+                if waiting.contains(id.as_str()) {
+                    return None;
+                }
+                stored
+                    .get(&id)?
+                    .attempts
+                    .iter()
+                    .filter_map(|a| a.started_at)
+                    .find(|at| *at >= made_ms)
+            };
+            let mut still_open = Vec::new();
+            for mut open in opens {
+                let started = started_after(open.estimate.at_ms);
+                self.teach(&mut open, now_ms, started);
+                match started {
+                    Some(started_ms) => learnt.resolved.push(Resolved { open, started_ms }),
+                    None if present(&id) => still_open.push(open),
+                    // It left the line without starting after the estimate (it started before
+                    // it and was preempted since, or it was cancelled).
+                    None => learnt.dropped += 1,
+                }
+            }
+            if !still_open.is_empty() {
+                self.open.insert(id, still_open);
+            }
+        }
+        self.calibration.settle();
+
+        // Jobs seen for the first time arrived (when they became RUNNABLE, or started).
+        let new_arrivals: Vec<(Line, Arrival)> = snapshot
+            .pending
+            .iter()
+            .filter(|p| !self.arrived.contains(&p.job_id))
+            .map(|p| {
+                let arrival = Arrival {
+                    at_ms: p.runnable_at_ms,
+                    priority: p.priority,
+                    instances: p.instances.clone(),
+                    max_runtime_s: p.max_runtime_s,
+                };
+                ((p.queue.clone(), p.share.clone()), arrival)
+            })
+            .chain(
+                snapshot
+                    .running
+                    .iter()
+                    .filter(|r| !self.arrived.contains(&r.job_id))
+                    .map(|r| {
+                        let arrival = Arrival {
+                            at_ms: r.started_at_ms,
+                            priority: r.priority,
+                            instances: r.instances.clone(),
+                            max_runtime_s: u64::try_from(
+                                (r.expected_end_ms - r.started_at_ms) / 1_000,
+                            )
+                            .ok(),
+                        };
+                        ((r.queue.clone(), r.share.clone()), arrival)
+                    }),
+            )
+            .collect();
+        for (line, arrival) in new_arrivals {
+            self.history.observe_arrival(line, arrival);
+        }
+        self.families = snapshot
+            .pending
+            .iter()
+            .map(|p| {
+                (
+                    p.job_id.clone(),
+                    Family::of(&p.queue, p.share.as_ref(), &p.instances),
+                )
+            })
+            .chain(snapshot.running.iter().map(|r| {
+                (
+                    r.job_id.clone(),
+                    Family::of(&r.queue, r.share.as_ref(), &r.instances),
+                )
+            }))
+            .collect();
+        self.arrived = self.families.keys().cloned().collect();
+        self.estimated.retain(|id| waiting.contains(id.as_str()));
+        learnt
+    }
+
+    /// Teaches the calibration the outcomes of `open` known at `now_ms`.
+    fn teach(&mut self, open: &mut Open<T>, now_ms: i64, started_ms: Option<i64>) {
+        let scope = Scope {
+            queue: &open.queue,
+            instances: open.instances,
+        };
+        for (q, covered) in Calibration::due(&open.estimate, open.observed, now_ms, started_ms) {
+            self.calibration.observe(scope, &open.estimate, q, covered);
+            open.observed[q] = true;
+        }
+    }
+
+    /// Estimates the waiting jobs of `snapshot` at `now_ms`: every one with `all`, otherwise
+    /// only those not estimated yet in their current wait (and nothing at all, without running
+    /// a rollout, when there are none). `extra` gives what the host keeps beside each.
+    pub fn estimate(
+        &mut self,
+        now_ms: i64,
+        snapshot: &Snapshot,
+        planner: &Config,
+        all: bool,
+        mut extra: impl FnMut(&PendingJob) -> T,
+    ) -> BTreeMap<SharedStr, Estimate> {
+        let mut estimates = BTreeMap::new();
+        if !self.wants(snapshot, all) {
+            return estimates;
+        }
+        let options = Options {
+            seed: self.options.seed ^ (now_ms as u64),
+            ..self.options.clone()
+        };
+        let horizon_ms = i64::try_from(options.horizon_s)
+            .unwrap_or(i64::MAX / 1_000)
+            .saturating_mul(1_000);
+        let samples = crate::forecast(snapshot, now_ms, planner, &self.history, &options);
+        for p in &snapshot.pending {
+            let first = !self.estimated.contains(&p.job_id);
+            if !all && !first {
+                continue;
+            }
+            let Some(s) = samples.get(&p.job_id) else {
+                continue;
+            };
+            let scope = Scope {
+                queue: &p.queue,
+                instances: instances_of(p),
+            };
+            let estimate = self.calibration.estimate(scope, now_ms, s, horizon_ms);
+            let open = Open {
+                job_id: p.job_id.clone(),
+                queue: p.queue.clone(),
+                instances: scope.instances,
+                first,
+                estimate: estimate.clone(),
+                extra: extra(p),
+                observed: [false; 2],
+            };
+            self.estimated.insert(p.job_id.clone());
+            self.open.entry(p.job_id.clone()).or_default().push(open);
+            estimates.insert(p.job_id.clone(), estimate);
+        }
+        estimates
+    }
+
+    /// Whether [`Self::estimate`] would estimate anything.
+    pub fn wants(&self, snapshot: &Snapshot, all: bool) -> bool {
+        if all {
+            return !snapshot.pending.is_empty();
+        }
+        snapshot
+            .pending
+            .iter()
+            .any(|p| !self.estimated.contains(&p.job_id))
+    }
+
+    /// Estimates still waiting for their outcome.
+    pub fn open(&self) -> usize {
+        self.open.values().map(Vec::len).sum()
+    }
+}
