@@ -360,6 +360,7 @@ fn jobs_listing(args: &JobsArgs, client: &Client) -> anyhow::Result<String> {
                     "SHARE",
                     "INSTANCES",
                     "WAITED",
+                    "START p50/p90",
                     "RAN",
                     "CREATED (UTC)",
                     "REASON",
@@ -425,10 +426,29 @@ fn job_row(job: &Value, now_ms: i64, colour: bool) -> Vec<String> {
         share,
         instances(job),
         waited,
+        start_estimate(job, now_ms),
         ran,
         table::timestamp(created),
         text(job, "statusReason"),
     ]
+}
+
+/// A waiting job's estimated start as `in 12m00s/1h30m` (p50/p90 from now; `>7d` beyond the
+/// horizon, `?` uncalibrated), from the `trainyard.startEstimate` the API adds; `-` without one.
+fn start_estimate(job: &Value, now_ms: i64) -> String {
+    let Some(estimate) = job.pointer("/trainyard/startEstimate") else {
+        return "-".into();
+    };
+    let when = |key: &str| match estimate.get(key).and_then(Value::as_i64) {
+        Some(at) => table::duration(at - now_ms),
+        None => ">7d".into(),
+    };
+    let calibrated = if estimate.get("coverage").is_some_and(|c| !c.is_null()) {
+        ""
+    } else {
+        " ?"
+    };
+    format!("in {}/{}{calibrated}", when("p50Ms"), when("p90Ms"))
 }
 
 /// A job's instances as `2 ml.g5.12xlarge`, from its `capacityUsage`.

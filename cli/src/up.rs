@@ -95,6 +95,10 @@ pub struct UpArgs {
     /// milliseconds (events can be lost; this is how missed ones are found).
     #[arg(long, default_value_t = 10_000)]
     quiet_ms: u64,
+    /// How often every waiting job's start time is estimated (docs/scheduling.md#when-a-job-will-start),
+    /// in seconds; 0 estimates nothing.
+    #[arg(long, default_value_t = 60)]
+    estimate_every_s: u64,
     /// Batch's strict head-of-line FIFO: a job that does not fit blocks the jobs behind it
     /// (the default lets smaller jobs backfill when they cannot delay it).
     #[arg(long)]
@@ -354,6 +358,14 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.retry.retry_base_ms = scale(cycle.retry.retry_base_ms);
         cycle.retry.retry_cap_ms = scale(cycle.retry.retry_cap_ms);
         cycle.retry.jitter_max_ms = scale(cycle.retry.jitter_max_ms);
+        if args.estimate_every_s > 0 {
+            tokio::spawn(event_loop::run_estimates(
+                service.clone(),
+                cycle.clone(),
+                Duration::from_secs(args.estimate_every_s),
+                stopped(stopping.clone()),
+            ));
+        }
         let passes = Arc::new(
             PassRunner::new(
                 service.clone(),

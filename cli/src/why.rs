@@ -46,6 +46,9 @@ fn render(explained: &Value) -> String {
     if let Some(at) = explained.get("asOf") {
         out.push_str(&format!("As of the cycle at {} UTC\n", time(Some(at))));
     }
+    if let Some(estimate) = explained.get("estimate") {
+        out.push_str(&start_estimate(estimate));
+    }
     let blockers = explained
         .get("blockers")
         .and_then(Value::as_array)
@@ -92,6 +95,38 @@ fn render(explained: &Value) -> String {
     out
 }
 
+/// When the job is expected to start, with the chances of starting within 1, 6 and 24 hours
+/// and how well such estimates have held.
+fn start_estimate(estimate: &Value) -> String {
+    let when = |key: &str| match estimate.get(key).and_then(Value::as_i64) {
+        Some(at) => format!("{} UTC", table::timestamp(Some(at))),
+        None => "beyond the 7-day horizon".into(),
+    };
+    let chances: Vec<String> = estimate
+        .get("within")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .zip(["1 h", "6 h", "24 h"])
+        .map(|(p, h)| format!("{:.0}% within {h}", p.as_f64().unwrap_or(0.0) * 100.0))
+        .collect();
+    let held = match estimate.get("coverage").filter(|c| !c.is_null()) {
+        Some(c) => format!(
+            "calibrated: of the last {} such estimates, {:.0}% of jobs started by the p50 and {:.0}% by the p90",
+            text(c, "outcomes"),
+            c.get("p50").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
+            c.get("p90").and_then(Value::as_f64).unwrap_or(0.0) * 100.0
+        ),
+        None => "uncalibrated: too few starts seen yet to say how well estimates hold".into(),
+    };
+    format!(
+        "Expected start: p50 {}, p90 {}; {}\n  ({held})\n",
+        when("p50Ms"),
+        when("p90Ms"),
+        chances.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +159,25 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("1970-01-01 00:00:00  submitted"), "{text}");
+        assert!(!text.contains("Expected start"), "no estimate, none shown");
+    }
+
+    #[test]
+    fn an_estimate_reads_as_times_chances_and_how_well_estimates_held() {
+        let explained = json!({
+            "jobId": "j1", "jobName": "bert", "jobQueue": "research", "status": "RUNNABLE",
+            "estimate": {"atMs": 0, "p50Ms": 3_600_000, "p90Ms": null, "within": [0.25, 0.5, 0.75],
+                         "rawMs": [3_600_000, null],
+                         "coverage": {"p50": 0.52, "p90": 0.91, "outcomes": 1000}},
+        });
+        let text = render(&explained);
+        assert!(
+            text.contains("Expected start: p50 1970-01-01 01:00:00 UTC, p90 beyond the 7-day horizon; 25% within 1 h, 50% within 6 h, 75% within 24 h"),
+            "{text}"
+        );
+        assert!(
+            text.contains("52% of jobs started by the p50 and 91% by the p90"),
+            "{text}"
+        );
     }
 }

@@ -64,6 +64,27 @@ def test_every_waiting_job_has_a_reason_and_why_ranks_what_holds_it_back(batch, 
     }, as_json
     assert as_json["position"] == 1 and as_json["status"] == "RUNNABLE", as_json
 
+    # Start-time estimates (the suite's server runs a forecast round every 2 s): after the
+    # reason, in describe and list, in `trainyard why` and in `trainyard jobs`.
+    estimated = support.wait_until(
+        lambda: (lambda r: r if "; start p50 " in r else None)(reason(waiting[-1])),
+        "the last job to have a start estimate",
+    )
+    assert estimated.startswith("PRIORITY:JOBS_AHEAD - "), estimated
+    assert estimated.endswith("(uncalibrated)"), "no attempt has ended yet: " + estimated
+    described = batch.describe_service_job(jobId=waiting[0])
+    assert described["statusReason"].startswith("CAPACITY:SERVICE_ENVIRONMENT_FULL - "), described
+    shown = why(waiting[-1])
+    assert "Expected start: p50 " in shown.stdout and "uncalibrated" in shown.stdout, shown.stdout
+    as_json = json.loads(why(waiting[-1], "--output", "json").stdout)
+    assert as_json["estimate"]["p50Ms"] <= as_json["estimate"]["p90Ms"], as_json
+    env_vars = dict(os.environ, TRAINYARD_ENDPOINT=support.endpoint(), NO_COLOR="1")
+    listed = subprocess.run(
+        [support.TRAINYARD_BIN, "jobs", "--queue", queue["jobQueueName"], "--status", "RUNNABLE"],
+        capture_output=True, text=True, timeout=60, env=env_vars, stdin=subprocess.DEVNULL)
+    assert listed.returncode == 0, listed.stderr
+    assert "START p50/p90" in listed.stdout and " ?" in listed.stdout, listed.stdout
+
     missing = why("00000000-0000-4000-8000-000000000000")
     assert missing.returncode != 0 and "does not exist" in missing.stderr, missing.stderr
 

@@ -290,6 +290,9 @@ async fn describe<S: Store, E: EventSink>(
     if let Some(owner) = &job.owner {
         ext.insert("owner".into(), Value::String(owner.clone()));
     }
+    if let Some(estimate) = service.start_estimate(&job).await? {
+        ext.insert("startEstimate".into(), to_value(&estimate)?);
+    }
     if let Some(place) = service.queue_position(&job).await? {
         ext.insert("queuePosition".into(), json!(place.position));
         if let Some(share) = place.share {
@@ -514,11 +517,20 @@ async fn list<S: Store, E: EventSink>(
     let arns = service.arns();
     let summaries: Vec<JobSummary<'_>> = page.items.iter().map(|j| job_summary(arns, j)).collect();
     let mut summaries = to_value(&summaries)?;
-    // Trainyard's addition, as in DescribeServiceJob: who submitted each job.
+    // Trainyard's additions, as in DescribeServiceJob: who submitted each job, and when a
+    // waiting one is expected to start.
+    let estimates = service.start_estimates(&page.items).await?;
     if let Some(items) = summaries.as_array_mut() {
-        for (item, job) in items.iter_mut().zip(&page.items) {
+        for ((item, job), estimate) in items.iter_mut().zip(&page.items).zip(estimates) {
+            let mut ext = serde_json::Map::new();
             if let Some(owner) = &job.owner {
-                item["trainyard"] = json!({ "owner": owner });
+                ext.insert("owner".into(), json!(owner));
+            }
+            if let Some(estimate) = estimate {
+                ext.insert("startEstimate".into(), to_value(&estimate)?);
+            }
+            if !ext.is_empty() {
+                item["trainyard"] = Value::Object(ext);
             }
         }
     }

@@ -13,6 +13,7 @@
 //! - `lease`: the scheduler lease (a fencing token for single-writer hosts such as Lambda).
 
 pub mod environments;
+pub mod estimates;
 pub mod jobs;
 pub mod lease;
 pub mod policies;

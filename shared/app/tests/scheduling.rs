@@ -1494,3 +1494,91 @@ async fn why_ranks_what_no_waiting_fixes_before_the_jobs_ahead() {
         "MISCONFIGURATION:SERVICE_ENVIRONMENT_DISABLED"
     );
 }
+
+/// Start-time estimates: before any attempt has ended they assume every attempt runs to its
+/// `MaxRuntimeInSeconds` (an hour here) and say they are uncalibrated; once attempts end, the
+/// runtimes seen replace the limit. Readers see the estimate after the reason's code.
+#[tokio::test]
+async fn waiting_jobs_get_start_estimates_that_learn_runtimes_as_attempts_end() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("research", 500, "local").await;
+    let mut ids = Vec::new();
+    for i in 0..16 {
+        ids.push(
+            w.submit(&format!("job-{i}"), "research", 1, quick(30))
+                .await,
+        );
+    }
+    w.tick().await;
+    let mut forecaster = trainyard_forecast::Forecaster::new(Default::default());
+    let report = w
+        .service
+        .estimate_start_times(&mut forecaster, &w.config)
+        .await
+        .unwrap();
+    assert_eq!(report.jobs, 12, "every waiting job");
+    let now = w.clock.now_ms();
+    let last = w.job(&ids[15]).await;
+    let first_estimate = w.service.start_estimate(&last).await.unwrap().unwrap();
+    assert!(
+        first_estimate.coverage.is_none(),
+        "nothing seen yet: uncalibrated"
+    );
+    let p50 = first_estimate.p50_ms.unwrap();
+    // Three waves of four one-hour attempts ahead of it, by their limits (rollouts resolve a
+    // start to 5% of the time looked ahead).
+    assert!(
+        (now + 3 * 3_600_000 - 60_000..=now + 3 * 3_780_000 + 60_000).contains(&p50),
+        "{} s from now",
+        (p50 - now) / 1_000
+    );
+    let mut shown = vec![last.clone()];
+    w.service.with_current_reasons(&mut shown).await.unwrap();
+    let reason = shown[0].status_reason.clone().unwrap();
+    assert!(
+        reason.starts_with("PRIORITY:JOBS_AHEAD - ")
+            && reason.contains("; start p50 ")
+            && reason.ends_with("(uncalibrated)"),
+        "{reason}"
+    );
+    let explained = w.service.explain_job(&ids[15]).await.unwrap();
+    assert_eq!(explained.estimate.as_ref(), Some(&first_estimate));
+
+    // Two waves of 30-second attempts run; a round every 10 s learns their runtimes.
+    let mut steps = 0;
+    loop {
+        w.tick().await;
+        w.clock.advance(1_000);
+        steps += 1;
+        if steps % 10 == 0 {
+            w.service
+                .estimate_start_times(&mut forecaster, &w.config)
+                .await
+                .unwrap();
+        }
+        let mut done = 0;
+        for id in &ids {
+            done += usize::from(w.job(id).await.status == JobStatus::Succeeded);
+        }
+        if done >= 8 || steps > 600 {
+            break;
+        }
+    }
+    w.service
+        .estimate_start_times(&mut forecaster, &w.config)
+        .await
+        .unwrap();
+    assert!(forecaster.history().runtimes_observed() >= 8);
+    let now = w.clock.now_ms();
+    let last = w.job(&ids[15]).await;
+    assert_eq!(last.status, JobStatus::Runnable);
+    let learnt = w.service.start_estimate(&last).await.unwrap().unwrap();
+    let p50 = learnt.p50_ms.unwrap();
+    assert!(
+        p50 - now < 600_000,
+        "runtimes of about 30 s, not an hour: {} s from now",
+        (p50 - now) / 1_000
+    );
+    assert!(learnt.p90_ms >= learnt.p50_ms);
+}

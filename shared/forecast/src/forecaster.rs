@@ -127,17 +127,8 @@ impl<T> Forecaster<T> {
             .map(|r| (r.job_id.as_str(), r.started_at_ms))
             .collect();
         let present = |id: &str| waiting.contains(id) || running.contains_key(id);
-        // Jobs of the last round, or with open estimates, that are neither waiting nor running
-        // now have ended: their attempts' runtimes are history.
-        let gone: BTreeSet<SharedStr> = self
-            .families
-            .keys()
-            .chain(self.open.keys())
-            .filter(|id| !present(id))
-            .cloned()
-            .collect();
         let mut stored: BTreeMap<SharedStr, ServiceJob> = BTreeMap::new();
-        for id in gone {
+        for id in self.departed(snapshot) {
             if let Some(job) = read_job(&id) {
                 stored.insert(id, job);
             }
@@ -250,6 +241,25 @@ impl<T> Forecaster<T> {
         self.arrived = self.families.keys().cloned().collect();
         self.estimated.retain(|id| waiting.contains(id.as_str()));
         learnt
+    }
+
+    /// The jobs [`Self::learn`] reads for `snapshot` (through its `read_job`): those of the last
+    /// round, or with open estimates, that are neither waiting nor running now. They have left
+    /// the line or ended: when they started, and their attempts' runtimes, are in the store.
+    pub fn departed(&self, snapshot: &Snapshot) -> Vec<SharedStr> {
+        let present: BTreeSet<&str> = snapshot
+            .pending
+            .iter()
+            .map(|p| p.job_id.as_str())
+            .chain(snapshot.running.iter().map(|r| r.job_id.as_str()))
+            .collect();
+        let gone: BTreeSet<&SharedStr> = self
+            .families
+            .keys()
+            .chain(self.open.keys())
+            .filter(|id| !present.contains(id.as_str()))
+            .collect();
+        gone.into_iter().cloned().collect()
     }
 
     /// Teaches the calibration the outcomes of `open` known at `now_ms`.

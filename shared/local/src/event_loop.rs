@@ -470,6 +470,35 @@ async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, change
     }
 }
 
+/// Forecast rounds every `every` until `shutdown`: each waiting job's start-time estimate
+/// (`trainyard_app::service::estimates`), apart from the scheduling loop so that a slow round
+/// delays no cycle. What the forecaster learns is kept in memory: after a restart, estimates are
+/// uncalibrated and assume every attempt runs to its time limit until attempts end again.
+pub async fn run_estimates<S: Store, E: EventSink>(
+    service: Arc<Service<S, E>>,
+    cycle: CycleConfig,
+    every: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let mut forecaster = trainyard_forecast::Forecaster::new(Default::default());
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(every) => {}
+        }
+        match service.estimate_start_times(&mut forecaster, &cycle).await {
+            Ok(report) => tracing::debug!(
+                jobs = report.jobs,
+                resolved = report.resolved,
+                "start times estimated"
+            ),
+            Err(error) => tracing::warn!(%error, "estimating start times failed"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;

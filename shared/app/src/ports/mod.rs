@@ -24,8 +24,8 @@ pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatu
 pub use events::{Event, EventSink, NoEvents};
 pub use records::{
     CapacityHolder, ClientTokenRecord, EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery,
-    JobWait, LineDigest, LineWaits, NameFilter, Page, RunnableHead, ShareUsageRecord, WaitDigests,
-    quota_share_key,
+    JobWait, LineDigest, LineWaits, NameFilter, Page, RunnableHead, ShareUsageRecord,
+    StartEstimates, WaitDigests, quota_share_key,
 };
 pub use store::{
     ConfigStore, Document, DocumentValue, JobStore, Resource, SchedulingStore, Store, StoreError,

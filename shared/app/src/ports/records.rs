@@ -339,6 +339,27 @@ impl Document for WaitDigests {
     }
 }
 
+/// The latest start-time estimates of a queue's waiting jobs (`trainyard_forecast`), written by
+/// the host that forecasts, read with the jobs. One document a queue, replaced every round;
+/// its size is bounded by the jobs a round estimates per line.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartEstimates {
+    /// Queue name.
+    pub queue: String,
+    /// When the round ran (epoch ms).
+    pub at_ms: i64,
+    /// By job id.
+    pub jobs: BTreeMap<String, trainyard_forecast::Estimate>,
+}
+
+impl Document for StartEstimates {
+    const KIND: &'static str = "start-estimates";
+    fn key(&self) -> String {
+        self.queue.clone()
+    }
+}
+
 /// One waiting job of a [`LineWaits`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

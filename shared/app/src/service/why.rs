@@ -118,6 +118,9 @@ pub struct Explanation {
     pub blockers: Vec<Blocker>,
     /// What happened to it so far, oldest first.
     pub history: Vec<HistoryEntry>,
+    /// When it is expected to start, from the latest forecast round that read it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<trainyard_forecast::Estimate>,
 }
 
 /// The text after a reason's code (all of it when it has no code).
@@ -284,7 +287,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 job.status_reason = Some(reason);
             }
         }
-        Ok(())
+        self.with_start_estimates(jobs).await
     }
 
     /// Why the job `id_or_arn` is where it is: its current reason, the ranked chain of what
@@ -297,6 +300,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             share_rank: None,
             blockers: Vec::new(),
             history: Vec::new(),
+            estimate: None,
             job: job.clone(),
         };
         if job.status != JobStatus::Runnable {
@@ -375,6 +379,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .map(|r| (r, job.runnable_at.unwrap_or(job.created_at)))
         });
         explanation.history = history(&job, current.as_ref().map(|(r, t)| (r.as_str(), *t)));
+        explanation.estimate = self.start_estimate(&job).await?;
+        self.with_start_estimates(std::slice::from_mut(&mut job))
+            .await?;
         explanation.job = job;
         Ok(explanation)
     }

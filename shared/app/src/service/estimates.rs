@@ -1,0 +1,179 @@
+//! When a waiting job will start: a forecast round, run by a host every minute or so apart from
+//! the cycles, and how its estimates are shown.
+//!
+//! A round reads the snapshot a cycle would, but with the first
+//! [`ESTIMATED_PER_LINE`] waiting jobs of every line, lets the host's
+//! [`Forecaster`] learn what started and ended since the last round, estimates every waiting job
+//! it read and replaces each queue's [`StartEstimates`] document. Readers append a job's estimate
+//! to its `statusReason` (after Batch's `CATEGORY:CODE - message`, so clients, alarms and globs
+//! keep working) and `trainyard why` shows it in full. A job the latest round did not read has
+//! no estimate.
+
+use std::collections::BTreeMap;
+
+use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::time::UtcTime;
+use trainyard_forecast::{Estimate, Forecaster};
+
+use super::scheduling::CycleConfig;
+use crate::error::AppError;
+use crate::ports::{
+    ConfigStore, Document, EventSink, SchedulingStore, StartEstimates, StoreError, Write,
+};
+use crate::service::Service;
+
+/// Waiting jobs a round estimates per line (Slurm's backfill looks at 500 jobs in all).
+pub const ESTIMATED_PER_LINE: usize = 1_000;
+
+/// What a forecast round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EstimateReport {
+    /// Waiting jobs estimated.
+    pub jobs: usize,
+    /// Estimates whose job started since the last round (the calibration learnt from them).
+    pub resolved: usize,
+}
+
+impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
+    /// One forecast round with `forecaster`'s state (see the module docs).
+    pub async fn estimate_start_times(
+        &self,
+        forecaster: &mut Forecaster,
+        config: &CycleConfig,
+    ) -> Result<EstimateReport, AppError> {
+        let snapshot = self.forecast_snapshot(config, ESTIMATED_PER_LINE).await?;
+        let now = self.clock.now_ms();
+        let mut departed = BTreeMap::new();
+        for id in forecaster.departed(&snapshot) {
+            if let Some(job) = self.store.get_job(&id).await? {
+                departed.insert(id.to_string(), job.value);
+            }
+        }
+        let learnt = forecaster.learn(now, &snapshot, &mut |id| departed.get(id).cloned());
+        let estimates = forecaster.estimate(now, &snapshot, &config.planner, true, |_| ());
+        let mut per_queue: BTreeMap<String, StartEstimates> = snapshot
+            .queues
+            .iter()
+            .map(|q| {
+                let doc = StartEstimates {
+                    queue: q.name.clone(),
+                    at_ms: now,
+                    jobs: BTreeMap::new(),
+                };
+                (q.name.clone(), doc)
+            })
+            .collect();
+        for job in &snapshot.pending {
+            if let (Some(doc), Some(estimate)) = (
+                per_queue.get_mut(job.queue.as_str()),
+                estimates.get(&job.job_id),
+            ) {
+                doc.jobs.insert(job.job_id.to_string(), estimate.clone());
+            }
+        }
+        for doc in per_queue.into_values() {
+            self.replace_estimates(doc).await?;
+        }
+        Ok(EstimateReport {
+            jobs: estimates.len(),
+            resolved: learnt.resolved.len(),
+        })
+    }
+
+    /// Replaces a queue's estimates (a queue without waiting jobs keeps an empty document only
+    /// if it had one).
+    async fn replace_estimates(&self, doc: StartEstimates) -> Result<(), AppError> {
+        for _ in 0..3 {
+            let stored = self
+                .store
+                .get_document::<StartEstimates>(&doc.key())
+                .await?;
+            let version = match &stored {
+                Some(s) if s.value.jobs.is_empty() && doc.jobs.is_empty() => return Ok(()),
+                Some(s) => s.version,
+                None if doc.jobs.is_empty() => return Ok(()),
+                None => 0,
+            };
+            match self
+                .store
+                .commit(&[Write::document_value(doc.clone(), version)])
+                .await
+            {
+                Ok(()) => return Ok(()),
+                // Another round wrote it meanwhile: read its version and write ours over it.
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The latest estimate of `job`, if it is RUNNABLE and the latest round estimated it.
+    pub async fn start_estimate(&self, job: &ServiceJob) -> Result<Option<Estimate>, AppError> {
+        let mut one = self.start_estimates(std::slice::from_ref(job)).await?;
+        Ok(one.pop().flatten())
+    }
+
+    /// The latest estimate of each of `jobs` (`None` for those not RUNNABLE or not estimated):
+    /// one read per queue among them.
+    pub async fn start_estimates(
+        &self,
+        jobs: &[ServiceJob],
+    ) -> Result<Vec<Option<Estimate>>, AppError> {
+        let mut queues: BTreeMap<&str, Option<StartEstimates>> = BTreeMap::new();
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            if job.status != JobStatus::Runnable {
+                out.push(None);
+                continue;
+            }
+            if !queues.contains_key(job.job_queue.as_str()) {
+                let doc = self
+                    .store
+                    .get_document::<StartEstimates>(&job.job_queue)
+                    .await?;
+                queues.insert(&job.job_queue, doc.map(|d| d.value));
+            }
+            let doc = queues[job.job_queue.as_str()].as_ref();
+            out.push(doc.and_then(|d| d.jobs.get(&job.job_id)).cloned());
+        }
+        Ok(out)
+    }
+
+    /// Appends each RUNNABLE job's estimate to its `statusReason`.
+    pub(crate) async fn with_start_estimates(
+        &self,
+        jobs: &mut [ServiceJob],
+    ) -> Result<(), AppError> {
+        let estimates = self.start_estimates(jobs).await?;
+        for (job, estimate) in jobs.iter_mut().zip(estimates) {
+            if let (Some(estimate), Some(reason)) = (estimate, job.status_reason.as_mut()) {
+                reason.push_str("; ");
+                reason.push_str(&describe(&estimate));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An estimate in words, for a `statusReason`: `start p50 2026-12-02 14:40:00 UTC, p90
+/// 2026-12-02 16:10:00 UTC (calibrated: 91% of the last 1000 starts by their p90)`.
+pub fn describe(estimate: &Estimate) -> String {
+    let when = |at: Option<i64>| match at {
+        Some(at) => format!("{} UTC", UtcTime(at)),
+        None => "beyond the horizon".to_owned(),
+    };
+    let calibration = match &estimate.coverage {
+        Some(c) => format!(
+            "calibrated: {:.0}% of the last {} starts by their p90",
+            c.p90 * 100.0,
+            c.outcomes
+        ),
+        None => "uncalibrated".to_owned(),
+    };
+    format!(
+        "start p50 {}, p90 {} ({calibration})",
+        when(estimate.p50_ms),
+        when(estimate.p90_ms)
+    )
+}
