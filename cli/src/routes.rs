@@ -291,6 +291,24 @@ pub fn event_line(event: &Event, time_ms: i64) -> Option<String> {
             ..
         } => (job_id, job_queue, *status),
         Event::Audited(_) => return None,
+        Event::StartEstimateMoved {
+            job_id,
+            job_queue,
+            previous_p50_ms,
+            p50_ms,
+        } => {
+            let mut line = json!({
+                "time": time_ms,
+                "jobId": job_id,
+                "jobQueue": job_queue,
+                "event": "startEstimateMoved",
+                "previousP50": previous_p50_ms,
+                "p50": p50_ms,
+            })
+            .to_string();
+            line.push('\n');
+            return Some(line);
+        }
     };
     let mut line = json!({
         "time": time_ms,

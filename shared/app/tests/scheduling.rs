@@ -1547,15 +1547,18 @@ async fn waiting_jobs_get_start_estimates_that_learn_runtimes_as_attempts_end() 
 
     // Two waves of 30-second attempts run; a round every 10 s learns their runtimes.
     let mut steps = 0;
+    let mut moved = 0;
     loop {
         w.tick().await;
         w.clock.advance(1_000);
         steps += 1;
         if steps % 10 == 0 {
-            w.service
+            let report = w
+                .service
                 .estimate_start_times(&mut forecaster, &w.config)
                 .await
                 .unwrap();
+            moved += report.moved;
         }
         let mut done = 0;
         for id in &ids {
@@ -1581,4 +1584,5 @@ async fn waiting_jobs_get_start_estimates_that_learn_runtimes_as_attempts_end() 
         (p50 - now) / 1_000
     );
     assert!(learnt.p90_ms >= learnt.p50_ms);
+    assert!(moved > 0, "hours to minutes is a move worth an event");
 }

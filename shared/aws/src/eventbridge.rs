@@ -43,6 +43,10 @@ pub const CAPACITY_RELEASED: &str = "Capacity Released";
 /// refusals).
 pub const AUDIT_RECORD: &str = "Trainyard Audit Record";
 
+/// `detail-type` of a waiting job's start estimate moving a lot (`Event::StartEstimateMoved`):
+/// no rule of the stack routes it; a team's own rules may (to notify the job's owner).
+pub const START_ESTIMATE_MOVED: &str = "Trainyard Job Start Estimate Changed";
+
 /// One entry to publish, before it becomes the SDK's type: plain data, so that the mapping from
 /// events is a pure function with offline tests.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +91,21 @@ pub fn entries(arns: &ArnContext, event: &Event) -> Vec<Entry> {
             }
             out
         }
+        Event::StartEstimateMoved {
+            job_id,
+            job_queue,
+            previous_p50_ms,
+            p50_ms,
+        } => vec![Entry {
+            detail_type: START_ESTIMATE_MOVED,
+            detail: json!({
+                "jobId": job_id,
+                "jobQueue": job_queue,
+                "previousP50": previous_p50_ms,
+                "p50": p50_ms,
+            }),
+            resources: vec![arns.job_arn(job_id)],
+        }],
         Event::Audited(record) => vec![Entry {
             detail_type: AUDIT_RECORD,
             detail: json!(record),
@@ -287,6 +306,26 @@ mod tests {
                 resources: vec!["arn:aws:batch:eu-west-1:123456789012:service-job/j1".into()],
             }]
         );
+    }
+
+    #[test]
+    fn a_start_estimate_that_moved_is_its_own_detail_type() {
+        let got = entries(
+            &arns(),
+            &Event::StartEstimateMoved {
+                job_id: "j1".into(),
+                job_queue: "research".into(),
+                previous_p50_ms: Some(1_000),
+                p50_ms: None,
+            },
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].detail_type, START_ESTIMATE_MOVED);
+        assert_eq!(
+            got[0].detail,
+            json!({"jobId": "j1", "jobQueue": "research", "previousP50": 1_000, "p50": null})
+        );
+        assert_eq!(got[0].resources, [arns().job_arn("j1")]);
     }
 
     #[test]

@@ -83,6 +83,8 @@ struct Rollout<'a> {
     /// When each of `snapshot.running` ends, in the same order.
     ends: Vec<i64>,
     lines: BTreeMap<Line, Vec<PendingJob>>,
+    /// The line of each waiting job (a dispatch names the job and its queue, not its share).
+    line_of_job: BTreeMap<SharedStr, Line>,
     environment_of: BTreeMap<SharedStr, String>,
     capacity: BTreeMap<String, u64>,
     half_life_s: BTreeMap<SharedStr, u32>,
@@ -129,11 +131,11 @@ impl<'a> Rollout<'a> {
         mut rng: SplitMix64,
     ) -> Self {
         let mut lines: BTreeMap<Line, Vec<PendingJob>> = BTreeMap::new();
+        let mut line_of_job = BTreeMap::new();
         for job in &snapshot.pending {
-            lines
-                .entry(line_of(&job.queue, job.share.as_ref()))
-                .or_default()
-                .push(job.clone());
+            let line = line_of(&job.queue, job.share.as_ref());
+            line_of_job.insert(job.job_id.clone(), line.clone());
+            lines.entry(line).or_default().push(job.clone());
         }
         for line in lines.values_mut() {
             line.sort_by(|a, b| rank(a).cmp(&rank(b)));
@@ -212,6 +214,7 @@ impl<'a> Rollout<'a> {
             },
             ends,
             lines,
+            line_of_job,
             environment_of,
             capacity,
             half_life_s,
@@ -235,7 +238,7 @@ impl<'a> Rollout<'a> {
                 self.requeue(&preemption.victim_job_id, t);
             }
             for dispatch in &plan.dispatches {
-                if let Some(job) = self.take_pending(&dispatch.queue, &dispatch.job_id) {
+                if let Some(job) = self.take_pending(&dispatch.job_id) {
                     if targets.contains(&job.job_id) {
                         starts.entry(job.job_id.clone()).or_insert(t);
                     }
@@ -283,16 +286,11 @@ impl<'a> Rollout<'a> {
         heads
     }
 
-    fn take_pending(&mut self, queue: &SharedStr, job_id: &SharedStr) -> Option<PendingJob> {
-        for ((q, _), line) in self.lines.iter_mut() {
-            if q != queue {
-                continue;
-            }
-            if let Some(i) = line.iter().position(|j| j.job_id == *job_id) {
-                return Some(line.remove(i));
-            }
-        }
-        None
+    fn take_pending(&mut self, job_id: &SharedStr) -> Option<PendingJob> {
+        let line = self.lines.get_mut(&self.line_of_job.remove(job_id)?)?;
+        // Dispatches come from the front of a line.
+        let i = line.iter().position(|j| j.job_id == *job_id)?;
+        Some(line.remove(i))
     }
 
     /// A dispatched job holds its instances until its sampled runtime is up.
@@ -343,10 +341,9 @@ impl<'a> Rollout<'a> {
     }
 
     fn enqueue(&mut self, job: PendingJob) {
-        let line = self
-            .lines
-            .entry(line_of(&job.queue, job.share.as_ref()))
-            .or_default();
+        let key = line_of(&job.queue, job.share.as_ref());
+        self.line_of_job.insert(job.job_id.clone(), key.clone());
+        let line = self.lines.entry(key).or_default();
         let at = line.partition_point(|j| rank(j) < rank(&job));
         line.insert(at, job);
     }

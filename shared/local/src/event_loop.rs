@@ -474,6 +474,10 @@ async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, change
 /// (`trainyard_app::service::estimates`), apart from the scheduling loop so that a slow round
 /// delays no cycle. What the forecaster learns is kept in memory: after a restart, estimates are
 /// uncalibrated and assume every attempt runs to its time limit until attempts end again.
+///
+/// A round's CPU grows with the backlog (docs/benchmarks.md#start-time-estimates): the next
+/// round waits at least three times as long as the last one took, so rounds use at most a
+/// quarter of a core whatever the backlog.
 pub async fn run_estimates<S: Store, E: EventSink>(
     service: Arc<Service<S, E>>,
     cycle: CycleConfig,
@@ -482,20 +486,25 @@ pub async fn run_estimates<S: Store, E: EventSink>(
 ) {
     tokio::pin!(shutdown);
     let mut forecaster = trainyard_forecast::Forecaster::new(Default::default());
+    let mut pause = every;
     loop {
         tokio::select! {
             biased;
             () = &mut shutdown => break,
-            () = tokio::time::sleep(every) => {}
+            () = tokio::time::sleep(pause) => {}
         }
+        let started = std::time::Instant::now();
         match service.estimate_start_times(&mut forecaster, &cycle).await {
             Ok(report) => tracing::debug!(
                 jobs = report.jobs,
                 resolved = report.resolved,
+                moved = report.moved,
+                took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 "start times estimated"
             ),
             Err(error) => tracing::warn!(%error, "estimating start times failed"),
         }
+        pause = every.max(started.elapsed() * 3);
     }
 }
 

@@ -32,6 +32,18 @@ pub enum Event {
     /// A call that asked to change something was decided and ended (boxed: the records are
     /// larger than the job events). Published for audit, on AWS as an EventBridge event.
     Audited(Box<AuditRecord>),
+    /// A waiting job's estimated start (p50) moved by more than max(10 minutes, 20% of the wait
+    /// it gave), or into or out of the horizon (`None`).
+    StartEstimateMoved {
+        /// The job.
+        job_id: String,
+        /// Its queue.
+        job_queue: String,
+        /// The p50 start before (epoch ms).
+        previous_p50_ms: Option<i64>,
+        /// The p50 start now (epoch ms).
+        p50_ms: Option<i64>,
+    },
 }
 
 impl Event {

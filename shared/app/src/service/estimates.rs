@@ -18,7 +18,7 @@ use trainyard_forecast::{Estimate, Forecaster};
 use super::scheduling::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, Document, EventSink, SchedulingStore, StartEstimates, StoreError, Write,
+    ConfigStore, Document, Event, EventSink, SchedulingStore, StartEstimates, StoreError, Write,
 };
 use crate::service::Service;
 
@@ -32,6 +32,21 @@ pub struct EstimateReport {
     pub jobs: usize,
     /// Estimates whose job started since the last round (the calibration learnt from them).
     pub resolved: usize,
+    /// Jobs whose p50 moved a lot since the last round ([`Event::StartEstimateMoved`]).
+    pub moved: usize,
+}
+
+/// Whether a p50 start moved a lot at `now_ms`: by more than max(10 minutes, 20% of the wait the
+/// previous one gave), or into or out of the horizon.
+pub fn moved_a_lot(previous_ms: Option<i64>, now_p50_ms: Option<i64>, now_ms: i64) -> bool {
+    match (previous_ms, now_p50_ms) {
+        (Some(before), Some(after)) => {
+            let wait_ms = (before - now_ms).max(0);
+            (after - before).abs() > (wait_ms / 5).max(600_000)
+        }
+        (None, None) => false,
+        _ => true,
+    }
 }
 
 impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
@@ -71,41 +86,64 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 doc.jobs.insert(job.job_id.to_string(), estimate.clone());
             }
         }
+        let mut moved = 0;
         for doc in per_queue.into_values() {
-            self.replace_estimates(doc).await?;
+            let before = self.replace_estimates(&doc).await?;
+            for (job_id, estimate) in &doc.jobs {
+                let Some(previous) = before.as_ref().and_then(|b| b.jobs.get(job_id)) else {
+                    continue;
+                };
+                if moved_a_lot(previous.p50_ms, estimate.p50_ms, now) {
+                    moved += 1;
+                    self.events
+                        .publish(Event::StartEstimateMoved {
+                            job_id: job_id.clone(),
+                            job_queue: doc.queue.clone(),
+                            previous_p50_ms: previous.p50_ms,
+                            p50_ms: estimate.p50_ms,
+                        })
+                        .await;
+                }
+            }
         }
         Ok(EstimateReport {
             jobs: estimates.len(),
             resolved: learnt.resolved.len(),
+            moved,
         })
     }
 
     /// Replaces a queue's estimates (a queue without waiting jobs keeps an empty document only
-    /// if it had one).
-    async fn replace_estimates(&self, doc: StartEstimates) -> Result<(), AppError> {
+    /// if it had one); the estimates it replaced.
+    async fn replace_estimates(
+        &self,
+        doc: &StartEstimates,
+    ) -> Result<Option<StartEstimates>, AppError> {
+        let mut replaced = None;
         for _ in 0..3 {
             let stored = self
                 .store
                 .get_document::<StartEstimates>(&doc.key())
                 .await?;
             let version = match &stored {
-                Some(s) if s.value.jobs.is_empty() && doc.jobs.is_empty() => return Ok(()),
+                Some(s) if s.value.jobs.is_empty() && doc.jobs.is_empty() => return Ok(None),
                 Some(s) => s.version,
-                None if doc.jobs.is_empty() => return Ok(()),
+                None if doc.jobs.is_empty() => return Ok(None),
                 None => 0,
             };
+            replaced = stored.map(|s| s.value);
             match self
                 .store
                 .commit(&[Write::document_value(doc.clone(), version)])
                 .await
             {
-                Ok(()) => return Ok(()),
+                Ok(()) => break,
                 // Another round wrote it meanwhile: read its version and write ours over it.
                 Err(StoreError::Conflict) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
+        Ok(replaced)
     }
 
     /// The latest estimate of `job`, if it is RUNNABLE and the latest round estimated it.
@@ -176,4 +214,23 @@ pub fn describe(estimate: &Estimate) -> String {
         when(estimate.p50_ms),
         when(estimate.p90_ms)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::moved_a_lot;
+
+    #[test]
+    fn a_move_is_worth_an_event_beyond_ten_minutes_or_a_fifth_of_the_wait() {
+        let min = 60_000;
+        // A start 10 hours away may move 2 hours; one 20 minutes away, 10 minutes.
+        assert!(!moved_a_lot(Some(600 * min), Some(720 * min), 0));
+        assert!(moved_a_lot(Some(600 * min), Some(721 * min), 0));
+        assert!(!moved_a_lot(Some(20 * min), Some(30 * min), 0));
+        assert!(moved_a_lot(Some(20 * min), Some(31 * min), 0));
+        assert!(moved_a_lot(Some(20 * min), Some(9 * min), 0), "earlier counts too");
+        assert!(moved_a_lot(Some(20 * min), None, 0), "out of the horizon");
+        assert!(moved_a_lot(None, Some(20 * min), 0), "into it");
+        assert!(!moved_a_lot(None, None, 0));
+    }
 }
