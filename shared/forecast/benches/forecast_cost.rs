@@ -71,7 +71,10 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
         for n in 1..=4 {
             let family = Family::of(&"research".into(), Some(&share(s).into()), &one(n));
             for k in 0..16u64 {
-                history.observe_runtime(family.clone(), 600 + (k * 7_919 + s as u64 * 104_729) % 13_800);
+                history.observe_runtime(
+                    family.clone(),
+                    600 + (k * 7_919 + s as u64 * 104_729) % 13_800,
+                );
             }
         }
     }
@@ -83,7 +86,9 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(32);
-    println!("cargo bench -p trainyard-forecast --bench forecast_cost  (rollouts per round: {rollouts})");
+    println!(
+        "cargo bench -p trainyard-forecast --bench forecast_cost  (rollouts per round: {rollouts})"
+    );
     println!("| waiting | shares | one rollout | round of {rollouts} | started within 7 days |");
     println!("|---:|---:|---:|---:|---:|");
     for (pending, shares) in [(1_000, 10), (10_000, 10), (10_000, 1_000)] {
@@ -102,12 +107,15 @@ fn main() {
         let one = forecast(&snapshot, NOW, &Config::default(), &history, &options(1));
         let one_s = started.elapsed().as_secs_f64();
         let started = Instant::now();
-        let round = forecast(&snapshot, NOW, &Config::default(), &history, &options(rollouts));
+        let round = forecast(
+            &snapshot,
+            NOW,
+            &Config::default(),
+            &history,
+            &options(rollouts),
+        );
         let round_s = started.elapsed().as_secs_f64();
-        let within = round
-            .values()
-            .filter(|s| s.quantile(0.5).is_some())
-            .count();
+        let within = round.values().filter(|s| s.quantile(0.5).is_some()).count();
         let _ = one;
         println!(
             "| {pending} | {shares} | {:.2} s | {:.1} s | {within} of {pending} |",

@@ -53,16 +53,33 @@ pub struct Arrival {
 #[derive(Debug, Clone, Default)]
 pub struct History {
     runtimes: BTreeMap<Family, VecDeque<u64>>,
+    /// The same runtimes by queue and share, by queue, and all together: the wider groups a
+    /// family borrows from (kept apart so that a draw never gathers them).
+    by_share: BTreeMap<Line, VecDeque<u64>>,
+    by_queue: BTreeMap<SharedStr, VecDeque<u64>>,
+    all: VecDeque<u64>,
     arrivals: BTreeMap<Line, VecDeque<Arrival>>,
 }
 
-/// How many runtimes a family's sample needs before it is used alone; with fewer, the queue and
-/// share's runtimes (any size) are used, then the queue's, then every runtime seen.
+/// Runtimes a group needs before it is drawn from.
 const MIN_SAMPLE: usize = 8;
+/// Runtimes longer than what an attempt has already run that a group needs before the
+/// attempt's remaining runtime is drawn from it: with fewer, the group knows too little of the
+/// tail the attempt is in, and a wider group is asked.
+const MIN_LONGER: usize = 4;
+
+fn keep(ring: &mut VecDeque<u64>, value: u64, kept: usize) {
+    if ring.len() == kept {
+        ring.pop_front();
+    }
+    ring.push_back(value);
+}
 
 impl History {
     /// Runtimes kept per family: enough for a stable p90, few enough to follow a change.
     pub const RUNTIMES_KEPT: usize = 64;
+    /// Runtimes kept per wider group (queue and share, queue), and 4 times this all together.
+    pub const GROUP_RUNTIMES_KEPT: usize = 256;
     /// Arrivals kept per line, from which its rate and the shapes of future arrivals come.
     pub const ARRIVALS_KEPT: usize = 64;
     /// Arrivals older than this do not count towards a line's rate.
@@ -71,11 +88,23 @@ impl History {
     /// An attempt of `family` ran `runtime_s` (dispatch to end, so provisioning is included) and
     /// ended by itself (not preempted, which would cut it short).
     pub fn observe_runtime(&mut self, family: Family, runtime_s: u64) {
-        let kept = self.runtimes.entry(family).or_default();
-        if kept.len() == Self::RUNTIMES_KEPT {
-            kept.pop_front();
-        }
-        kept.push_back(runtime_s);
+        let line = (family.queue.clone(), family.share.clone());
+        keep(
+            self.by_share.entry(line).or_default(),
+            runtime_s,
+            Self::GROUP_RUNTIMES_KEPT,
+        );
+        keep(
+            self.by_queue.entry(family.queue.clone()).or_default(),
+            runtime_s,
+            Self::GROUP_RUNTIMES_KEPT,
+        );
+        keep(&mut self.all, runtime_s, 4 * Self::GROUP_RUNTIMES_KEPT);
+        keep(
+            self.runtimes.entry(family).or_default(),
+            runtime_s,
+            Self::RUNTIMES_KEPT,
+        );
     }
 
     /// A job was submitted to `line`.
@@ -87,15 +116,17 @@ impl History {
         kept.push_back(arrival);
     }
 
-    /// Runtimes observed in all.
+    /// Runtimes kept, all families together.
     pub fn runtimes_observed(&self) -> usize {
         self.runtimes.values().map(VecDeque::len).sum()
     }
 
     /// A total runtime for an attempt of `family` that has run `elapsed_s` so far: drawn from
     /// the observed runtimes longer than `elapsed_s` (the attempt is known to outlast those that
-    /// are not), from the narrowest group with [`MIN_SAMPLE`] runtimes, and never beyond
-    /// `cap_s` (its `MaxRuntimeInSeconds`). Without any history it is the cap, as Slurm assumes.
+    /// are not), in the narrowest group (the family, its queue and share, its queue, everything)
+    /// with [`MIN_SAMPLE`] runtimes of which [`MIN_LONGER`] are longer, and never beyond `cap_s`
+    /// (its `MaxRuntimeInSeconds`). An attempt that has outlived what every group knows is
+    /// assumed half-way through; without any history, it runs to its cap, as Slurm assumes.
     pub fn sample_runtime(
         &self,
         family: &Family,
@@ -103,48 +134,40 @@ impl History {
         cap_s: u64,
         rng: &mut SplitMix64,
     ) -> u64 {
-        let Some(sample) = self.sample_for(family) else {
-            return cap_s.max(elapsed_s);
-        };
-        let longer = sample.iter().filter(|r| **r > elapsed_s).count();
-        let total = if longer == 0 {
-            // It has outlived every runtime seen: assume it is half-way through.
-            elapsed_s.saturating_mul(2).max(elapsed_s + 60)
-        } else {
-            let pick = rng.below(longer as u64) as usize;
-            sample
-                .iter()
-                .copied()
-                .filter(|r| *r > elapsed_s)
-                .nth(pick)
-                .unwrap_or(elapsed_s)
-        };
-        total.min(cap_s).max(elapsed_s)
-    }
-
-    /// The narrowest group of runtimes large enough to sample: the family, its queue and share,
-    /// its queue, everything.
-    fn sample_for(&self, family: &Family) -> Option<Vec<u64>> {
-        if let Some(own) = self.runtimes.get(family).filter(|r| r.len() >= MIN_SAMPLE) {
-            return Some(own.iter().copied().collect());
-        }
-        let groups: [&dyn Fn(&Family) -> bool; 3] = [
-            &|f| f.queue == family.queue && f.share == family.share,
-            &|f| f.queue == family.queue,
-            &|_| true,
+        let line = (family.queue.clone(), family.share.clone());
+        let groups = [
+            self.runtimes.get(family),
+            self.by_share.get(&line),
+            self.by_queue.get(&family.queue),
+            Some(&self.all),
         ];
-        for matches in groups {
-            let sample: Vec<u64> = self
-                .runtimes
-                .iter()
-                .filter(|(f, _)| matches(f))
-                .flat_map(|(_, r)| r.iter().copied())
-                .collect();
-            if sample.len() >= MIN_SAMPLE {
-                return Some(sample);
+        let mut known = false;
+        for ring in groups
+            .into_iter()
+            .flatten()
+            .filter(|r| r.len() >= MIN_SAMPLE)
+        {
+            known = true;
+            let longer = ring.iter().filter(|r| **r > elapsed_s).count();
+            if longer >= MIN_LONGER {
+                let pick = rng.below(longer as u64) as usize;
+                let total = ring
+                    .iter()
+                    .copied()
+                    .filter(|r| *r > elapsed_s)
+                    .nth(pick)
+                    .unwrap_or(elapsed_s);
+                return total.min(cap_s).max(elapsed_s);
             }
         }
-        None
+        if !known {
+            return cap_s.max(elapsed_s);
+        }
+        elapsed_s
+            .saturating_mul(2)
+            .max(elapsed_s + 60)
+            .min(cap_s)
+            .max(elapsed_s)
     }
 
     /// Each line's arrival rate (per ms) as of `now_ms`, over the arrivals of the last

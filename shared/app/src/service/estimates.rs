@@ -228,7 +228,10 @@ mod tests {
         assert!(moved_a_lot(Some(600 * min), Some(721 * min), 0));
         assert!(!moved_a_lot(Some(20 * min), Some(30 * min), 0));
         assert!(moved_a_lot(Some(20 * min), Some(31 * min), 0));
-        assert!(moved_a_lot(Some(20 * min), Some(9 * min), 0), "earlier counts too");
+        assert!(
+            moved_a_lot(Some(20 * min), Some(9 * min), 0),
+            "earlier counts too"
+        );
         assert!(moved_a_lot(Some(20 * min), None, 0), "out of the horizon");
         assert!(moved_a_lot(None, Some(20 * min), 0), "into it");
         assert!(!moved_a_lot(None, None, 0));
