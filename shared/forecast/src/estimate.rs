@@ -235,12 +235,17 @@ impl Calibration {
     /// the last round.
     pub fn settle(&mut self) {
         for group in self.groups.values_mut() {
-            for i in 0..2 {
+            for (i, gamma) in GAMMA.iter().enumerate() {
                 let excess = std::mem::take(&mut group.round[i]);
-                group.theta[i] =
-                    (group.theta[i] + GAMMA[i] * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
+                group.theta[i] = (group.theta[i] + gamma * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
             }
         }
+    }
+
+    /// The coverage measured over all of `queue`'s recent outcomes, `None` before any.
+    pub fn queue_coverage(&self, queue: &str) -> Option<Coverage> {
+        let group = self.groups.get(&format!("{queue}|*|*"))?;
+        Some(group.coverage()).filter(|c| c.outcomes > 0)
     }
 
     /// The outcomes of `estimate` known at `now_ms` for a job that `started_ms` (if it has):

@@ -97,6 +97,11 @@ impl<T> Forecaster<T> {
         &self.options
     }
 
+    /// How its estimates have held.
+    pub fn calibration(&self) -> &Calibration {
+        &self.calibration
+    }
+
     /// What it has learnt.
     pub fn history(&self) -> &History {
         &self.history

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
 use trainyard_app::ports::{
-    Clock, EnvironmentUsage, Event, JobQuery, LineWaits, Store, StoreError, SystemClock,
+    Clock, EnvironmentUsage, Event, JobQuery, LineWaits, StartEstimates, Store, StoreError,
+    SystemClock,
 };
 use trainyard_app::service::why::{every_line_waits, shown_reason_code};
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
@@ -340,6 +341,8 @@ pub async fn render<S: Store>(metrics: &Metrics, store: &S) -> Result<String, St
         &counts.wait_time,
     );
     waiting.render(&mut out);
+    let estimates = store.list_documents::<StartEstimates>().await?;
+    render_estimates(&mut out, estimates.iter().map(|d| &d.value));
     Ok(out)
 }
 
@@ -425,6 +428,53 @@ impl Waiting {
     }
 }
 
+/// Per queue: the waiting jobs the latest forecast round estimated, and how its estimates have
+/// held (the share of recent outcomes within the p50 and the p90, and how many were counted).
+fn render_estimates<'a>(out: &mut String, docs: impl Iterator<Item = &'a StartEstimates> + Clone) {
+    let _ = writeln!(
+        out,
+        "# HELP trainyard_start_estimates Waiting jobs with a start-time estimate, by queue (the latest forecast round)."
+    );
+    let _ = writeln!(out, "# TYPE trainyard_start_estimates gauge");
+    for doc in docs.clone() {
+        let _ = writeln!(
+            out,
+            "trainyard_start_estimates{{queue=\"{}\"}} {}",
+            escape(&doc.queue),
+            doc.jobs.len()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP trainyard_start_estimate_coverage Share of the queue's recent outcomes (at most 1,000) that started by the estimate's p50 or p90; absent before any."
+    );
+    let _ = writeln!(out, "# TYPE trainyard_start_estimate_coverage gauge");
+    let covered = || {
+        docs.clone()
+            .filter_map(|d| Some((escape(&d.queue), d.coverage?)))
+    };
+    for (queue, c) in covered() {
+        for (quantile, share) in [("p50", c.p50), ("p90", c.p90)] {
+            let _ = writeln!(
+                out,
+                "trainyard_start_estimate_coverage{{queue=\"{queue}\",quantile=\"{quantile}\"}} {share}"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP trainyard_start_estimate_outcomes Outcomes the queue's coverage counts."
+    );
+    let _ = writeln!(out, "# TYPE trainyard_start_estimate_outcomes gauge");
+    for (queue, c) in covered() {
+        let _ = writeln!(
+            out,
+            "trainyard_start_estimate_outcomes{{queue=\"{queue}\"}} {}",
+            c.outcomes
+        );
+    }
+}
+
 /// Escapes a label value (backslash, double quote, newline), as the text format requires.
 fn escape(value: &str) -> String {
     value
@@ -438,6 +488,53 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn start_estimates_render_per_queue_with_coverage_once_there_is_any() {
+        let estimate = trainyard_forecast::Estimate {
+            at_ms: 0,
+            p50_ms: Some(60_000),
+            p90_ms: Some(120_000),
+            within: [1.0; 3],
+            raw_ms: [Some(60_000), Some(120_000)],
+            coverage: None,
+        };
+        let docs = [
+            StartEstimates {
+                queue: "research".into(),
+                at_ms: 0,
+                jobs: [
+                    ("j1".to_owned(), estimate.clone()),
+                    ("j2".to_owned(), estimate),
+                ]
+                .into(),
+                coverage: Some(trainyard_forecast::Coverage {
+                    p50: 0.5,
+                    p90: 0.875,
+                    outcomes: 8,
+                }),
+            },
+            StartEstimates {
+                queue: "sweeps".into(),
+                ..StartEstimates::default()
+            },
+        ];
+        let mut out = String::new();
+        render_estimates(&mut out, docs.iter());
+        for line in [
+            "trainyard_start_estimates{queue=\"research\"} 2",
+            "trainyard_start_estimates{queue=\"sweeps\"} 0",
+            "trainyard_start_estimate_coverage{queue=\"research\",quantile=\"p90\"} 0.875",
+            "trainyard_start_estimate_outcomes{queue=\"research\"} 8",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+        assert!(!out.contains("quantile=\"p50\"} 0.875"));
+        assert!(
+            !out.contains("coverage{queue=\"sweeps\""),
+            "no outcome yet, no coverage"
+        );
+    }
 
     #[test]
     fn observations_land_in_the_first_bucket_that_holds_them() {

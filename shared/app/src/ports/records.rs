@@ -351,6 +351,10 @@ pub struct StartEstimates {
     pub at_ms: i64,
     /// By job id.
     pub jobs: BTreeMap<String, trainyard_forecast::Estimate>,
+    /// How the queue's estimates have held so far (all its outcomes counted), for metrics;
+    /// `None` before any outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<trainyard_forecast::Coverage>,
 }
 
 impl Document for StartEstimates {

@@ -74,6 +74,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                     queue: q.name.clone(),
                     at_ms: now,
                     jobs: BTreeMap::new(),
+                    coverage: forecaster.calibration().queue_coverage(&q.name),
                 };
                 (q.name.clone(), doc)
             })
