@@ -124,7 +124,7 @@ impl History {
     /// A total runtime for an attempt of `family` that has run `elapsed_s` so far: drawn from
     /// the observed runtimes longer than `elapsed_s` (the attempt is known to outlast those that
     /// are not), in the narrowest group (the family, its queue and share, its queue, everything)
-    /// with [`MIN_SAMPLE`] runtimes of which [`MIN_LONGER`] are longer, and never beyond `cap_s`
+    /// with 8 runtimes (`MIN_SAMPLE`) of which 4 (`MIN_LONGER`) are longer, and never beyond `cap_s`
     /// (its `MaxRuntimeInSeconds`). An attempt that has outlived what every group knows is
     /// assumed half-way through; without any history, it runs to its cap, as Slurm assumes.
     pub fn sample_runtime(

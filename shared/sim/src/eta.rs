@@ -11,7 +11,7 @@
 //! - `shadow`: Slurm's shadow schedule, the planner run forward with every attempt running to its
 //!   `MaxRuntimeInSeconds` and nothing arriving; a point.
 //! - `rollouts`: the raw quantiles of `trainyard_forecast::forecast`.
-//! - `trainyard`: the same, calibrated online (what Trainyard publishes).
+//! - `trainyard`: what Trainyard publishes: the raw p50 and the p90 calibrated online.
 
 use std::collections::{BTreeMap, VecDeque};
 
