@@ -281,16 +281,18 @@ async fn describe<S: Store, E: EventSink>(
     let req: JobIdRequest = extract::json(body)?;
     let job_id = validate::required("jobId", req.job_id)?;
     let mut job = service.describe_job(&job_id).await?;
-    service
+    let estimate = service
         .with_current_reasons(std::slice::from_mut(&mut job))
-        .await?;
+        .await?
+        .pop()
+        .flatten();
     let mut out = to_value(&job_detail(service.arns(), &job))?;
     // Trainyard's additions live under one key that Batch does not use; clients ignore it.
     let mut ext = serde_json::Map::new();
     if let Some(owner) = &job.owner {
         ext.insert("owner".into(), Value::String(owner.clone()));
     }
-    if let Some(estimate) = service.start_estimate(&job).await? {
+    if let Some(estimate) = estimate {
         ext.insert("startEstimate".into(), to_value(&estimate)?);
     }
     if let Some(place) = service.queue_position(&job).await? {
@@ -513,13 +515,12 @@ async fn list<S: Store, E: EventSink>(
     if let Some(reader) = reader {
         page.items.retain(|job| reader.may_see(job));
     }
-    service.with_current_reasons(&mut page.items).await?;
+    let estimates = service.with_current_reasons(&mut page.items).await?;
     let arns = service.arns();
     let summaries: Vec<JobSummary<'_>> = page.items.iter().map(|j| job_summary(arns, j)).collect();
     let mut summaries = to_value(&summaries)?;
     // Trainyard's additions, as in DescribeServiceJob: who submitted each job, and when a
     // waiting one is expected to start.
-    let estimates = service.start_estimates(&page.items).await?;
     if let Some(items) = summaries.as_array_mut() {
         for ((item, job), estimate) in items.iter_mut().zip(&page.items).zip(estimates) {
             let mut ext = serde_json::Map::new();

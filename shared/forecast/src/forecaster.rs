@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use trainyard_domain::job::{Requeue, ServiceJob};
+use trainyard_scheduler::snapshot::total_instances;
 use trainyard_scheduler::{Config, PendingJob, SharedStr, Snapshot};
 
 use crate::estimate::{Calibration, Estimate, Scope};
@@ -71,10 +72,6 @@ pub struct Forecaster<T = ()> {
     arrived: BTreeSet<SharedStr>,
     /// Jobs estimated during their current wait.
     estimated: BTreeSet<SharedStr>,
-}
-
-fn instances_of(job: &PendingJob) -> u64 {
-    job.instances.values().map(|n| u64::from(*n)).sum()
 }
 
 impl<T> Forecaster<T> {
@@ -312,7 +309,7 @@ impl<T> Forecaster<T> {
             };
             let scope = Scope {
                 queue: &p.queue,
-                instances: instances_of(p),
+                instances: total_instances(&p.instances),
             };
             let estimate = self.calibration.estimate(scope, now_ms, s, horizon_ms);
             let open = Open {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::SharedStr;
-use trainyard_scheduler::snapshot::Instances;
+use trainyard_scheduler::snapshot::{Instances, total_instances};
 
 /// Jobs whose attempts are expected to run alike: same queue, same share, same instances. The
 /// queue and share stand in for "who submits it and what for"; the instance count for its size.
@@ -28,7 +28,7 @@ impl Family {
         Self {
             queue: queue.clone(),
             share: share.cloned(),
-            instances: instances.values().map(|n| u64::from(*n)).sum(),
+            instances: total_instances(instances),
         }
     }
 }

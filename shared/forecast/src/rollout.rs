@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::fair_share::ShareUsage;
+use trainyard_scheduler::snapshot::total_instances;
 use trainyard_scheduler::{
     Config, PendingJob, QueuePolicy, RunningJob, ShareKey, SharedStr, Snapshot, plan_cycle,
 };
@@ -268,8 +269,7 @@ impl<'a> Rollout<'a> {
         let mut held: BTreeMap<&str, u64> = BTreeMap::new();
         for job in &self.snapshot.running {
             if let Some(env) = self.environment_of.get(&job.queue) {
-                *held.entry(env).or_default() +=
-                    job.instances.values().map(|n| u64::from(*n)).sum::<u64>();
+                *held.entry(env).or_default() += total_instances(&job.instances);
             }
         }
         let mut heads = Vec::new();
@@ -373,8 +373,7 @@ impl<'a> Rollout<'a> {
                     queue: job.queue.clone(),
                     share: share.clone(),
                 };
-                *held.entry(key).or_default() +=
-                    job.instances.values().map(|n| u64::from(*n)).sum::<u64>();
+                *held.entry(key).or_default() += total_instances(&job.instances);
             }
         }
         for key in held.keys() {

@@ -9,14 +9,11 @@ use crate::fair_share::{ShareUsage, reserved_instances, score};
 use crate::pool::{Fit, Pool};
 use crate::quota::plan_quota_queue;
 
+use crate::snapshot::total_instances;
 use crate::snapshot::{
-    Config, Instances, PendingJob, QueuePolicy, QueueState, RunningJob, SharedStr, Snapshot,
+    Config, PendingJob, QueuePolicy, QueueState, RunningJob, SharedStr, Snapshot,
 };
 use trainyard_domain::queue::Aging;
-
-fn total(instances: &Instances) -> u64 {
-    instances.values().map(|n| u64::from(*n)).sum()
-}
 
 /// Plans one cycle. Pure: the same arguments give the same plan.
 pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
@@ -394,7 +391,7 @@ impl<'a> Line<'a> {
                 }
                 for job in running {
                     if let Some(share) = job.share.as_deref() {
-                        slot(&mut names, &mut by_share, share).2 += total(&job.instances);
+                        slot(&mut names, &mut by_share, share).2 += total_instances(&job.instances);
                     }
                 }
                 let reserve = match (policy.compute_reservation, env.pool.total_max()) {
@@ -507,7 +504,7 @@ impl<'a> Line<'a> {
                 };
                 if consider(plan, queue, job, env, *reserve, now_ms, config) == Outcome::Dispatched
                 {
-                    state.held += total(&job.instances);
+                    state.held += total_instances(&job.instances);
                 }
                 if let Some(rank) = state.rank(i, age) {
                     order.push(Reverse(rank));
@@ -594,7 +591,7 @@ fn consider<'a>(
                     .pool
                     .total_free()
                     .unwrap_or(u64::MAX)
-                    .saturating_sub(total(&job.instances));
+                    .saturating_sub(total_instances(&job.instances));
                 if free_after < reserve {
                     skip(SkipReason::ComputeReservation { reserved: reserve });
                     return Outcome::Passed;

@@ -17,6 +17,11 @@ use crate::fair_share::ShareUsage;
 /// Instances per instance type, e.g. `{"ml.p4d.24xlarge": 2}`.
 pub type Instances = BTreeMap<String, u32>;
 
+/// All the instances of `instances`, every type together.
+pub fn total_instances(instances: &Instances) -> u64 {
+    instances.values().map(|n| u64::from(*n)).sum()
+}
+
 /// An immutable string shared by its clones: cloning copies a pointer, not the text. Running
 /// jobs name their job, queue and share with it, because every cycle passes every running job.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

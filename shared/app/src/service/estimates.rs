@@ -179,19 +179,20 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         Ok(out)
     }
 
-    /// Appends each RUNNABLE job's estimate to its `statusReason`.
+    /// Appends each RUNNABLE job's estimate to its `statusReason`; the estimates, in the order
+    /// of `jobs`, for callers that show them in full.
     pub(crate) async fn with_start_estimates(
         &self,
         jobs: &mut [ServiceJob],
-    ) -> Result<(), AppError> {
+    ) -> Result<Vec<Option<Estimate>>, AppError> {
         let estimates = self.start_estimates(jobs).await?;
-        for (job, estimate) in jobs.iter_mut().zip(estimates) {
+        for (job, estimate) in jobs.iter_mut().zip(&estimates) {
             if let (Some(estimate), Some(reason)) = (estimate, job.status_reason.as_mut()) {
                 reason.push_str("; ");
-                reason.push_str(&describe(&estimate));
+                reason.push_str(&describe(estimate));
             }
         }
-        Ok(())
+        Ok(estimates)
     }
 }
 

@@ -273,9 +273,13 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             .map(|v| v.value))
     }
 
-    /// Gives each RUNNABLE job among `jobs` its current reason (see the module docs): one read
-    /// per line among them.
-    pub async fn with_current_reasons(&self, jobs: &mut [ServiceJob]) -> Result<(), AppError> {
+    /// Gives each RUNNABLE job among `jobs` its current reason (see the module docs), followed
+    /// by its start estimate, and returns the estimates in the order of `jobs`: one read per
+    /// line and one per queue among them.
+    pub async fn with_current_reasons(
+        &self,
+        jobs: &mut [ServiceJob],
+    ) -> Result<Vec<Option<trainyard_forecast::Estimate>>, AppError> {
         let mut lines: BTreeMap<String, Option<LineWaits>> = BTreeMap::new();
         for job in jobs.iter_mut().filter(|j| j.status == JobStatus::Runnable) {
             let key = quota_share_key(&job.job_queue, share_key(job));
@@ -379,9 +383,11 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .map(|r| (r, job.runnable_at.unwrap_or(job.created_at)))
         });
         explanation.history = history(&job, current.as_ref().map(|(r, t)| (r.as_str(), *t)));
-        explanation.estimate = self.start_estimate(&job).await?;
-        self.with_start_estimates(std::slice::from_mut(&mut job))
-            .await?;
+        explanation.estimate = self
+            .with_start_estimates(std::slice::from_mut(&mut job))
+            .await?
+            .pop()
+            .flatten();
         explanation.job = job;
         Ok(explanation)
     }
