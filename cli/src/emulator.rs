@@ -11,10 +11,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use tokio::sync::{mpsc, watch};
+use trainyard_emulator::backend::scaled_config;
 use trainyard_emulator::driver;
-use trainyard_emulator::http::{self, SharedEmulator};
+use trainyard_emulator::http;
 use trainyard_emulator::model::{Config, Emulator};
-use trainyard_local::backend::scaled_config;
+use trainyard_emulator::shared::SharedEmulator;
 
 use crate::process::{StopSignals, init_logging, stopped};
 use crate::{LogFormat, parse_listen};

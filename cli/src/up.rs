@@ -29,11 +29,11 @@ use trainyard_domain::queue::{
     AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG, JobQueue, JobQueueType, ServiceEnvironmentOrder,
 };
 use trainyard_domain::{ResourceStatus, State, Tags};
+use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::driver;
-use trainyard_emulator::http::SharedEmulator;
 use trainyard_emulator::model::Emulator;
+use trainyard_emulator::shared::SharedEmulator;
 use trainyard_local::SqliteStore;
-use trainyard_local::backend::EmulatedSageMaker;
 use trainyard_local::event_loop::{self, LocalEvents, LoopConfig, PassRunner};
 use trainyard_local::metrics::{self, Metrics};
 

@@ -26,10 +26,10 @@ use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEn
 use trainyard_domain::job::JobStatus;
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
 use trainyard_domain::{ResourceStatus, State};
-use trainyard_emulator::http::SharedEmulator;
+use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::model::{Config, Emulator};
+use trainyard_emulator::shared::SharedEmulator;
 use trainyard_local::SqliteStore;
-use trainyard_local::backend::EmulatedSageMaker;
 use trainyard_local::event_loop::{LocalEvents, LoopConfig, PassRunner, run_scheduling};
 use trainyard_local::metrics::Metrics;
 

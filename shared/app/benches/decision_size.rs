@@ -28,8 +28,8 @@ use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEn
 use trainyard_domain::policy::{FairsharePolicy, SchedulingPolicy};
 use trainyard_domain::queue::{JobQueue, JobQueueType, ServiceEnvironmentOrder};
 use trainyard_domain::{ResourceStatus, State};
+use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::model::Config as EmulatorConfig;
-use trainyard_local::backend::EmulatedSageMaker;
 
 const T0: i64 = 1_800_000_000_000;
 const POOL: u32 = 64;

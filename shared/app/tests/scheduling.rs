@@ -33,8 +33,8 @@ use trainyard_domain::quota_share::{
     ResourceSharingConfiguration, SharingStrategy,
 };
 use trainyard_domain::{ResourceStatus, State};
+use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::model::Config as EmulatorConfig;
-use trainyard_local::backend::EmulatedSageMaker;
 use trainyard_scheduler::WaitKind;
 use trainyard_scheduler::retry::RetryConfig;
 

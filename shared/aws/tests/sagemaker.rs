@@ -14,8 +14,9 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use trainyard_app::ports::{BackendError, TrainingBackend, TrainingStatus};
 use trainyard_aws::sagemaker::SageMakerBackend;
-use trainyard_emulator::http::{SharedEmulator, serve};
+use trainyard_emulator::http::serve;
 use trainyard_emulator::model::{Config, Emulator, TimeFormat};
+use trainyard_emulator::shared::SharedEmulator;
 
 /// Where the test's clock starts (epoch milliseconds).
 const T0: i64 = 1_800_000_000_000;

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::http::SharedEmulator;
 use crate::model::StateChange;
+use crate::shared::SharedEmulator;
 
 /// Why [`run`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

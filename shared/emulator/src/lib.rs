@@ -31,9 +31,17 @@
 //!   `aws-sdk-sagemaker` and boto3.
 //! - `driver` (feature `http`): a task that advances the model on the wall clock and forwards
 //!   its events to a channel.
+//! - `shared` (features `http` or `backend`): the model behind a lock with its clock, which the
+//!   HTTP face, the driver and the backend share.
+//! - `backend` (feature `backend`): the model as Trainyard's `TrainingBackend` port, the one
+//!   adapter that local mode, the simulator, the fault harness and the tests use.
 
+#[cfg(feature = "backend")]
+pub mod backend;
 #[cfg(feature = "http")]
 pub mod driver;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod model;
+#[cfg(any(feature = "http", feature = "backend"))]
+pub mod shared;

@@ -1,8 +1,9 @@
 //! The sans-IO model: training jobs, their lifecycle over time, and the events they emit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use trainyard_domain::random::{Fnv1a, SplitMix64};
+use trainyard_domain::training::{TrainingJobState, TrainingStatus};
 
 use serde_json::{Map, Value, json};
 use trainyard_domain::payload::training_request_of;
@@ -265,6 +266,12 @@ impl StateChange {
         self.job.failure_reason.as_deref()
     }
 
+    /// The state the change shows, as a `DescribeTrainingJob` of the job at that moment would
+    /// give it.
+    pub fn state(&self) -> TrainingJobState {
+        state_of(&self.job)
+    }
+
     /// The full EventBridge envelope.
     pub fn to_eventbridge(&self, region: &str, account: &str) -> Value {
         json!({
@@ -296,6 +303,10 @@ pub struct Emulator {
     config: Config,
     /// Keyed by lower-cased name: SageMaker names are unique regardless of case.
     jobs: BTreeMap<String, Job>,
+    /// (`next_at_ms`, key) of every job whose phase ends by itself: advancing time touches only
+    /// the jobs with something due, so a model holding a whole trace's jobs stays fast.
+    deadlines: BTreeSet<(i64, String)>,
+    /// Undelivered events, in delivery order.
     events: Vec<StateChange>,
     event_seq: u64,
     rng: SplitMix64,
@@ -312,6 +323,7 @@ impl Emulator {
         Self {
             config,
             jobs: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
             events: Vec::new(),
             event_seq: 0,
             rng,
@@ -436,6 +448,9 @@ impl Emulator {
             message: "Preparing the instances for training",
         });
         self.emit(job.clone(), now_ms);
+        if let Some(at) = job.next_at_ms {
+            self.deadlines.insert((at, key.clone()));
+        }
         self.jobs.insert(key, job);
         Ok(arn)
     }
@@ -449,11 +464,17 @@ impl Emulator {
         self.job(name).map(|job| describe(job, format))
     }
 
+    /// The state `DescribeTrainingJob` would show, without building its document.
+    pub fn training_job_state(&self, name: &str) -> Result<TrainingJobState, SageMakerError> {
+        self.job(name).map(state_of)
+    }
+
     /// `StopTrainingJob`.
     pub fn stop_training_job(&mut self, name: &str, now_ms: i64) -> Result<(), SageMakerError> {
         self.advance(now_ms);
         let grace = self.config.stop_grace_ms;
-        let job = self.jobs.get_mut(&name.to_lowercase()).ok_or_else(|| {
+        let key = name.to_lowercase();
+        let job = self.jobs.get_mut(&key).ok_or_else(|| {
             SageMakerError::ResourceNotFound(format!(
                 "Requested resource not found: training job {name}"
             ))
@@ -468,8 +489,9 @@ impl Emulator {
                     now_ms,
                     "Stopping the training job",
                 );
-                job.next_at_ms = Some(now_ms.saturating_add(grace));
+                let before = job.next_at_ms.replace(now_ms.saturating_add(grace));
                 let snapshot = job.clone();
+                self.reindex(&key, before, snapshot.next_at_ms);
                 self.emit(snapshot, now_ms);
                 Ok(())
             }
@@ -535,39 +557,58 @@ impl Emulator {
         let key = name.to_lowercase();
         self.events
             .retain(|e| e.training_job_name().to_lowercase() != key);
-        self.jobs.remove(&key).is_some()
+        let Some(job) = self.jobs.remove(&key) else {
+            return false;
+        };
+        self.reindex(&key, job.next_at_ms, None);
+        true
     }
 
-    /// Moves every job through the phases that end by `now_ms`, emitting events.
+    /// Moves every job through the phases that end by `now_ms`, emitting events: phase ends in
+    /// time order (ties by name), so events come out in the order they happened.
     pub fn advance(&mut self, now_ms: i64) {
-        let keys: Vec<String> = self.jobs.keys().cloned().collect();
-        for key in keys {
-            while let Some(job) = self.jobs.get_mut(&key) {
-                let Some(at) = job.next_at_ms.filter(|at| *at <= now_ms) else {
-                    break;
-                };
-                step(job, at, &self.config);
-                let snapshot = job.clone();
-                self.emit(snapshot, at);
+        while let Some((at, key)) = self.deadlines.pop_first() {
+            if at > now_ms {
+                self.deadlines.insert((at, key));
+                break;
             }
+            let Some(job) = self.jobs.get_mut(&key) else {
+                continue;
+            };
+            step(job, at, &self.config);
+            let snapshot = job.clone();
+            if let Some(next) = snapshot.next_at_ms {
+                self.deadlines.insert((next, key));
+            }
+            self.emit(snapshot, at);
         }
     }
 
     /// The next time something happens by itself (a phase ends or an event becomes due).
     pub fn next_deadline(&self) -> Option<i64> {
-        let phases = self.jobs.values().filter_map(|j| j.next_at_ms);
-        let events = self.events.iter().map(|e| e.deliver_at_ms);
-        phases.chain(events).min()
+        let phase = self.deadlines.first().map(|(at, _)| *at);
+        let event = self.events.first().map(|e| e.deliver_at_ms);
+        phase.into_iter().chain(event).min()
     }
 
     /// Events due by `now_ms`, in delivery order (ties by emission order).
     pub fn take_events(&mut self, now_ms: i64) -> Vec<StateChange> {
-        let (due, later): (Vec<_>, Vec<_>) = self
-            .events
-            .drain(..)
-            .partition(|e| e.deliver_at_ms <= now_ms);
-        self.events = later;
-        due
+        let due = self.events.partition_point(|e| e.deliver_at_ms <= now_ms);
+        let later = self.events.split_off(due);
+        std::mem::replace(&mut self.events, later)
+    }
+
+    /// Moves `key`'s entry in the deadline index from `before` to `after`.
+    fn reindex(&mut self, key: &str, before: Option<i64>, after: Option<i64>) {
+        if before == after {
+            return;
+        }
+        if let Some(at) = before {
+            self.deadlines.remove(&(at, key.to_owned()));
+        }
+        if let Some(at) = after {
+            self.deadlines.insert((at, key.to_owned()));
+        }
     }
 
     fn job(&self, name: &str) -> Result<&Job, SageMakerError> {
@@ -635,6 +676,23 @@ fn set_phase(
         end_ms,
         message,
     });
+}
+
+/// The state a `DescribeTrainingJob` of `job` shows.
+fn state_of(job: &Job) -> TrainingJobState {
+    TrainingJobState {
+        name: job.name.clone(),
+        arn: job.arn.clone(),
+        status: match job.status {
+            Status::InProgress => TrainingStatus::InProgress,
+            Status::Completed => TrainingStatus::Completed,
+            Status::Failed => TrainingStatus::Failed,
+            Status::Stopping => TrainingStatus::Stopping,
+            Status::Stopped => TrainingStatus::Stopped,
+        },
+        secondary: job.secondary.as_str().to_owned(),
+        failure_reason: job.failure_reason.clone(),
+    }
 }
 
 /// Ends the current phase of `job` at `at`.

@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tower::ServiceExt;
 use trainyard_emulator::driver::{self, DriverExit};
-use trainyard_emulator::http::{CONTENT_TYPE, MAX_REQUEST_BYTES, SharedEmulator, router, serve};
+use trainyard_emulator::http::{CONTENT_TYPE, MAX_REQUEST_BYTES, router, serve};
 use trainyard_emulator::model::{Config, Emulator};
+use trainyard_emulator::shared::SharedEmulator;
 
 const T0: i64 = 1_800_000_000_000;
 

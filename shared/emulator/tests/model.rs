@@ -332,3 +332,62 @@ fn list_training_jobs_is_newest_first_and_filtered() {
         .unwrap();
     assert_eq!(tags, json!([{"Key": "team", "Value": "vision"}]));
 }
+
+#[test]
+fn the_next_deadline_follows_creates_stops_and_forgets_and_one_advance_keeps_time_order() {
+    let config = Config::default();
+    let mut e = Emulator::new(config.clone());
+    assert_eq!(e.next_deadline(), None);
+    // "b" is created first but trains for 1 s; "a" trains for 3 s.
+    e.create_training_job(&request("b", json!({"emulator_duration_s": "1"})), T0)
+        .unwrap();
+    e.create_training_job(&request("a", json!({"emulator_duration_s": "3"})), T0)
+        .unwrap();
+    // The two creation events are due now.
+    assert_eq!(e.next_deadline(), Some(T0));
+    assert_eq!(e.take_events(T0).len(), 2);
+    assert_eq!(e.next_deadline(), Some(T0 + config.provisioning_ms));
+
+    // One advance over both lifetimes: events in the order they happened, not job by job.
+    let end = T0 + 10_000;
+    e.advance(end);
+    let events: Vec<(i64, String, String)> = e
+        .take_events(end)
+        .iter()
+        .map(|ev| {
+            (
+                ev.time_ms,
+                ev.training_job_name().to_owned(),
+                ev.secondary_status().as_str().to_owned(),
+            )
+        })
+        .collect();
+    let mut in_time_order = events.clone();
+    in_time_order.sort_by_key(|(at, name, _)| (*at, name.clone()));
+    assert_eq!(events, in_time_order);
+    assert_eq!(events.len(), 8, "{events:?}");
+    assert_eq!(e.next_deadline(), None, "both ended");
+    let state = e.training_job_state("A").unwrap();
+    assert_eq!(state.secondary, "Completed");
+    assert_eq!(
+        state.arn,
+        e.describe_training_job("a", TimeFormat::EpochMillis)
+            .unwrap()["TrainingJobArn"]
+    );
+
+    // A stop moves the deadline to the end of the grace; forgetting the job removes it.
+    e.create_training_job(&request("c", json!({})), end)
+        .unwrap();
+    e.take_events(end);
+    e.advance(end + 1_000);
+    e.take_events(end + 1_000);
+    let training_ends = e.next_deadline().unwrap();
+    e.stop_training_job("c", end + 1_000).unwrap();
+    let grace_ends = end + 1_000 + config.stop_grace_ms;
+    assert!(grace_ends < training_ends);
+    e.take_events(end + 1_000);
+    assert_eq!(e.next_deadline(), Some(grace_ends));
+    assert!(e.forget_training_job("c"));
+    assert_eq!(e.next_deadline(), None);
+    assert!(e.training_job_state("c").is_err());
+}

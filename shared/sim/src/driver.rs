@@ -27,13 +27,9 @@
 //!
 //! # The emulated backend
 //!
-//! Each training job gets its own small emulator model, indexed by its next deadline, so that
-//! advancing time touches only the jobs with something due; a job that ended is kept as its
-//! final state (enough to describe it and to refuse its name again). When the emulator delivers
-//! events as they happen (no delay), the state a job's last delivered event showed *is* its
-//! state until its next deadline or the next call on it, so a describe in between (the periodic
-//! reconciliation asks about every long-running job) answers from that instead of building a
-//! `DescribeTrainingJob` document.
+//! SageMaker is the emulator's model behind the same adapter local mode uses
+//! ([`EmulatedSageMaker`]), on the run's manual clock. The model indexes its training jobs by
+//! their next deadline, so advancing time touches only the jobs with something due.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -42,12 +38,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use trainyard_app::ports::{ConfigStore, JobStore};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
-use trainyard_app::ports::{
-    BackendError, Event, EventSink, TrainingBackend, TrainingJobState, TrainingStatus, described,
-};
+use trainyard_app::ports::{Event, EventSink, TrainingJobState};
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::scheduling::{
@@ -55,9 +49,8 @@ use trainyard_app::service::scheduling::{
 };
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
-use trainyard_emulator::model::{
-    Config as EmulatorConfig, Emulator, SageMakerError, StateChange, TimeFormat,
-};
+use trainyard_emulator::backend::EmulatedSageMaker;
+use trainyard_emulator::model::Config as EmulatorConfig;
 
 use crate::eta::{EtaSettings, Tracker};
 use crate::policies::{Policy, Route, Setup, TeamLoad};
@@ -133,196 +126,6 @@ fn app(context: &str) -> impl FnOnce(trainyard_app::AppError) -> SimError + '_ {
     move |source| SimError::App {
         context: context.to_owned(),
         source,
-    }
-}
-
-/// The emulated SageMaker: one emulator model per training job, indexed by next deadline.
-struct Backend {
-    state: Mutex<BackendState>,
-    clock: Arc<ManualClock>,
-}
-
-struct BackendState {
-    config: EmulatorConfig,
-    /// Live training jobs by lower-cased name.
-    live: BTreeMap<String, Emulator>,
-    /// Each live job's next deadline.
-    next_at: BTreeMap<String, i64>,
-    /// (deadline, name) of live jobs.
-    deadlines: BTreeSet<(i64, String)>,
-    /// Final states of ended jobs.
-    ended: BTreeMap<String, TrainingJobState>,
-    /// Live jobs' states as their last delivered event showed, while that is still exact (see
-    /// the module docs): dropped on every call that may change the job.
-    known: BTreeMap<String, TrainingJobState>,
-    /// Whether events are delivered the moment they happen (`max_event_delay_ms` 0), which is
-    /// what makes `known` exact.
-    prompt_events: bool,
-}
-
-/// Maps the model's errors to the backend's, by their SageMaker codes as the cloud adapter does.
-pub(crate) fn classify(e: SageMakerError) -> BackendError {
-    BackendError::from_sagemaker(e.code(), e.to_string())
-}
-
-/// The state a change shows, as a `DescribeTrainingJob` of it would give it (read from the
-/// event itself, without building its document).
-pub(crate) fn state_of(change: &StateChange) -> Option<TrainingJobState> {
-    Some(TrainingJobState {
-        name: change.training_job_name().to_owned(),
-        arn: change.training_job_arn().to_owned(),
-        status: TrainingStatus::parse(change.status().as_str())?,
-        secondary: change.secondary_status().as_str().to_owned(),
-        failure_reason: change.failure_reason().map(str::to_owned),
-    })
-}
-
-fn not_found(name: &str) -> BackendError {
-    BackendError::NotFound(format!("Requested resource not found: training job {name}"))
-}
-
-impl BackendState {
-    /// Re-indexes a job's deadline after it changed, and retires it once nothing is left to
-    /// happen to it.
-    fn refresh(&mut self, key: &str) {
-        if let Some(old) = self.next_at.remove(key) {
-            self.deadlines.remove(&(old, key.to_owned()));
-        }
-        let Some(emulator) = self.live.get(key) else {
-            return;
-        };
-        match emulator.next_deadline() {
-            Some(at) => {
-                self.next_at.insert(key.to_owned(), at);
-                self.deadlines.insert((at, key.to_owned()));
-            }
-            None => {
-                let state = match self.known.get(key) {
-                    Some(known) => Some(known.clone()),
-                    None => emulator
-                        .describe_training_job(key, TimeFormat::EpochMillis)
-                        .ok()
-                        .and_then(|d| TrainingJobState::from_sagemaker(&d)),
-                };
-                if let Some(state) = state
-                    && state.status.is_terminal()
-                {
-                    self.live.remove(key);
-                    self.known.remove(key);
-                    self.ended.insert(key.to_owned(), state);
-                }
-            }
-        }
-    }
-
-    /// Advances every job with something due by `now_ms`; returns the events due, in delivery
-    /// order (ties by job name, then emission).
-    fn due(&mut self, now_ms: i64) -> Vec<StateChange> {
-        let mut events = Vec::new();
-        while let Some((at, key)) = self.deadlines.first().cloned() {
-            if at > now_ms {
-                break;
-            }
-            if let Some(emulator) = self.live.get_mut(&key) {
-                emulator.advance(now_ms);
-                let taken = emulator.take_events(now_ms);
-                let last = taken
-                    .last()
-                    .filter(|_| self.prompt_events)
-                    .and_then(state_of);
-                match last {
-                    Some(state) => self.known.insert(key.clone(), state),
-                    None => self.known.remove(&key),
-                };
-                events.extend(taken);
-            }
-            self.refresh(&key);
-        }
-        events.sort_by_key(|e| e.deliver_at_ms);
-        events
-    }
-
-    fn next_deadline(&self) -> Option<i64> {
-        self.deadlines.first().map(|(at, _)| *at)
-    }
-}
-
-impl Backend {
-    fn lock(&self) -> MutexGuard<'_, BackendState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-impl TrainingBackend for Backend {
-    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
-        let now = self.clock_now();
-        let name = request
-            .get("TrainingJobName")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_lowercase();
-        let mut state = self.lock();
-        if state.live.contains_key(&name) || state.ended.contains_key(&name) {
-            return Err(BackendError::AlreadyExists(format!(
-                "a training job named {name} already exists"
-            )));
-        }
-        let mut emulator = Emulator::new(state.config.clone());
-        let arn = emulator
-            .create_training_job(&request, now)
-            .map_err(classify)?;
-        state.known.remove(&name);
-        state.live.insert(name.clone(), emulator);
-        state.refresh(&name);
-        Ok(arn)
-    }
-
-    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
-        let now = self.clock_now();
-        let key = name.to_lowercase();
-        let mut state = self.lock();
-        if let Some(done) = state.ended.get(&key) {
-            return Ok(done.clone());
-        }
-        // Nothing due for it since its last event: that event's state is its state.
-        let quiet = state.next_at.get(&key).is_none_or(|at| *at > now);
-        if let Some(known) = state.known.get(&key).filter(|_| quiet) {
-            return Ok(known.clone());
-        }
-        state.known.remove(&key);
-        let emulator = state.live.get_mut(&key).ok_or_else(|| not_found(name))?;
-        emulator.advance(now);
-        let detail = emulator
-            .describe_training_job(name, TimeFormat::EpochMillis)
-            .map_err(classify)?;
-        described(&detail)
-    }
-
-    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
-        let now = self.clock_now();
-        let key = name.to_lowercase();
-        let mut state = self.lock();
-        if state.ended.contains_key(&key) {
-            return Ok(());
-        }
-        state.known.remove(&key);
-        let emulator = state.live.get_mut(&key).ok_or_else(|| not_found(name))?;
-        let result = match emulator.stop_training_job(name, now) {
-            // Already finished or stopping: nothing to do.
-            Err(SageMakerError::ValidationException(_)) => Ok(()),
-            other => other.map_err(classify),
-        };
-        state.refresh(&key);
-        result
-    }
-}
-
-impl Backend {
-    fn clock_now(&self) -> i64 {
-        use trainyard_app::ports::Clock;
-        self.clock.now_ms()
     }
 }
 
@@ -696,18 +499,7 @@ pub fn run_with_estimates(
         Arc::new(SequentialIds::default()),
         ArnContext::default(),
     );
-    let backend = Backend {
-        state: Mutex::new(BackendState {
-            prompt_events: emulator_config(scenario).max_event_delay_ms == 0,
-            config: emulator_config(scenario),
-            live: BTreeMap::new(),
-            next_at: BTreeMap::new(),
-            deadlines: BTreeSet::new(),
-            ended: BTreeMap::new(),
-            known: BTreeMap::new(),
-        }),
-        clock: clock.clone(),
-    };
+    let backend = EmulatedSageMaker::on_clock(emulator_config(scenario), clock.clone());
     let store = service.store();
     ready(store.create_resource(&setup.environment))??;
     for p in &setup.policies {
@@ -794,7 +586,7 @@ pub fn run_with_estimates(
     loop {
         // The next instant something happens.
         let next_submit = planned.get(next).map(|p| p.submit_ms);
-        let next_backend = backend.lock().next_deadline();
+        let next_backend = backend.shared().with(|model, _| model.next_deadline());
         let next_backoff = store.next_not_before_after(now);
         let busy = next_submit.is_some()
             || next_backend.is_some()
@@ -872,12 +664,13 @@ pub fn run_with_estimates(
 
         // 2. One pass: accept what was just submitted, deliver the state changes due now,
         // the due work when its interval is up, and a cycle when it can change something.
-        let changes: Vec<TrainingJobState> = backend
-            .lock()
-            .due(now)
-            .iter()
-            .filter_map(state_of)
-            .collect();
+        let changes: Vec<TrainingJobState> = backend.shared().with(|model, now| {
+            model
+                .take_events(now)
+                .iter()
+                .map(|change| change.state())
+                .collect()
+        });
         let due_now = now >= next_due;
         if submitted > 0 || next_backoff == Some(now) {
             dirty = true;

@@ -65,7 +65,7 @@ use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     AuditPage, AuditQuery, AuditRecord, AuditStore, BackendError, ClientTokenRecord, Clock,
     Document, EnvironmentUsage, InsertJob, JobQuery, LineWaits, NoEvents, Page, Resource,
-    StoreError, TrainingBackend, TrainingJobState, Versioned, WaitDigests, Write, described,
+    StoreError, TrainingBackend, TrainingJobState, Versioned, WaitDigests, Write,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::environments::ServiceEnvironmentUpdate;
@@ -80,11 +80,12 @@ use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_domain::queue::ServiceEnvironmentOrder;
 use trainyard_domain::quota_share::QuotaShare;
 use trainyard_domain::training::parse_attempt_name;
-use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, SageMakerError, StateChange};
+use trainyard_emulator::backend::EmulatedSageMaker;
+use trainyard_emulator::model::{Config as EmulatorConfig, Emulator, StateChange};
 use trainyard_scheduler::retry::{RetryConfig, consumes_attempt};
 use trainyard_scheduler::{QuotaShareState, within_limits};
 
-use crate::driver::{classify, requested_runtime_s, team_loads};
+use crate::driver::{requested_runtime_s, team_loads};
 use crate::policies::{ALL as ALL_POLICIES, Policy, Setup};
 use crate::scenario::Scenario;
 use crate::trace::{Trace, TraceJob};
@@ -667,17 +668,18 @@ impl<S: SchedulingStore> SchedulingStore for FaultyStore<S> {
     }
 }
 
-/// The emulated SageMaker (one emulator model for every training job) behind seeded faults,
-/// counting every `CreateTrainingJob` per name.
+/// The emulated SageMaker (the one emulator adapter, [`EmulatedSageMaker`]) behind seeded
+/// faults, counting every `CreateTrainingJob` per name.
 pub struct FaultyBackend {
+    sagemaker: EmulatedSageMaker,
     state: Mutex<BackendState>,
     chaos: Arc<Chaos>,
     rates: FaultRates,
     sabotage: Sabotage,
 }
 
+#[derive(Default)]
 struct BackendState {
-    emulator: Emulator,
     /// `CreateTrainingJob` calls per lower-cased name.
     creates: BTreeMap<String, u32>,
     /// Of those, the ones refused with `ResourceInUse`.
@@ -696,24 +698,24 @@ impl FaultyBackend {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn now(&self) -> i64 {
-        self.chaos.clock.now_ms()
+    /// Runs `f` on the emulator's model, advanced to now.
+    fn model<R>(&self, f: impl FnOnce(&mut Emulator, i64) -> R) -> R {
+        self.sagemaker.shared().with(f)
     }
 
     /// The next instant an emulated phase ends or an event is due.
     fn next_deadline(&self) -> Option<i64> {
-        let s = self.lock();
-        let phase = s.emulator.next_deadline();
-        let event = s.in_flight.keys().next().map(|(at, _)| *at);
+        let phase = self.model(|model, _| model.next_deadline());
+        let event = self.lock().in_flight.keys().next().map(|(at, _)| *at);
         phase.into_iter().chain(event).min()
     }
 
     /// Advances the emulator to `now`, passes new events through the event faults, and returns
     /// the ones due for delivery.
     fn deliverable(&self, now: i64) -> Vec<StateChange> {
+        let taken = self.model(|model, _| model.take_events(now));
         let mut s = self.lock();
-        s.emulator.advance(now);
-        for event in s.emulator.take_events(now) {
+        for event in taken {
             let what = format!(
                 "{} {}",
                 event.training_job_name(),
@@ -764,36 +766,40 @@ impl FaultyBackend {
 
     /// Live (in progress or stopping) training jobs: lower-cased name → instances.
     fn live(&self) -> BTreeMap<String, u64> {
+        let names: Vec<String> = self.model(|model, _| {
+            ["InProgress", "Stopping"]
+                .into_iter()
+                .flat_map(|status| model.list_training_jobs(None, Some(status), usize::MAX))
+                .map(|j| {
+                    j["TrainingJobName"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_lowercase()
+                })
+                .collect()
+        });
         let s = self.lock();
-        let mut out = BTreeMap::new();
-        for status in ["InProgress", "Stopping"] {
-            for j in s
-                .emulator
-                .list_training_jobs(None, Some(status), usize::MAX)
-            {
-                let name = j["TrainingJobName"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_lowercase();
+        names
+            .into_iter()
+            .map(|name| {
                 let n = s.instances.get(&name).copied().unwrap_or(0);
-                out.insert(name, n);
-            }
-        }
-        out
+                (name, n)
+            })
+            .collect()
     }
 
     /// Forgets the first training job in progress, if any (journalled by the caller's roll).
     fn lose_one(&self) {
-        let mut s = self.lock();
-        let first = s
-            .emulator
-            .list_training_jobs(None, Some("InProgress"), 1)
-            .first()
-            .and_then(|j| j["TrainingJobName"].as_str().map(str::to_owned));
-        if let Some(name) = first {
-            s.emulator.forget_training_job(&name);
-            s.lost.insert(name.to_lowercase());
-            drop(s);
+        let lost = self.model(|model, _| {
+            let first = model
+                .list_training_jobs(None, Some("InProgress"), 1)
+                .first()
+                .and_then(|j| j["TrainingJobName"].as_str().map(str::to_owned))?;
+            model.forget_training_job(&first);
+            Some(first)
+        });
+        if let Some(name) = lost {
+            self.lock().lost.insert(name.to_lowercase());
             self.chaos.note(format!("lost: {name}"));
         }
     }
@@ -805,11 +811,8 @@ impl FaultyBackend {
 
     /// The ARN of a training job, if it exists.
     fn arn_of(&self, name: &str) -> Option<String> {
-        let s = self.lock();
-        s.emulator
-            .describe_training_job(name, trainyard_emulator::model::TimeFormat::EpochMillis)
-            .ok()
-            .and_then(|d| d["TrainingJobArn"].as_str().map(str::to_owned))
+        self.model(|model, _| model.training_job_state(name).ok())
+            .map(|state| state.arn)
     }
 }
 
@@ -821,7 +824,6 @@ fn request_instances(request: &Value) -> u64 {
 
 impl TrainingBackend for FaultyBackend {
     async fn create_training_job(&self, mut request: Value) -> Result<String, BackendError> {
-        let now = self.now();
         let name = request["TrainingJobName"]
             .as_str()
             .unwrap_or_default()
@@ -860,27 +862,23 @@ impl TrainingBackend for FaultyBackend {
             h.entry("emulator_outcome").or_insert(json!("Completed"));
         }
         let instances = request_instances(&request);
-        let mut s = self.lock();
-        let created = s.emulator.create_training_job(&request, now);
-        let arn = match created {
+        let arn = match self.sagemaker.create_training_job(request.clone()).await {
             Ok(arn) => arn,
-            Err(SageMakerError::ResourceInUse(m)) => {
-                *s.refused.entry(key.clone()).or_insert(0) += 1;
+            Err(BackendError::AlreadyExists(m)) => {
+                *self.lock().refused.entry(key.clone()).or_insert(0) += 1;
                 if self.sabotage.launch_twice {
                     request["TrainingJobName"] = json!(format!("{name}-again"));
-                    let arn = s
-                        .emulator
-                        .create_training_job(&request, now)
-                        .map_err(classify)?;
-                    s.instances.insert(format!("{key}-again"), instances);
+                    let arn = self.sagemaker.create_training_job(request).await?;
+                    self.lock()
+                        .instances
+                        .insert(format!("{key}-again"), instances);
                     return Ok(arn);
                 }
                 return Err(BackendError::AlreadyExists(m));
             }
-            Err(e) => return Err(classify(e)),
+            Err(e) => return Err(e),
         };
-        s.instances.insert(key, instances);
-        drop(s);
+        self.lock().instances.insert(key, instances);
         if self
             .chaos
             .roll(self.rates.create_ack_lost, "create_ack_lost", &name)
@@ -893,23 +891,11 @@ impl TrainingBackend for FaultyBackend {
     }
 
     async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
-        let now = self.now();
-        let mut s = self.lock();
-        s.emulator.advance(now);
-        let detail = s
-            .emulator
-            .describe_training_job(name, trainyard_emulator::model::TimeFormat::EpochMillis)
-            .map_err(classify)?;
-        described(&detail)
+        self.sagemaker.describe_training_job(name).await
     }
 
     async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
-        let now = self.now();
-        let mut s = self.lock();
-        match s.emulator.stop_training_job(name, now) {
-            Ok(()) | Err(SageMakerError::ValidationException(_)) => Ok(()),
-            Err(e) => Err(classify(e)),
-        }
+        self.sagemaker.stop_training_job(name).await
     }
 }
 
@@ -1499,7 +1485,7 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
         Arc::new(SequentialIds::default()),
         ArnContext::default(),
     );
-    let emulator = Emulator::new(EmulatorConfig {
+    let emulator = EmulatorConfig {
         provisioning_ms: secs_ms(workload.scenario.provisioning_s),
         download_ms: secs_ms(workload.scenario.download_s),
         upload_ms: secs_ms(workload.scenario.upload_s),
@@ -1508,17 +1494,10 @@ fn execute(workload: Workload, sabotage: Sabotage) -> (Verdict, Vec<String>, Str
         capacity_error_rate: workload.scenario.capacity_error_rate,
         seed: workload.seed,
         ..EmulatorConfig::default()
-    });
+    };
     let backend = FaultyBackend {
-        state: Mutex::new(BackendState {
-            emulator,
-            creates: BTreeMap::new(),
-            refused: BTreeMap::new(),
-            instances: BTreeMap::new(),
-            in_flight: BTreeMap::new(),
-            lost: BTreeSet::new(),
-            seq: 0,
-        }),
+        sagemaker: EmulatedSageMaker::on_clock(emulator, clock.clone()),
+        state: Mutex::new(BackendState::default()),
         chaos: chaos.clone(),
         rates,
         sabotage,
@@ -1751,7 +1730,7 @@ fn simulate(h: &mut Harness, setup: &Setup, sabotage: Sabotage) -> Result<(), Vi
             .backend
             .deliverable(now)
             .iter()
-            .filter_map(crate::driver::state_of)
+            .map(StateChange::state)
             .collect();
         let due_now = now >= next_due;
         if due_now {

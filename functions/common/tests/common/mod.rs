@@ -11,10 +11,10 @@ use trainyard_app::ports::{EventSink, Store};
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_domain::arn::ArnContext;
+pub use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::model::Config as EmulatorConfig;
 use trainyard_functions::config::InitialSetup;
 use trainyard_functions::setup::ensure_initial_setup;
-pub use trainyard_local::backend::EmulatedSageMaker;
 
 pub const T0: i64 = 1_795_996_800_000;
 pub const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";

@@ -1,9 +1,10 @@
-//! The SageMaker emulator as a [`TrainingBackend`]: local mode dispatches to the same in-process
-//! model whose HTTP face `trainyard emulator` serves, so a job goes all the way to SUCCEEDED
-//! without an AWS account. The tests that drive the scheduling loop (the app's and the
-//! functions') use it too, on their manual clock ([`EmulatedSageMaker::on_clock`]). The
-//! simulator keeps its own adapter, one small model per job indexed by its next deadline, to
-//! replay 100,000 jobs in seconds.
+//! The SageMaker emulator as a [`TrainingBackend`], the one adapter every host over the emulator
+//! uses: local mode dispatches to the same in-process model whose HTTP face `trainyard emulator`
+//! serves, so a job goes all the way to SUCCEEDED without an AWS account; the simulator replays
+//! a whole trace through it on its virtual clock, the fault harness wraps it in seeded faults,
+//! and the tests that drive the scheduling loop (the app's and the functions') run it on their
+//! manual clock ([`EmulatedSageMaker::on_clock`]). The model indexes its jobs by next deadline,
+//! so advancing time costs what is due, not what exists: a replay of 100,000 jobs stays fast.
 //!
 //! Every call goes through [`SharedEmulator::with`], which advances the model to the wall clock
 //! first, and pokes the driver after a create or stop (either may move the model's next
@@ -16,9 +17,10 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use trainyard_app::ports::{BackendError, Clock, TrainingBackend, TrainingJobState, described};
-use trainyard_emulator::http::SharedEmulator;
-use trainyard_emulator::model::{Config, Emulator, SageMakerError, TimeFormat};
+use trainyard_app::ports::{BackendError, Clock, TrainingBackend, TrainingJobState};
+
+use crate::model::{Config, Emulator, SageMakerError};
+use crate::shared::SharedEmulator;
 
 /// The emulator's view of SageMaker, shared with its HTTP face and driver.
 #[derive(Debug, Clone)]
@@ -108,11 +110,9 @@ impl TrainingBackend for EmulatedSageMaker {
     }
 
     async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
-        let detail = self
-            .shared
-            .with(|emulator, _| emulator.describe_training_job(name, TimeFormat::EpochMillis))
-            .map_err(classify)?;
-        described(&detail)
+        self.shared
+            .with(|emulator, _| emulator.training_job_state(name))
+            .map_err(classify)
     }
 
     async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
@@ -134,8 +134,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use serde_json::json;
-    use trainyard_app::ports::TrainingStatus;
-    use trainyard_emulator::model::Emulator;
+    use trainyard_app::ports::{ManualClock, TrainingStatus};
 
     use super::*;
 
@@ -152,7 +151,7 @@ mod tests {
     }
 
     fn backend(config: Config) -> EmulatedSageMaker {
-        EmulatedSageMaker::new(SharedEmulator::with_wall_clock(Emulator::new(config)), 1.0)
+        EmulatedSageMaker::on_clock(config, Arc::new(ManualClock::new(1_800_000_000_000)))
     }
 
     #[test]
@@ -188,7 +187,8 @@ mod tests {
 
     #[tokio::test]
     async fn errors_map_to_the_backend_vocabulary_and_stopping_a_finished_job_is_ok() {
-        let sagemaker = backend(Config::default());
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+        let sagemaker = EmulatedSageMaker::on_clock(Config::default(), clock.clone());
         let arn = sagemaker
             .create_training_job(request("a-1", json!({"emulator_duration_s": "0"})))
             .await
@@ -210,18 +210,11 @@ mod tests {
                 .await,
             Err(BackendError::Rejected { .. })
         ));
-        // Force the job to its end by stopping it, wait out the grace, then stop again.
+        // Stop the job, let the grace pass on the manual clock, then stop it again.
         sagemaker.stop_training_job("a-1").await.unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            let state = sagemaker.describe_training_job("a-1").await.unwrap();
-            if state.status == TrainingStatus::Stopped || state.status == TrainingStatus::Completed
-            {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "{state:?}");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        clock.advance(Config::default().stop_grace_ms);
+        let state = sagemaker.describe_training_job("a-1").await.unwrap();
+        assert_eq!(state.status, TrainingStatus::Stopped, "{state:?}");
         sagemaker.stop_training_job("a-1").await.unwrap();
     }
 
