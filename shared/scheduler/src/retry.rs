@@ -615,7 +615,7 @@ pub fn waiting_since(job: &ServiceJob) -> i64 {
         .attempts
         .iter()
         .rev()
-        .take_while(|a| a.status_reason.as_deref().is_some_and(is_capacity_reason))
+        .take_while(|a| a.failed_as == Some(Requeue::CapacityError))
         .count();
     if streak == 0 {
         return runnable_at;
