@@ -42,7 +42,8 @@ pub struct SignatureCheck {
 
 impl SignatureCheck {
     /// Checks requests against `keys` (by profile name). Each key's caller is its profile's
-    /// `principal_arn`, or else the IAM user named after the profile in `account`.
+    /// `principal_arn`, or else the IAM user named after the profile in `account`, with the
+    /// profile's `principal_tags`.
     pub fn new(
         keys: std::collections::BTreeMap<String, crate::sigv4::Keys>,
         region: String,
@@ -55,7 +56,8 @@ impl SignatureCheck {
                     .principal_arn
                     .clone()
                     .unwrap_or_else(|| format!("arn:aws:iam::{account}:user/{profile}"));
-                (k.access_key_id.clone(), Principal::from_arn(&arn))
+                let principal = Principal::from_arn(&arn).with_tags(k.principal_tags.clone());
+                (k.access_key_id.clone(), principal)
             })
             .collect();
         Self {

@@ -42,6 +42,10 @@ pub struct Keys {
     /// caller for: the profile's `principal_arn` (Trainyard's own setting, which AWS tools
     /// ignore), for example an assumed-role ARN to match the deployment's policies.
     pub principal_arn: Option<String>,
+    /// The tags the caller carries for the access policies (`principal.getTag(…)`): the
+    /// profile's `principal_tags` (`key=value` pairs separated by commas; Trainyard's own
+    /// setting, as IAM tags are on AWS).
+    pub principal_tags: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Keys {
@@ -63,6 +67,7 @@ impl Keys {
                 secret,
                 session_token: var("AWS_SESSION_TOKEN"),
                 principal_arn: None,
+                principal_tags: BTreeMap::new(),
             }));
         }
         let Some(path) = var("AWS_SHARED_CREDENTIALS_FILE")
@@ -115,18 +120,49 @@ fn parse_credentials(text: &str) -> anyhow::Result<BTreeMap<String, Keys>> {
             .or_default()
             .insert(key.trim().to_ascii_lowercase(), value.trim().to_owned());
     }
-    Ok(sections
-        .into_iter()
-        .filter_map(|(name, mut settings)| {
-            let keys = Keys {
-                access_key_id: settings.remove("aws_access_key_id")?,
-                secret: settings.remove("aws_secret_access_key")?,
-                session_token: settings.remove("aws_session_token"),
-                principal_arn: settings.remove("principal_arn"),
-            };
-            Some((name, keys))
-        })
-        .collect())
+    let mut profiles = BTreeMap::new();
+    for (name, mut settings) in sections {
+        let (Some(access_key_id), Some(secret)) = (
+            settings.remove("aws_access_key_id"),
+            settings.remove("aws_secret_access_key"),
+        ) else {
+            continue;
+        };
+        let principal_tags = match settings.remove("principal_tags") {
+            Some(text) => {
+                parse_tags(&text).with_context(|| format!("profile [{name}]: principal_tags"))?
+            }
+            None => BTreeMap::new(),
+        };
+        let keys = Keys {
+            access_key_id,
+            secret,
+            session_token: settings.remove("aws_session_token"),
+            principal_arn: settings.remove("principal_arn"),
+            principal_tags,
+        };
+        profiles.insert(name, keys);
+    }
+    Ok(profiles)
+}
+
+/// `key=value` pairs separated by commas (`team=nlp, cost-center=42`), each key once, as IAM
+/// tags are: keys of 1-128 characters, values of at most 256.
+fn parse_tags(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut tags = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            bail!("expected key=value, got {pair:?}");
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if key.is_empty() || key.chars().count() > 128 || value.chars().count() > 256 {
+            bail!("a tag key has 1-128 characters and a value at most 256, got {pair:?}");
+        }
+        if tags.insert(key.to_owned(), value.to_owned()).is_some() {
+            bail!("the tag {key:?} is given twice");
+        }
+    }
+    Ok(tags)
 }
 
 /// A request about to be sent, for [`sign_request`].
@@ -496,6 +532,28 @@ mod tests {
         assert_eq!(keys["bob"].access_key_id, "AKIDBOB");
         assert!(parse_credentials("aws_access_key_id = x\n").is_err());
         assert!(parse_credentials("[a]\nno equals sign\n").is_err());
+    }
+
+    #[test]
+    fn principal_tags_are_key_value_pairs_and_malformed_ones_name_their_profile() {
+        let profile = |tags: &str| {
+            format!(
+                "[erin]\naws_access_key_id = A\naws_secret_access_key = s\nprincipal_tags = {tags}\n"
+            )
+        };
+        let parsed = parse_credentials(&profile("team=nlp, cost-center = 42")).expect("parses");
+        assert_eq!(
+            parsed["erin"].principal_tags,
+            BTreeMap::from([
+                ("cost-center".to_owned(), "42".to_owned()),
+                ("team".to_owned(), "nlp".to_owned()),
+            ])
+        );
+        assert!(keys()["alice"].principal_tags.is_empty());
+        for bad in ["team", "=nlp", "team=nlp,team=cv"] {
+            let error = parse_credentials(&profile(bad)).expect_err(bad);
+            assert!(format!("{error:#}").contains("profile [erin]"), "{error:#}");
+        }
     }
 
     #[test]

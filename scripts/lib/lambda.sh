@@ -219,6 +219,7 @@ run_lambda_e2e() {
     start_stand "$venv" "$log_dir/lambda-stand.log" 30
     export AWS_ENDPOINT_URL_DYNAMODB=$STAND_URL AWS_ENDPOINT_URL_EVENTBRIDGE=$STAND_URL
     export AWS_ENDPOINT_URL_SAGEMAKER=$STAND_URL AWS_ENDPOINT_URL_SQS=$STAND_URL
+    export AWS_ENDPOINT_URL_IAM=$STAND_URL
     # Each function's role, from the SAM template, created in the stand's IAM and assumed.
     local roles=$log_dir/lambda-roles
     rm -rf "$roles"

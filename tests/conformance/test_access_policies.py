@@ -35,6 +35,13 @@ aws_access_key_id = AKIDALICE
 aws_secret_access_key = alice-secret
 principal_arn = {ALICE}
 
+# Grouped by a tag, as IAM tags group roles on AWS.
+[erin]
+aws_access_key_id = AKIDERIN
+aws_secret_access_key = erin-secret
+principal_arn = arn:aws:sts::{ACCOUNT}:assumed-role/ml-engineer/erin
+principal_tags = team=nlp, cost-center=42
+
 # No principal_arn: the IAM user named after the profile.
 [bob]
 aws_access_key_id = AKIDBOB
@@ -224,3 +231,23 @@ def test_the_audit_trail_lists_every_change_asked_for_to_those_allowed_to_read_i
     assert lines[0].split()[:3] == ["TIME", "PRINCIPAL", "ACTION"], table.stdout
     assert len(lines) == 4, table.stdout
     assert "DENIED" in table.stdout and "DeleteAccessPolicies" in table.stdout
+
+
+def test_a_profiles_principal_tags_reach_the_policies(server):
+    """Runs last: it replaces the policy set."""
+    rules = POLICIES + """
+@id("nlp-submits")
+permit(principal, action == Trainyard::Action::"SubmitServiceJob", resource == Trainyard::Queue::"sweeps")
+when { principal.hasTag("team") && principal.getTag("team") == "nlp" };
+"""
+    path = os.path.join(os.path.dirname(server["policies"]), "tagged.cedar")
+    with open(path, "w") as f:
+        f.write(rules)
+    stored = cli(server, "platform", "access", "set", path)
+    assert stored.returncode == 0, stored.stderr
+    erin = batch(server, "AKIDERIN", "erin-secret")
+    tagged = submit(erin, "tagged", queue="sweeps")
+    assert erin.describe_service_job(jobId=tagged["jobId"])["jobName"] == "tagged"
+    assert_denied(lambda: submit(erin, "elsewhere", queue="production"), "SubmitServiceJob")
+    bob = batch(server, "AKIDBOB", "bob-secret")
+    assert_denied(lambda: submit(bob, "untagged", queue="sweeps"), "SubmitServiceJob")

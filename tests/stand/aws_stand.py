@@ -194,7 +194,15 @@ def checks_for(service, headers, body_bytes, query, region):
     operation = form.get("Action", "")
     if service == "sqs":
         return operation, sqs_checks(operation, form, region)
+    if service == "iam" and operation in IAM_NAMED:
+        kind, member = IAM_NAMED[operation]
+        return operation, [(f"iam:{operation}",
+                            f"arn:{PARTITION}:iam::{ACCOUNT}:{kind}/{form.get(member, '')}")]
     return operation, [(f"{service}:{operation}", "*")]
+
+
+# IAM reads of one role or user, authorized on that role's or user's ARN.
+IAM_NAMED = {"ListRoleTags": ("role", "RoleName"), "ListUserTags": ("user", "UserName")}
 
 
 # --- DynamoDB as it behaves ------------------------------------------------------------------

@@ -3,6 +3,9 @@
 //! service environment and queue created if this deployment has never had them
 //! (`trainyard_functions::setup`), then `lambda_http` serves requests.
 
+use std::sync::Arc;
+
+use trainyard_aws::iam::PrincipalTags;
 use trainyard_functions::aws::Adapters;
 use trainyard_functions::{api, runtime, setup};
 
@@ -24,11 +27,13 @@ async fn main() -> Result<(), lambda_http::Error> {
     let gate = api::Gate::with_audit_retention_days(config.audit_retention_days)
         .map_err(lambda_http::Error::from)?
         .with_rate_limit(config.rate_limit);
+    let tags = Arc::new(PrincipalTags::new(adapters.iam()));
     runtime::ready("api");
     lambda_http::run(api::router_with_metrics(
         service,
         gate,
         metrics.stack().to_owned(),
+        tags,
     ))
     .await
 }

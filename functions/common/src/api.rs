@@ -3,7 +3,9 @@
 //! before the function runs and passes the principal in the request context (payload 2.0,
 //! `requestContext.authorizer.iam.userArn`); the layer puts it on the request as the router's
 //! [`Caller`], so the access policies and the job's owner see who is calling. A request without
-//! one (an API deployed without the IAM authorizer) is anonymous.
+//! one (an API deployed without the IAM authorizer) is anonymous. The caller's IAM tags, which the
+//! context does not carry, are read from IAM ([`PrincipalTags`]) for the policies to group
+//! principals by; a request whose caller's tags cannot be read is refused as throttled.
 //!
 //! The one check only a deployment can make — a submitted job's `RoleArn` must be one of the
 //! training roles the scheduler may pass to SageMaker (`TRAINYARD_TRAINING_ROLE_ARNS`) — is the
@@ -17,13 +19,14 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use lambda_http::RequestExt;
 use lambda_http::request::RequestContext;
 use trainyard_access::Principal;
-use trainyard_api::Caller;
 pub use trainyard_api::Gate;
+use trainyard_api::{ApiError, Caller};
 use trainyard_app::{EventSink, Service, Store};
+use trainyard_aws::iam::PrincipalTags;
 use trainyard_aws::metrics::{EmfLine, Unit};
 
 /// The Batch router over `service`, with the caller read from API Gateway's request context.
@@ -39,30 +42,37 @@ pub fn router_with_gate<S: Store, E: EventSink>(
     trainyard_api::router_with_gate(service, gate).layer(middleware::from_fn(identify))
 }
 
-/// [`router`] as the `api` function serves it, with `gate` (its audit retention configured):
-/// each request's access refusals printed as EMF
+/// [`router`] as the `api` function serves it, with `gate` (its audit retention configured) and
+/// the callers' IAM tags read through `tags`: each request's access refusals printed as EMF
 /// lines (`AccessDenied`, by `Stack` and `Action`: a fixed set of names, so the metric's cost is
 /// bounded), for CloudWatch.
 pub fn router_with_metrics<S: Store, E: EventSink>(
     service: Arc<Service<S, E>>,
     gate: Gate,
     stack: String,
+    tags: Arc<PrincipalTags>,
 ) -> Router {
     let gate = Arc::new(gate);
     let counted = gate.clone();
     let clock = service.clone();
-    router_with_gate(service, gate).layer(middleware::from_fn(
+    let tag_clock = service.clone();
+    let tagged = trainyard_api::router_with_gate(service, gate).layer(middleware::from_fn(
         move |request: Request, next: Next| {
-            let gate = counted.clone();
-            let stack = stack.clone();
-            let clock = clock.clone();
-            async move {
-                let response = next.run(request).await;
-                crate::metrics::print_lines(&denied_lines(&gate, &stack, clock.now_ms()));
-                response
-            }
+            let tags = tags.clone();
+            let now_ms = tag_clock.now_ms();
+            async move { identify_with_tags(&tags, now_ms, request, next).await }
         },
-    ))
+    ));
+    tagged.layer(middleware::from_fn(move |request: Request, next: Next| {
+        let gate = counted.clone();
+        let stack = stack.clone();
+        let clock = clock.clone();
+        async move {
+            let response = next.run(request).await;
+            crate::metrics::print_lines(&denied_lines(&gate, &stack, clock.now_ms()));
+            response
+        }
+    }))
 }
 
 /// EMF lines for the refusals `gate` counted since the last call: `AccessDenied` by `Stack`
@@ -106,6 +116,26 @@ pub fn verified_principal(request: &Request) -> Option<Principal> {
 
 async fn identify(mut request: Request, next: Next) -> Response {
     let principal = verified_principal(&request).unwrap_or_else(Principal::anonymous);
+    request.extensions_mut().insert(Caller(principal));
+    next.run(request).await
+}
+
+/// [`identify`], with the caller's IAM tags.
+async fn identify_with_tags(
+    tags: &PrincipalTags,
+    now_ms: i64,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let mut principal = verified_principal(&request).unwrap_or_else(Principal::anonymous);
+    if let Some((kind, name)) = principal.tagged_identity() {
+        match tags.of(kind, name, now_ms).await {
+            Ok(read) => principal.tags = read,
+            Err(unreadable) => {
+                return ApiError::throttled(format!("{unreadable}; try again")).into_response();
+            }
+        }
+    }
     request.extensions_mut().insert(Caller(principal));
     next.run(request).await
 }

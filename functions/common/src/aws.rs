@@ -26,6 +26,8 @@ pub struct Adapters {
     pub events: EventBridgeSink,
     /// SageMaker (only the scheduler and retry functions call it).
     pub sagemaker: SageMakerBackend,
+    /// The configuration the clients were built from (for clients only one function needs).
+    sdk: aws_config::SdkConfig,
 }
 
 impl Adapters {
@@ -40,7 +42,13 @@ impl Adapters {
                 config.arns.clone(),
             ),
             sagemaker: SageMakerBackend::new(aws_sdk_sagemaker::Client::new(&sdk)),
+            sdk,
         }
+    }
+
+    /// An IAM client (the api function reads callers' tags with it).
+    pub fn iam(&self) -> aws_sdk_iam::Client {
+        aws_sdk_iam::Client::new(&self.sdk)
     }
 
     /// The use-cases over these adapters, with the system clock and random job ids, and the

@@ -256,3 +256,51 @@ async fn a_caller_over_its_rate_limit_is_throttled_and_counted() {
     );
     assert!(trainyard_functions::api::denied_lines(&gate, "stack-1", 0).is_empty());
 }
+
+#[tokio::test]
+async fn a_caller_whose_iam_tags_cannot_be_read_is_refused_and_an_anonymous_one_needs_none() {
+    // IAM at a loopback port nobody listens on, without retries: every read fails.
+    let unreachable = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let config = aws_sdk_iam::Config::builder()
+        .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
+        .region(aws_sdk_iam::config::Region::new("us-east-1"))
+        .endpoint_url(unreachable)
+        .credentials_provider(aws_sdk_iam::config::Credentials::for_tests())
+        .retry_config(aws_sdk_iam::config::retry::RetryConfig::disabled())
+        .build();
+    let tags = std::sync::Arc::new(trainyard_aws::iam::PrincipalTags::new(
+        aws_sdk_iam::Client::from_conf(config),
+    ));
+    let (service, _, _) = deployment(MemoryStore::new(), NoEvents, 4).await;
+    let router = trainyard_functions::api::router_with_metrics(
+        service,
+        trainyard_api::Gate::default(),
+        "stack-1".into(),
+        tags,
+    );
+    // The submit sample's caller is an assumed role: its tags must be read, and cannot be.
+    let submit = fixture_text("submit.json");
+    let (status, error_type, body) = invoke(&router, &submit).await;
+    assert_eq!(
+        (status, error_type.as_deref()),
+        (429, Some("ThrottlingException")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("IAM tags of role vision-researcher")),
+        "{body}"
+    );
+    // Without the IAM authorizer's context the caller is anonymous: nothing to read.
+    let mut anonymous: Value = serde_json::from_str(&submit).unwrap();
+    anonymous["requestContext"]
+        .as_object_mut()
+        .unwrap()
+        .remove("authorizer");
+    let (status, _, body) = invoke(&router, &anonymous.to_string()).await;
+    assert_ne!(status, 429, "{body}");
+}

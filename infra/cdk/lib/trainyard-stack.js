@@ -233,6 +233,16 @@ class TrainyardStack extends cdk.Stack {
       statements: [
         { Sid: 'Store', Effect: 'Allow', Action: readWrite, Resource: tableResources },
         { Sid: 'Events', Effect: 'Allow', Action: 'events:PutEvents', Resource: bus.attrArn },
+        // Callers' IAM tags, which access policies may group principals by.
+        {
+          Sid: 'CallerTags',
+          Effect: 'Allow',
+          Action: ['iam:ListRoleTags', 'iam:ListUserTags'],
+          Resource: [
+            Fn.sub('arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*'),
+            Fn.sub('arn:${AWS::Partition}:iam::${AWS::AccountId}:user/*'),
+          ],
+        },
       ],
     });
     const scheduler = fn('Scheduler', 'scheduler', {

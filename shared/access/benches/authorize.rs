@@ -1,5 +1,7 @@
 //! What one authorization costs with 100 policies: the example set plus 92 per-team submit
-//! permits, each request timed on its own, percentiles printed.
+//! permits for the `research` queue, each request timed on its own, percentiles printed. A
+//! submit to `research` is the worst case (Cedar evaluates all 92); a submit to another queue
+//! shows the resource slicing (the 92 are not handed to Cedar).
 //!
 //! Run: `cargo bench -p trainyard-access --bench authorize`
 
@@ -34,6 +36,10 @@ fn main() {
             instance_count: 2,
         }),
     };
+    let elsewhere = AccessRequest {
+        resource: Resource::Queue("sweeps".into()),
+        ..submit.clone()
+    };
     let terminate = AccessRequest::new(
         Action::TERMINATE_SERVICE_JOB,
         Resource::Job(JobResource {
@@ -54,6 +60,12 @@ fn main() {
             &policies,
             &submit,
             true,
+        ),
+        (
+            "submit to another queue, denied",
+            &policies,
+            &elsewhere,
+            false,
         ),
         (
             "terminate another's job, denied",

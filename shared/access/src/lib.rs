@@ -67,9 +67,9 @@ impl Decision {
 /// even build (a bug here, not the caller's) is denied, with the reason in `errors`.
 pub fn authorize(policies: &Policies, principal: &Principal, request: &AccessRequest) -> Decision {
     match build(principal, request) {
-        Ok((cedar_request, entities)) => {
-            let set = policies.for_action(request.action.name());
-            let response = Authorizer::new().is_authorized(&cedar_request, set, &entities);
+        Ok((cedar_request, entities, chain)) => {
+            let set = policies.for_request(request.action.name(), &chain);
+            let response = Authorizer::new().is_authorized(&cedar_request, &set, &entities);
             let allowed = response.decision() == cedar_policy::Decision::Allow;
             let diagnostics = response.diagnostics();
             Decision {
@@ -98,12 +98,17 @@ static ACTION_ENTITIES: LazyLock<HashMap<EntityUid, Entity>> = LazyLock::new(|| 
 });
 
 /// The Cedar request and the entities it refers to: the principal, the resource and its
-/// parents, the action and its groups. Neither is validated against the schema here (that
-/// costs more than the evaluation): the shapes are this crate's own, and a test builds a
-/// request for every action and checks it against the schema.
-fn build(principal: &Principal, request: &AccessRequest) -> Result<(Request, Entities), String> {
+/// parents, the action and its groups; and the resource's chain (its uid and its ancestors').
+/// Neither is validated against the schema here (that costs more than the evaluation): the
+/// shapes are this crate's own, and a test builds a request for every action and checks it
+/// against the schema.
+fn build(
+    principal: &Principal,
+    request: &AccessRequest,
+) -> Result<(Request, Entities, Vec<EntityUid>), String> {
     let mut entities = vec![principal_entity(principal)?];
     let resource = resource_entities(&request.resource, &mut entities)?;
+    let chain: Vec<EntityUid> = entities[1..].iter().map(Entity::uid).collect();
     let action = uid("Action", request.action.name())?;
     entities.extend(ACTION_ENTITIES.get(&action).cloned());
     for group in request::GROUPS {
@@ -119,13 +124,13 @@ fn build(principal: &Principal, request: &AccessRequest) -> Result<(Request, Ent
     .map_err(|e| format!("the request cannot be built: {e}"))?;
     let entities = Entities::from_entities(entities, None)
         .map_err(|e| format!("the entities cannot be built: {e}"))?;
-    Ok((cedar_request, entities))
+    Ok((cedar_request, entities, chain))
 }
 
 /// The request [`authorize`] builds, checked against the schema: its context and the
 /// entities' attributes have the types the schema declares. For tests.
 pub fn fits_schema(principal: &Principal, request: &AccessRequest) -> Result<(), String> {
-    let (built, entities) = build(principal, request)?;
+    let (built, entities, _) = build(principal, request)?;
     let entities: Vec<Entity> = entities.iter().cloned().collect();
     Entities::from_entities(entities, Some(&SCHEMA))
         .map_err(|e| format!("the entities do not fit the schema: {e}"))?;
@@ -170,16 +175,15 @@ fn entity(
 }
 
 fn principal_entity(p: &Principal) -> Result<Entity, String> {
-    entity(
-        uid("Principal", &p.arn)?,
-        &[
-            ("arn", string(&p.arn)),
-            ("account", string(&p.account)),
-            ("kind", string(&p.kind)),
-            ("name", string(&p.name)),
-        ],
-        &[],
-    )
+    let attrs = [
+        ("arn", &p.arn),
+        ("account", &p.account),
+        ("kind", &p.kind),
+        ("name", &p.name),
+    ]
+    .map(|(k, v)| (k.to_owned(), string(v)));
+    let tags = p.tags.iter().map(|(k, v)| (k.clone(), string(v)));
+    Entity::new_with_tags(uid("Principal", &p.arn)?, attrs, [], tags).map_err(|e| e.to_string())
 }
 
 /// Adds the entity `kind::id` with `attrs`, in `parents`, to `out`; returns its uid.
@@ -272,4 +276,118 @@ fn context(context: &Context) -> Result<CedarContext, String> {
         )],
     };
     CedarContext::from_pairs(pairs).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// Policies of every resource scope: any, `==`, `in`, `is`, `is … in`, on the service, a
+    /// queue, a job and a quota share, permits and a forbid.
+    const SCOPES: &str = r#"
+@id("read-research")
+permit(principal, action in Trainyard::Action::"Read", resource in Trainyard::Queue::"research");
+@id("tag-one-job")
+permit(principal, action == Trainyard::Action::"TagResource", resource == Trainyard::Job::"job-1");
+@id("tag-research-shares")
+permit(principal, action == Trainyard::Action::"TagResource", resource is Trainyard::QuotaShare in Trainyard::Queue::"research");
+@id("platform-environments")
+permit(principal, action in Trainyard::Action::"Administer", resource is Trainyard::Environment)
+when { principal.name like "platform-*" };
+@id("list-everything")
+permit(principal, action == Trainyard::Action::"ListServiceJobs", resource == Trainyard::Service::"trainyard");
+@id("terminate-sweeps")
+permit(principal, action == Trainyard::Action::"TerminateServiceJob", resource in Trainyard::Queue::"sweeps");
+@id("submit-anywhere")
+permit(principal, action == Trainyard::Action::"SubmitServiceJob", resource);
+@id("production-for-oncall")
+forbid(principal, action in [Trainyard::Action::"TerminateServiceJob", Trainyard::Action::"SubmitServiceJob"], resource in Trainyard::Queue::"production")
+unless { principal.name == "oncall" };
+"#;
+
+    fn job(id: &str, queue: &str) -> Resource {
+        Resource::Job(JobResource {
+            id: id.into(),
+            queue: queue.into(),
+            ..JobResource::default()
+        })
+    }
+
+    fn context_of(action: Action) -> Context {
+        match action {
+            Action::SUBMIT_SERVICE_JOB => Context::Submit(SubmitContext::default()),
+            Action::UPDATE_SERVICE_JOB => Context::Update {
+                scheduling_priority: 1,
+            },
+            _ => Context::None,
+        }
+    }
+
+    #[test]
+    fn policies_sliced_by_resource_decide_as_the_whole_set_does() {
+        let policies = Policies::parse(SCOPES).expect("valid");
+        let principals = [
+            "arn:aws:sts::111122223333:assumed-role/platform-admin/dana",
+            "arn:aws:sts::111122223333:assumed-role/vision-researcher/alice",
+            "arn:aws:iam::111122223333:user/oncall",
+        ]
+        .map(Principal::from_arn);
+        let mut resources = vec![Resource::Service];
+        for queue in ["research", "production", "sweeps"] {
+            resources.push(Resource::Queue(queue.into()));
+            resources.push(Resource::QuotaShare {
+                queue: queue.into(),
+                name: "s".into(),
+            });
+        }
+        for (id, queue) in [
+            ("job-1", "research"),
+            ("job-2", "production"),
+            ("job-3", "sweeps"),
+        ] {
+            resources.push(job(id, queue));
+        }
+        resources.push(Resource::Environment("e".into()));
+        resources.push(Resource::SchedulingPolicy("p".into()));
+        let (mut allowed, mut checked) = (0, 0);
+        for _ in 0..2 {
+            // Twice: the second round reads the sets built by the first.
+            for principal in &principals {
+                for action in ACTIONS.iter().filter_map(|name| Action::named(name)) {
+                    for resource in &resources {
+                        let request = AccessRequest {
+                            action,
+                            resource: resource.clone(),
+                            context: context_of(action),
+                        };
+                        let sliced = authorize(&policies, principal, &request);
+                        let (cedar, entities, _) = build(principal, &request).unwrap();
+                        let whole =
+                            Authorizer::new().is_authorized(&cedar, &policies.set, &entities);
+                        let mut reasons: Vec<String> = whole
+                            .diagnostics()
+                            .reason()
+                            .map(|id| policy_name(&policies.set, id))
+                            .collect();
+                        reasons.sort();
+                        let mut decided = sliced.policies.clone();
+                        decided.sort();
+                        let case = format!("{} {} {resource:?}", principal.arn, action.name());
+                        assert_eq!(
+                            sliced.allowed,
+                            whole.decision() == cedar_policy::Decision::Allow,
+                            "{case}"
+                        );
+                        assert_eq!(decided, reasons, "{case}");
+                        allowed += usize::from(sliced.allowed);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        // Both answers occur, so the comparison says something.
+        assert!(allowed > 0 && allowed < checked, "{allowed} of {checked}");
+    }
 }

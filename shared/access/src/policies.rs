@@ -2,9 +2,12 @@
 //! it is accepted, with errors that name the line.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use cedar_policy::{ActionConstraint, EntityUid, PolicySet, Schema, ValidationMode, Validator};
+use cedar_policy::{
+    ActionConstraint, EntityUid, Policy, PolicySet, ResourceConstraint, Schema, ValidationMode,
+    Validator,
+};
 
 use crate::request::ACTIONS;
 use miette::Diagnostic;
@@ -51,14 +54,63 @@ impl std::fmt::Display for PolicyError {
 #[error("{}", self.0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
 pub struct PolicyErrors(pub Vec<PolicyError>);
 
+/// The most policy sets a [`Slices`] keeps built for combinations of named resources; past it,
+/// they are built again as requests need them.
+const MAX_COMBINED: usize = 1024;
+
 /// A policy set that parsed and passed validation against the schema.
 #[derive(Debug, Clone)]
 pub struct Policies {
     pub(crate) set: PolicySet,
     /// For each action, the policies whose action scope can match it (directly or through a
-    /// group): Cedar evaluates every policy it is given, so each request gets only these.
-    by_action: HashMap<&'static str, PolicySet>,
+    /// group), sliced by resource scope: Cedar evaluates every policy it is given, so each
+    /// request gets only those that can apply to its action and resource.
+    by_action: HashMap<&'static str, Slices>,
     text: String,
+}
+
+/// One action's policies by resource scope.
+#[derive(Debug, Clone, Default)]
+struct Slices {
+    /// Policies whose resource scope names no entity (`resource`, `resource is T`): they may
+    /// apply to any request.
+    general: Arc<PolicySet>,
+    /// Policies whose resource scope names an entity (`resource == E`, `resource in E`,
+    /// `resource is T in E`), by that entity: they can apply only to a request whose resource
+    /// is E or lies in E.
+    by_entity: HashMap<EntityUid, Vec<Policy>>,
+    /// The sets handed to Cedar for the combinations of named entities requests have met
+    /// (`general` plus their policies), built once each.
+    combined: Arc<Mutex<HashMap<Vec<EntityUid>, Arc<PolicySet>>>>,
+}
+
+impl Slices {
+    /// The policies that can apply to a request whose resource and its ancestors are `chain`.
+    fn for_resource(&self, chain: &[EntityUid]) -> Arc<PolicySet> {
+        let named: Vec<EntityUid> = chain
+            .iter()
+            .filter(|uid| self.by_entity.contains_key(uid))
+            .cloned()
+            .collect();
+        if named.is_empty() {
+            return self.general.clone();
+        }
+        let mut combined = self.combined.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(set) = combined.get(&named) {
+            return set.clone();
+        }
+        let mut set = PolicySet::clone(&self.general);
+        for policy in named.iter().flat_map(|uid| &self.by_entity[uid]) {
+            // A policy is named by one entity only, so it is never added twice.
+            let _ = set.add(policy.clone());
+        }
+        let set = Arc::new(set);
+        if combined.len() >= MAX_COMBINED {
+            combined.clear();
+        }
+        combined.insert(named, set.clone());
+        set
+    }
 }
 
 impl Policies {
@@ -129,9 +181,13 @@ impl Policies {
         })
     }
 
-    /// The policies that can apply to `action`.
-    pub(crate) fn for_action(&self, action: &str) -> &PolicySet {
-        self.by_action.get(action).unwrap_or(&self.set)
+    /// The policies that can apply to `action` on a resource whose entity and ancestors are
+    /// `chain` (the resource first).
+    pub(crate) fn for_request(&self, action: &str, chain: &[EntityUid]) -> Arc<PolicySet> {
+        match self.by_action.get(action) {
+            Some(slices) => slices.for_resource(chain),
+            None => Arc::new(self.set.clone()),
+        }
     }
 
     /// The text as written.
@@ -151,8 +207,8 @@ impl Policies {
 }
 
 /// Each action's share of `set`, by the policies' action scopes (`action`, `action == A`,
-/// `action in [A, Group]`) and the schema's groups.
-fn by_action(set: &PolicySet) -> Result<HashMap<&'static str, PolicySet>, String> {
+/// `action in [A, Group]`) and the schema's groups, sliced by resource scope.
+fn by_action(set: &PolicySet) -> Result<HashMap<&'static str, Slices>, String> {
     let actions = SCHEMA.action_entities().map_err(|e| e.to_string())?;
     let mut out = HashMap::new();
     for name in ACTIONS {
@@ -161,7 +217,8 @@ fn by_action(set: &PolicySet) -> Result<HashMap<&'static str, PolicySet>, String
             .ancestors(&action)
             .map(|a| a.cloned().collect())
             .unwrap_or_default();
-        let mut subset = PolicySet::new();
+        let mut general = PolicySet::new();
+        let mut by_entity: HashMap<EntityUid, Vec<Policy>> = HashMap::new();
         for policy in set.policies() {
             let applies = match policy.action_constraint() {
                 ActionConstraint::Any => true,
@@ -170,11 +227,26 @@ fn by_action(set: &PolicySet) -> Result<HashMap<&'static str, PolicySet>, String
                     list.iter().any(|a| *a == action || groups.contains(a))
                 }
             };
-            if applies {
-                subset.add(policy.clone()).map_err(|e| e.to_string())?;
+            if !applies {
+                continue;
+            }
+            match policy.resource_constraint() {
+                ResourceConstraint::Any | ResourceConstraint::Is(_) => {
+                    general.add(policy.clone()).map_err(|e| e.to_string())?;
+                }
+                ResourceConstraint::Eq(uid)
+                | ResourceConstraint::In(uid)
+                | ResourceConstraint::IsIn(_, uid) => {
+                    by_entity.entry(uid).or_default().push(policy.clone());
+                }
             }
         }
-        out.insert(name, subset);
+        let slices = Slices {
+            general: Arc::new(general),
+            by_entity,
+            combined: Arc::default(),
+        };
+        out.insert(name, slices);
     }
     Ok(out)
 }

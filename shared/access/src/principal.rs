@@ -1,11 +1,14 @@
 //! The caller: who a request comes from, read from its IAM ARN.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The ARN of a caller nobody authenticated (local mode without `--credentials`).
 pub const ANONYMOUS: &str = "anonymous";
 
-/// Who calls, as policies see it (`principal.arn`, `.account`, `.kind`, `.name`).
+/// Who calls, as policies see it (`principal.arn`, `.account`, `.kind`, `.name`, and its tags
+/// through `principal.hasTag(k)` / `principal.getTag(k)`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Principal {
     /// The full ARN, or [`ANONYMOUS`].
@@ -16,6 +19,10 @@ pub struct Principal {
     pub kind: String,
     /// The user or role name, without path or session.
     pub name: String,
+    /// The IAM tags of the user or role (on AWS, read from IAM; in local mode, from the access
+    /// keys file), which policies group principals by.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 impl Principal {
@@ -26,6 +33,7 @@ impl Principal {
             account: String::new(),
             kind: ANONYMOUS.to_owned(),
             name: ANONYMOUS.to_owned(),
+            tags: BTreeMap::new(),
         }
     }
 
@@ -55,7 +63,20 @@ impl Principal {
             account: account.to_owned(),
             kind: kind.to_owned(),
             name: name.to_owned(),
+            tags: BTreeMap::new(),
         }
+    }
+
+    /// The same principal with `tags`.
+    pub fn with_tags(self, tags: BTreeMap<String, String>) -> Self {
+        Self { tags, ..self }
+    }
+
+    /// The IAM role or user whose tags this principal carries, as (kind, name): `("role",
+    /// name)` for a role or an assumed role, `("user", name)` for a user; none for the root,
+    /// the anonymous caller and other ARNs.
+    pub fn tagged_identity(&self) -> Option<(&str, &str)> {
+        matches!(self.kind.as_str(), "role" | "user").then_some((self.kind.as_str(), &self.name))
     }
 
     /// Whether nobody authenticated this caller.

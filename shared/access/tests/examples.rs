@@ -285,3 +285,33 @@ fn context_of(action: Action) -> Context {
         _ => Context::None,
     }
 }
+
+#[test]
+fn a_team_tag_groups_principals_whatever_their_names() {
+    let policies = Policies::parse(EXAMPLES).expect("the shipped examples are valid");
+    let erin = || Principal::from_arn("arn:aws:sts::111122223333:assumed-role/ml-engineer/erin");
+    let tagged = |team: &str| erin().with_tags([("team".to_owned(), team.to_owned())].into());
+    let cases = [
+        (tagged("nlp"), submit("research", "nlp", 10), true),
+        (tagged("nlp"), submit("research", "vision", 10), false),
+        (tagged("nlp"), submit("production", "nlp", 10), false),
+        (tagged("vision"), submit("research", "nlp", 10), false),
+        (erin(), submit("research", "nlp", 10), false),
+        (
+            erin().with_tags([("Team".to_owned(), "nlp".to_owned())].into()),
+            submit("research", "nlp", 10),
+            false,
+        ),
+    ];
+    for (principal, request, allowed) in cases {
+        let decision = authorize(&policies, &principal, &request);
+        assert_eq!(
+            decision.allowed, allowed,
+            "{:?} {request:?}: {decision:?}",
+            principal.tags
+        );
+        if allowed {
+            assert_eq!(decision.policies, ["nlp-submits"]);
+        }
+    }
+}

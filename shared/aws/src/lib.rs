@@ -10,8 +10,10 @@
 //! - [`sagemaker`]: the training backend, on SageMaker's API.
 //! - [`eventbridge`]: the event sink, on an EventBridge bus.
 //! - [`metrics`]: CloudWatch metrics as Embedded Metric Format log lines.
+//! - [`iam`]: callers' IAM tags, for the access policies.
 
 pub mod dynamodb;
 pub mod eventbridge;
+pub mod iam;
 pub mod metrics;
 pub mod sagemaker;

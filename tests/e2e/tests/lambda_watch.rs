@@ -99,6 +99,28 @@ impl Stand {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// A query-protocol IAM call to the stand as the account's root: `params` besides `Action`
+    /// and `Version`.
+    fn iam(&self, action: &str, params: &[(&str, &str)]) -> String {
+        let authorization = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/iam/aws4_request,              SignedHeaders=host, Signature=0";
+        let mut form = vec![("Action", action), ("Version", "2010-05-08")];
+        form.extend_from_slice(params);
+        let body: Vec<String> = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencoding(v)))
+            .collect();
+        let mut response = self
+            .agent
+            .post(&self.stand)
+            .header("authorization", authorization)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .send(body.join("&"))
+            .unwrap();
+        let text = response.body_mut().read_to_string().unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{action}: {text}");
+        text
+    }
+
     /// Puts a SageMaker state change on the default bus, as SageMaker does.
     fn put_state_change(&self, detail: &Value) {
         let entry = json!({
@@ -195,7 +217,15 @@ impl Stand {
 
     /// [`Stand::api`] for any path (Trainyard's own operations are under `/trainyard/v1/`).
     fn api_at(&mut self, path: &str, body: &Value) -> (u16, Value) {
+        self.api_as(None, path, body)
+    }
+
+    /// [`Stand::api_at`] as the IAM principal `caller` (the sample's when `None`).
+    fn api_as(&mut self, caller: Option<&str>, path: &str, body: &Value) -> (u16, Value) {
         let mut event = fixture("api", "submit.json");
+        if let Some(caller) = caller {
+            event["requestContext"]["authorizer"]["iam"]["userArn"] = json!(caller);
+        }
         event["rawPath"] = json!(path);
         event["requestContext"]["http"]["path"] = json!(path);
         event["body"] = json!(body.to_string());
@@ -603,6 +633,42 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
         (403, &json!("AccessDeniedException")),
         "{body}"
     );
+    // A policy on an IAM tag: a role tagged team=e2e in the stand's IAM (which the api function
+    // reads as its own role) gets past the gate (its empty submit is then refused as invalid,
+    // 400); the sample's untagged caller is still refused (403).
+    s.iam(
+        "CreateRole",
+        &[
+            ("RoleName", "e2e-tagged"),
+            (
+                "AssumeRolePolicyDocument",
+                "{\"Version\":\"2012-10-17\",\"Statement\":[]}",
+            ),
+            ("Tags.member.1.Key", "team"),
+            ("Tags.member.1.Value", "e2e"),
+        ],
+    );
+    let tagged = format!(
+        "{text}\npermit(principal, action == Trainyard::Action::\"SubmitServiceJob\", resource) when {{ principal.hasTag(\"team\") && principal.getTag(\"team\") == \"e2e\" }};"
+    );
+    let (status, body) = s.api_at(
+        "/trainyard/v1/putaccesspolicies",
+        &json!({"policies": tagged}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let tagged_caller = "arn:aws:sts::123456789012:assumed-role/e2e-tagged/carol";
+    let (status, body) = s.api_as(
+        Some(tagged_caller),
+        "/v1/submitservicejob",
+        &json!({"jobName": "tagged"}),
+    );
+    assert_eq!(
+        (status, &body["__type"]),
+        (400, &json!("ClientException")),
+        "{body}"
+    );
+    let (status, body) = s.api("submitservicejob", &json!({"jobName": "untagged"}));
+    assert_eq!(status, 403, "{body}");
     let (status, body) = s.api_at("/trainyard/v1/deleteaccesspolicies", &json!({}));
     assert_eq!(status, 200, "{body}");
     let (status, body) = s.api_at("/trainyard/v1/getaccesspolicies", &json!({}));
@@ -644,6 +710,17 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
             "SubmitServiceJob",
             "PutAccessPolicies"
         ],
+        "{body}"
+    );
+    // The tagged caller's submit is recorded as allowed, then refused as invalid.
+    let (status, body) = s.api_at(
+        "/trainyard/v1/listauditrecords",
+        &json!({"principal": tagged_caller}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["auditRecords"][0]["allowed"], true, "{body}");
+    assert_eq!(
+        body["auditRecords"][0]["outcome"], "ClientException",
         "{body}"
     );
     // And published: the team's rule delivered the refusal.
@@ -706,4 +783,17 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
         began.elapsed().as_secs_f64(),
         audit["faults"]
     );
+}
+
+/// `value` percent-encoded for a form body (unreserved characters kept).
+fn urlencoding(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
