@@ -63,9 +63,21 @@ impl Decision {
     }
 }
 
-/// Decides `request` by `principal` under `policies`. Never fails: a request the engine cannot
-/// even build (a bug here, not the caller's) is denied, with the reason in `errors`.
+/// Decides `request` by `principal` under `policies`, or answers from the decisions `policies`
+/// made before for the same question. Never fails: a request the engine cannot even build (a
+/// bug here, not the caller's) is denied, with the reason in `errors`.
 pub fn authorize(policies: &Policies, principal: &Principal, request: &AccessRequest) -> Decision {
+    if let Some(decision) = policies.decided(principal, request) {
+        return decision;
+    }
+    let decision = decide(policies, principal, request);
+    policies.remember(principal, request, &decision);
+    decision
+}
+
+/// [`authorize`] without the remembered decisions: Cedar evaluates the policies that can apply
+/// (what a question asked for the first time costs; for benchmarks and tests).
+pub fn decide(policies: &Policies, principal: &Principal, request: &AccessRequest) -> Decision {
     match build(principal, request) {
         Ok((cedar_request, entities, chain)) => {
             let set = policies.for_request(request.action.name(), &chain);
@@ -326,7 +338,7 @@ unless { principal.name == "oncall" };
     }
 
     #[test]
-    fn policies_sliced_by_resource_decide_as_the_whole_set_does() {
+    fn sliced_policies_and_remembered_decisions_decide_as_the_whole_set_does() {
         let policies = Policies::parse(SCOPES).expect("valid");
         let principals = [
             "arn:aws:sts::111122223333:assumed-role/platform-admin/dana",

@@ -10,6 +10,7 @@ use cedar_policy::{
 };
 
 use crate::request::ACTIONS;
+use crate::{AccessRequest, Decision, Principal};
 use miette::Diagnostic;
 
 /// Trainyard's schema, in Cedar's schema language (`schema.cedarschema` beside this file).
@@ -58,10 +59,20 @@ pub struct PolicyErrors(pub Vec<PolicyError>);
 /// they are built again as requests need them.
 const MAX_COMBINED: usize = 1024;
 
+/// The most decisions a [`Policies`] remembers; past it, it starts again.
+const MAX_DECISIONS: usize = 4096;
+
+/// A question the policies answered: who asked what.
+type Question = (Principal, AccessRequest);
+
 /// A policy set that parsed and passed validation against the schema.
 #[derive(Debug, Clone)]
 pub struct Policies {
     pub(crate) set: PolicySet,
+    /// Decisions already made, by question: a decision depends on nothing but the policies and
+    /// the question (the principal, the action, the resource with its attributes, the context),
+    /// so a repeated question (a team's sweep submitting the same way) is answered from here.
+    decisions: Arc<Mutex<HashMap<Question, Decision>>>,
     /// For each action, the policies whose action scope can match it (directly or through a
     /// group), sliced by resource scope: Cedar evaluates every policy it is given, so each
     /// request gets only those that can apply to its action and resource.
@@ -176,6 +187,7 @@ impl Policies {
         })?;
         Ok(Self {
             set,
+            decisions: Arc::default(),
             by_action,
             text: text.to_owned(),
         })
@@ -188,6 +200,36 @@ impl Policies {
             Some(slices) => slices.for_resource(chain),
             None => Arc::new(self.set.clone()),
         }
+    }
+
+    /// The decision made before for `principal` asking `request`, if any.
+    pub(crate) fn decided(
+        &self,
+        principal: &Principal,
+        request: &AccessRequest,
+    ) -> Option<Decision> {
+        let question = (principal.clone(), request.clone());
+        self.lock_decisions().get(&question).cloned()
+    }
+
+    /// Remembers `decision` for `principal` asking `request`.
+    pub(crate) fn remember(
+        &self,
+        principal: &Principal,
+        request: &AccessRequest,
+        decision: &Decision,
+    ) {
+        let mut decisions = self.lock_decisions();
+        if decisions.len() >= MAX_DECISIONS {
+            decisions.clear();
+        }
+        decisions.insert((principal.clone(), request.clone()), decision.clone());
+    }
+
+    fn lock_decisions(&self) -> std::sync::MutexGuard<'_, HashMap<Question, Decision>> {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The text as written.

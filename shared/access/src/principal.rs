@@ -9,7 +9,7 @@ pub const ANONYMOUS: &str = "anonymous";
 
 /// Who calls, as policies see it (`principal.arn`, `.account`, `.kind`, `.name`, and its tags
 /// through `principal.hasTag(k)` / `principal.getTag(k)`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Principal {
     /// The full ARN, or [`ANONYMOUS`].
     pub arn: String,

@@ -120,7 +120,7 @@ impl std::fmt::Display for Action {
 }
 
 /// A job as policies see it (`resource.owner`, `resource.queue`, …).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct JobResource {
     /// The job id.
     pub id: String,
@@ -139,7 +139,7 @@ pub struct JobResource {
 }
 
 /// What a request acts on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Resource {
     /// The whole deployment: listings and the access policies themselves.
     Service,
@@ -161,7 +161,7 @@ pub enum Resource {
 }
 
 /// What a submit asks for, beyond its queue.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct SubmitContext {
     /// `shareIdentifier`; empty when none.
     pub share_identifier: String,
@@ -176,7 +176,7 @@ pub struct SubmitContext {
 }
 
 /// The context of a request, by action.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum Context {
     /// Actions whose context is empty.
     #[default]
@@ -191,7 +191,7 @@ pub enum Context {
 }
 
 /// One question for the policies: may the caller do `action` to `resource`, in `context`?
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AccessRequest {
     /// The action.
     pub action: Action,

@@ -67,7 +67,7 @@ async fn with_examples() -> Harness {
     h.fair_share_queues("gpus", &[("research", 10)]).await;
     let (status, _, body) = put_as(&h, PLATFORM, json!({ "policies": EXAMPLES })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["policies"], 8);
+    assert_eq!(body["policies"], 9);
     h
 }
 
