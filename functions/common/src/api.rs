@@ -60,7 +60,7 @@ pub fn router_with_metrics<S: Store, E: EventSink>(
         move |request: Request, next: Next| {
             let tags = tags.clone();
             let now_ms = tag_clock.now_ms();
-            async move { identify_with_tags(&tags, now_ms, request, next).await }
+            async move { identify_with_tags(Some((&tags, now_ms)), request, next).await }
         },
     ));
     tagged.layer(middleware::from_fn(move |request: Request, next: Next| {
@@ -114,21 +114,19 @@ pub fn verified_principal(request: &Request) -> Option<Principal> {
     }
 }
 
-async fn identify(mut request: Request, next: Next) -> Response {
-    let principal = verified_principal(&request).unwrap_or_else(Principal::anonymous);
-    request.extensions_mut().insert(Caller(principal));
-    next.run(request).await
+async fn identify(request: Request, next: Next) -> Response {
+    identify_with_tags(None, request, next).await
 }
 
-/// [`identify`], with the caller's IAM tags.
+/// Puts the caller on the request as [`Caller`], with its IAM tags read through `tags` (at
+/// `now_ms`) when given.
 async fn identify_with_tags(
-    tags: &PrincipalTags,
-    now_ms: i64,
+    tags: Option<(&PrincipalTags, i64)>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let mut principal = verified_principal(&request).unwrap_or_else(Principal::anonymous);
-    if let Some((kind, name)) = principal.tagged_identity() {
+    if let (Some((tags, now_ms)), Some((kind, name))) = (tags, principal.tagged_identity()) {
         match tags.of(kind, name, now_ms).await {
             Ok(read) => principal.tags = read,
             Err(unreadable) => {

@@ -67,11 +67,12 @@ impl Decision {
 /// made before for the same question. Never fails: a request the engine cannot even build (a
 /// bug here, not the caller's) is denied, with the reason in `errors`.
 pub fn authorize(policies: &Policies, principal: &Principal, request: &AccessRequest) -> Decision {
-    if let Some(decision) = policies.decided(principal, request) {
+    let question = (principal.clone(), request.clone());
+    if let Some(decision) = policies.decided(&question) {
         return decision;
     }
     let decision = decide(policies, principal, request);
-    policies.remember(principal, request, &decision);
+    policies.remember(question, decision.clone());
     decision
 }
 

@@ -63,7 +63,7 @@ const MAX_COMBINED: usize = 1024;
 const MAX_DECISIONS: usize = 4096;
 
 /// A question the policies answered: who asked what.
-type Question = (Principal, AccessRequest);
+pub(crate) type Question = (Principal, AccessRequest);
 
 /// A policy set that parsed and passed validation against the schema.
 #[derive(Debug, Clone)]
@@ -202,28 +202,18 @@ impl Policies {
         }
     }
 
-    /// The decision made before for `principal` asking `request`, if any.
-    pub(crate) fn decided(
-        &self,
-        principal: &Principal,
-        request: &AccessRequest,
-    ) -> Option<Decision> {
-        let question = (principal.clone(), request.clone());
-        self.lock_decisions().get(&question).cloned()
+    /// The decision made before for `question`, if any.
+    pub(crate) fn decided(&self, question: &Question) -> Option<Decision> {
+        self.lock_decisions().get(question).cloned()
     }
 
-    /// Remembers `decision` for `principal` asking `request`.
-    pub(crate) fn remember(
-        &self,
-        principal: &Principal,
-        request: &AccessRequest,
-        decision: &Decision,
-    ) {
+    /// Remembers `decision` for `question`.
+    pub(crate) fn remember(&self, question: Question, decision: Decision) {
         let mut decisions = self.lock_decisions();
         if decisions.len() >= MAX_DECISIONS {
             decisions.clear();
         }
-        decisions.insert((principal.clone(), request.clone()), decision.clone());
+        decisions.insert(question, decision);
     }
 
     fn lock_decisions(&self) -> std::sync::MutexGuard<'_, HashMap<Question, Decision>> {

@@ -83,14 +83,11 @@ impl PrincipalTags {
                 if cache.len() >= MAX_CACHED {
                     cache.clear();
                 }
-                let read_at_ms = now_ms;
-                cache.insert(
-                    key,
-                    Cached {
-                        read_at_ms,
-                        tags: tags.clone(),
-                    },
-                );
+                let cached = Cached {
+                    read_at_ms: now_ms,
+                    tags: tags.clone(),
+                };
+                cache.insert(key, cached);
                 Ok(tags)
             }
             Err(reason) => {
@@ -113,32 +110,23 @@ impl PrincipalTags {
         let mut tags = BTreeMap::new();
         let mut marker: Option<String> = None;
         loop {
-            let (page, truncated, next) = if kind == "role" {
-                let answer = self
-                    .client
-                    .list_role_tags()
-                    .role_name(name)
-                    .set_marker(marker.clone())
-                    .send()
-                    .await;
-                match answer {
-                    Ok(out) => (out.tags, out.is_truncated, out.marker),
-                    Err(e) if e.code() == Some(NO_SUCH_ENTITY) => return Ok(BTreeMap::new()),
-                    Err(e) => return Err(describe(&e)),
-                }
+            let page = if kind == "role" {
+                let request = self.client.list_role_tags().role_name(name);
+                let answer = request.set_marker(marker.take()).send().await;
+                answer
+                    .map(|o| (o.tags, o.is_truncated, o.marker))
+                    .map_err(|e| failed(&e))
             } else {
-                let answer = self
-                    .client
-                    .list_user_tags()
-                    .user_name(name)
-                    .set_marker(marker.clone())
-                    .send()
-                    .await;
-                match answer {
-                    Ok(out) => (out.tags, out.is_truncated, out.marker),
-                    Err(e) if e.code() == Some(NO_SUCH_ENTITY) => return Ok(BTreeMap::new()),
-                    Err(e) => return Err(describe(&e)),
-                }
+                let request = self.client.list_user_tags().user_name(name);
+                let answer = request.set_marker(marker.take()).send().await;
+                answer
+                    .map(|o| (o.tags, o.is_truncated, o.marker))
+                    .map_err(|e| failed(&e))
+            };
+            let (page, truncated, next) = match page {
+                Ok(page) => page,
+                Err(None) => return Ok(BTreeMap::new()),
+                Err(Some(reason)) => return Err(reason),
             };
             tags.extend(page.into_iter().map(|t| (t.key, t.value)));
             match next.filter(|_| truncated) {
@@ -147,6 +135,11 @@ impl PrincipalTags {
             }
         }
     }
+}
+
+/// Why a read failed: `None` when IAM does not know the name (it has no tags), else IAM's error.
+fn failed(error: &impl ProvideErrorMetadata) -> Option<String> {
+    (error.code() != Some(NO_SUCH_ENTITY)).then(|| describe(error))
 }
 
 fn describe(error: &impl ProvideErrorMetadata) -> String {
