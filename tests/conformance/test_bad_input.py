@@ -38,6 +38,16 @@ def submit_cases():
             ["ResourceConfig"],
         ),
         (
+            "a payload member SageMaker does not have",
+            {"serviceRequestPayload": training_payload(ModelAccessConfig={"AcceptEula": True})},
+            ["serviceRequestPayload.ModelAccessConfig", "not a member"],
+        ),
+        (
+            "a hyperparameter that is not a string",
+            {"serviceRequestPayload": training_payload(HyperParameters={"epochs": 3})},
+            ["serviceRequestPayload.HyperParameters.epochs", "string"],
+        ),
+        (
             "a payload over 10 KiB",
             {"serviceRequestPayload": training_payload(Environment={"PAD": "p" * (11 * 1024)})},
             ["serviceRequestPayload", "10 KiB", "10240"],

@@ -105,3 +105,19 @@ def test_the_sagemaker_sdk_attaches_an_estimator_to_an_emulated_training_job(sag
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["hyperparameters"]["epochs"] == "3"
+
+
+def test_instance_preferences_are_taken_and_described_as_botocore_expects(sagemaker):
+    name = f"emu-{uuid.uuid4().hex[:12]}"
+    request = _request(name, emulator_duration_s="300")
+    request["ResourceConfig"] = {
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 10,
+        "InstancePreferences": [{"InstanceType": "ml.p5.48xlarge"}, {"InstanceType": "ml.m5.large"}],
+    }
+    sagemaker.create_training_job(**request)
+    described = sagemaker.describe_training_job(TrainingJobName=name)
+    resources = described["ResourceConfig"]
+    assert resources["InstancePreferences"] == request["ResourceConfig"]["InstancePreferences"]
+    assert (resources["SelectedInstanceType"], resources["SelectedInstanceCount"]) == ("ml.p5.48xlarge", 1)
+    sagemaker.stop_training_job(TrainingJobName=name)

@@ -63,17 +63,8 @@ impl Adapters {
                 Arc::new(RandomIds),
                 config.arns.clone(),
             )
-            .with_training_roles(config.training_role_arns.clone())
-            .with_payload_check(Arc::new(launchable)),
+            .with_training_roles(config.training_role_arns.clone()),
         );
         (service, metrics)
     }
-}
-
-/// Whether the SageMaker adapter can carry `payload` to `CreateTrainingJob` (the submit-time
-/// check: a member it does not map is refused by name before the job waits in a queue).
-pub fn launchable(payload: &serde_json::Value) -> Result<(), String> {
-    trainyard_aws::sagemaker::create_training_job_input(payload)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
 }

@@ -40,14 +40,7 @@ pub struct Service<S, E> {
     arns: ArnContext,
     /// The IAM roles a submitted job's payload may name, when the host restricts them.
     training_roles: Option<Arc<[String]>>,
-    /// Whether the host's training backend can carry a submitted payload, when it cannot carry
-    /// every one.
-    payload_check: Option<PayloadCheck>,
 }
-
-/// A host's check that its training backend can launch a `CreateTrainingJob` payload: `Err`
-/// names what it cannot carry.
-pub type PayloadCheck = Arc<dyn Fn(&serde_json::Value) -> Result<(), String> + Send + Sync>;
 
 impl<S, E: EventSink> Service<S, E> {
     /// Builds the service from its adapters.
@@ -65,7 +58,6 @@ impl<S, E: EventSink> Service<S, E> {
             ids,
             arns,
             training_roles: None,
-            payload_check: None,
         }
     }
 
@@ -74,14 +66,6 @@ impl<S, E: EventSink> Service<S, E> {
     /// Checked by the submit use-case itself, so no route or encoding of the request skips it.
     pub fn with_training_roles(mut self, roles: Vec<String>) -> Self {
         self.training_roles = Some(roles.into());
-        self
-    }
-
-    /// The same service, refusing at submit any payload `check` says the training backend
-    /// cannot carry to `CreateTrainingJob`, with its message: the job fails at once, with the
-    /// member named, instead of after it waited in its queue.
-    pub fn with_payload_check(mut self, check: PayloadCheck) -> Self {
-        self.payload_check = Some(check);
         self
     }
 

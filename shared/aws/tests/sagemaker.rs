@@ -214,15 +214,15 @@ async fn sagemaker_refusals_arrive_classified() {
         "{missing:?}"
     );
 
-    let mut unmapped = request("bad-3", "ml.m5.large", json!({}));
-    unmapped["ResourceConfig"]["InstancePlacementConfig"] = json!({"EnableMultipleJobs": true});
-    let refused = backend.create_training_job(unmapped).await;
+    let mut unknown = request("bad-3", "ml.m5.large", json!({}));
+    unknown["ResourceConfig"]["InstanceTypo"] = json!("ml.p5.48xlarge");
+    let refused = backend.create_training_job(unknown).await;
     assert!(
         matches!(&refused, Err(BackendError::Rejected { code, message })
-            if code == "UnsupportedMember" && message.contains("ResourceConfig.InstancePlacementConfig")),
+            if code == "ValidationException" && message.contains("ResourceConfig.InstanceTypo")),
         "{refused:?}"
     );
-    // Refused before it was sent: SageMaker never heard of it.
+    // Refused, not created.
     assert!(matches!(
         backend.describe_training_job("bad-3").await,
         Err(BackendError::NotFound(_))
@@ -301,8 +301,8 @@ async fn stopping_a_completed_job_is_not_an_error() {
     stand.backend.stop_training_job("done-1").await.unwrap();
 }
 
-/// A request using every member the backend maps (the SageMaker Python SDK's usual ones and
-/// more), with values unlike the defaults.
+/// A request using most members SageMaker's `CreateTrainingJob` has (the SageMaker Python SDK's
+/// usual ones and more), with values unlike the defaults.
 fn everything(name: &str) -> Value {
     json!({
         "TrainingJobName": name,
@@ -341,7 +341,7 @@ fn everything(name: &str) -> Value {
             {
                 "ChannelName": "fsx",
                 "DataSource": {"FileSystemDataSource": {
-                    "FileSystemId": "fs-0123",
+                    "FileSystemId": "fs-0123456789abcdef0",
                     "FileSystemAccessMode": "ro",
                     "FileSystemType": "FSxLustre",
                     "DirectoryPath": "/fsx/data"
@@ -403,7 +403,7 @@ async fn every_member_sent_is_what_the_emulator_stores_and_describes() {
     let sent = sent.as_object().unwrap();
     assert!(
         sent.len() >= 25,
-        "the request exercises every top-level member mapped"
+        "the request exercises most top-level members"
     );
     for (member, value) in sent {
         if member == "Tags" {
@@ -421,6 +421,46 @@ async fn every_member_sent_is_what_the_emulator_stores_and_describes() {
         ("all-1", arn.as_str())
     );
     assert_eq!(state.status, TrainingStatus::InProgress);
+}
+
+/// Members the SDK's typed input does not have (`ResourceConfig.InstancePreferences` is newer
+/// than this SDK) reach SageMaker as they were sent: the launch carries the JSON unchanged.
+#[tokio::test]
+async fn members_newer_than_the_sdk_reach_sagemaker_unchanged() {
+    let stand = Stand::start(Config::default()).await;
+    let mut sent = request("newer-1", "ml.p5.48xlarge", json!({}));
+    sent["ResourceConfig"] = json!({
+        "InstanceCount": 2,
+        "VolumeSizeInGB": 100,
+        "InstancePreferences": [
+            {"InstanceType": "ml.p5.48xlarge"},
+            {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4}
+        ]
+    });
+    sent["MlflowConfig"] = json!({
+        "MlflowResourceArn": "arn:aws:sagemaker:us-east-1:000000000000:mlflow-tracking-server/t",
+        "MlflowExperimentName": "exp"
+    });
+    sent["ModelPackageConfig"] = json!({
+        "ModelPackageGroupArn": "arn:aws:sagemaker:us-east-1:000000000000:model-package-group/g"
+    });
+    stand
+        .backend
+        .create_training_job(sent.clone())
+        .await
+        .unwrap();
+    let stored = stand.stored("newer-1");
+    for member in ["MlflowConfig", "ModelPackageConfig"] {
+        assert_eq!(stored[member], sent[member], "{member}");
+    }
+    assert_eq!(
+        stored["ResourceConfig"]["InstancePreferences"],
+        sent["ResourceConfig"]["InstancePreferences"]
+    );
+    assert_eq!(
+        stored["ResourceConfig"]["SelectedInstanceType"],
+        json!("ml.p5.48xlarge")
+    );
 }
 
 /// A stand-in for SageMaker that answers every request with one canned error, counting the

@@ -5,8 +5,16 @@
 //! is counted in the instances it asks for. The payload must be a JSON object with SageMaker's
 //! required members (`TrainingJobName`, `RoleArn`, `OutputDataConfig`) and a `ResourceConfig`
 //! that names instances: `InstanceType` + `InstanceCount`, or `InstanceGroups` (heterogeneous
-//! clusters; instances are summed per type). `StoppingCondition.MaxRuntimeInSeconds` is kept as
-//! the attempt's runtime bound, used later to estimate when capacity frees.
+//! clusters; instances are summed per type) or `InstancePreferences` (SageMaker launches the first
+//! preferred type it has capacity for; Trainyard holds each preference's instances, so capacity is
+//! never over-committed whichever SageMaker picks). `StoppingCondition.MaxRuntimeInSeconds` is kept
+//! as the attempt's runtime bound, used later to estimate when capacity frees.
+//!
+//! Every member is also checked against SageMaker's own `CreateTrainingJob` input shape
+//! ([`shape`]), so a payload SageMaker would refuse is refused at submit, by member, and one it
+//! would take is carried to `CreateTrainingJob` unchanged.
+
+pub mod shape;
 
 use std::collections::BTreeMap;
 
@@ -29,6 +37,10 @@ pub struct TrainingRequest {
     /// Whether the payload has a `CheckpointConfig` (the job can resume after preemption).
     #[serde(default)]
     pub checkpointed: bool,
+    /// `ResourceConfig.InstancePreferences` as (type, count), in SageMaker's order of preference;
+    /// empty when the request names its instances directly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferences: Vec<(String, u32)>,
 }
 
 impl TrainingRequest {
@@ -39,6 +51,7 @@ impl TrainingRequest {
             instances: BTreeMap::from([(instance_type.to_owned(), count)]),
             max_runtime_s: None,
             checkpointed: false,
+            preferences: Vec::new(),
         }
     }
 
@@ -128,7 +141,7 @@ pub fn training_request_of(value: &Value) -> Result<TrainingRequest, PayloadErro
         Some(_) => return Err(invalid("OutputDataConfig", "must be an object")),
     }
 
-    let instances = match root.get("ResourceConfig") {
+    let (instances, preferences) = match root.get("ResourceConfig") {
         None => return Err(PayloadError::Missing("ResourceConfig")),
         Some(Value::Object(rc)) => parse_instances(rc)?,
         Some(_) => return Err(invalid("ResourceConfig", "must be an object")),
@@ -150,12 +163,14 @@ pub fn training_request_of(value: &Value) -> Result<TrainingRequest, PayloadErro
         },
         Some(_) => return Err(invalid("StoppingCondition", "must be an object")),
     };
+    shape::check(value).map_err(|m| invalid(m.path, m.problem))?;
 
     Ok(TrainingRequest {
         training_job_name: name,
         instances,
         max_runtime_s,
         checkpointed: matches!(root.get("CheckpointConfig"), Some(Value::Object(_))),
+        preferences,
     })
 }
 
@@ -179,37 +194,15 @@ fn check_training_job_name(name: &str) -> Result<(), PayloadError> {
     Ok(())
 }
 
-fn parse_instances(
-    rc: &serde_json::Map<String, Value>,
-) -> Result<BTreeMap<String, u32>, PayloadError> {
+/// Instances per type that a job holds, and its instance preferences (empty unless it has them).
+type Instances = (BTreeMap<String, u32>, Vec<(String, u32)>);
+
+fn parse_instances(rc: &serde_json::Map<String, Value>) -> Result<Instances, PayloadError> {
+    let present = |key: &str| rc.get(key).is_some_and(|v| !v.is_null());
+    if present("InstancePreferences") {
+        return parse_preferences(rc);
+    }
     let mut instances = BTreeMap::new();
-    let mut add = |field: &str, ty: Option<&Value>, count: Option<&Value>| {
-        let ty = match ty {
-            Some(Value::String(t)) if t.starts_with("ml.") && t.len() > 3 => t.clone(),
-            Some(_) => {
-                return Err(invalid(
-                    format!("{field}.InstanceType"),
-                    "must look like ml.<family>.<size>",
-                ));
-            }
-            None => return Err(invalid(format!("{field}.InstanceType"), "is required")),
-        };
-        let count = match count.map(Value::as_u64) {
-            Some(Some(n)) if (1..=MAX_RUNTIME_S).contains(&n) => {
-                u32::try_from(n).unwrap_or(u32::MAX)
-            }
-            Some(_) => {
-                return Err(invalid(
-                    format!("{field}.InstanceCount"),
-                    "must be an integer of at least 1 and at most 2147483647 (a 32-bit integer in SageMaker's API)",
-                ));
-            }
-            None => return Err(invalid(format!("{field}.InstanceCount"), "is required")),
-        };
-        let slot: &mut u32 = instances.entry(ty).or_insert(0);
-        *slot = slot.saturating_add(count);
-        Ok(())
-    };
     match rc.get("InstanceGroups") {
         Some(Value::Array(groups)) if !groups.is_empty() => {
             if groups.len() > MAX_INSTANCE_GROUPS {
@@ -226,19 +219,90 @@ fn parse_instances(
                 let Value::Object(g) = group else {
                     return Err(invalid(field, "must be an object"));
                 };
-                add(&field, g.get("InstanceType"), g.get("InstanceCount"))?;
+                let (ty, count) = instance(&field, g.get("InstanceType"), g.get("InstanceCount"))?;
+                let slot: &mut u32 = instances.entry(ty).or_insert(0);
+                *slot = slot.saturating_add(count);
             }
         }
         Some(Value::Array(_)) | None => {
-            add(
+            let (ty, count) = instance(
                 "ResourceConfig",
                 rc.get("InstanceType"),
                 rc.get("InstanceCount"),
             )?;
+            instances.insert(ty, count);
         }
         Some(_) => return Err(invalid("ResourceConfig.InstanceGroups", "must be an array")),
     }
-    Ok(instances)
+    Ok((instances, Vec::new()))
+}
+
+/// `InstancePreferences`: each preference's count defaults to `ResourceConfig.InstanceCount`.
+/// The job holds, per type, the most any preference of that type asks for.
+fn parse_preferences(rc: &serde_json::Map<String, Value>) -> Result<Instances, PayloadError> {
+    let field = "ResourceConfig.InstancePreferences";
+    for exclusive in ["InstanceType", "InstanceGroups", "InstancePlacementConfig"] {
+        if rc.get(exclusive).is_some_and(|v| !v.is_null()) {
+            return Err(invalid(
+                field,
+                format!(
+                    "cannot be combined with ResourceConfig.{exclusive} (SageMaker picks the instance type)"
+                ),
+            ));
+        }
+    }
+    let Some(Value::Array(list)) = rc.get("InstancePreferences") else {
+        return Err(invalid(field, "must be an array"));
+    };
+    if list.is_empty() {
+        return Err(invalid(field, "must list at least one instance type"));
+    }
+    let mut instances = BTreeMap::new();
+    let mut preferences = Vec::with_capacity(list.len());
+    for (i, preference) in list.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let Value::Object(p) = preference else {
+            return Err(invalid(at, "must be an object"));
+        };
+        let count = p
+            .get("InstanceCount")
+            .filter(|v| !v.is_null())
+            .or_else(|| rc.get("InstanceCount"));
+        let (ty, count) = instance(&at, p.get("InstanceType"), count)?;
+        let held: &mut u32 = instances.entry(ty.clone()).or_insert(0);
+        *held = (*held).max(count);
+        preferences.push((ty, count));
+    }
+    Ok((instances, preferences))
+}
+
+/// One (`InstanceType`, `InstanceCount`) pair, checked.
+fn instance(
+    field: &str,
+    ty: Option<&Value>,
+    count: Option<&Value>,
+) -> Result<(String, u32), PayloadError> {
+    let ty = match ty {
+        Some(Value::String(t)) if t.starts_with("ml.") && t.len() > 3 => t.clone(),
+        Some(_) => {
+            return Err(invalid(
+                format!("{field}.InstanceType"),
+                "must look like ml.<family>.<size>",
+            ));
+        }
+        None => return Err(invalid(format!("{field}.InstanceType"), "is required")),
+    };
+    let count = match count.map(Value::as_u64) {
+        Some(Some(n)) if (1..=MAX_RUNTIME_S).contains(&n) => u32::try_from(n).unwrap_or(u32::MAX),
+        Some(_) => {
+            return Err(invalid(
+                format!("{field}.InstanceCount"),
+                "must be an integer of at least 1 and at most 2147483647 (a 32-bit integer in SageMaker's API)",
+            ));
+        }
+        None => return Err(invalid(format!("{field}.InstanceCount"), "is required")),
+    };
+    Ok((ty, count))
 }
 
 #[cfg(test)]
@@ -246,7 +310,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn base() -> Value {
+    /// A valid request (the shape module's tests start from it too).
+    pub(super) fn base() -> Value {
         json!({
             "TrainingJobName": "resnet-50",
             "RoleArn": "arn:aws:iam::000000000000:role/SageMakerRole",
@@ -304,6 +369,78 @@ mod tests {
                 ("ml.p5.48xlarge".to_owned(), 5)
             ])
         );
+    }
+
+    #[test]
+    fn instance_preferences_hold_each_preferred_type_and_keep_their_order() {
+        let preferences = json!({
+            "InstanceCount": 2,
+            "InstancePreferences": [
+                {"InstanceType": "ml.p5.48xlarge"},
+                {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4},
+                {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1}
+            ]
+        });
+        let payload = with(base(), &["ResourceConfig"], Some(preferences));
+        let req = parse_training_request(&payload).unwrap();
+        assert_eq!(
+            req.instances,
+            BTreeMap::from([
+                ("ml.p4d.24xlarge".to_owned(), 4),
+                ("ml.p5.48xlarge".to_owned(), 2)
+            ])
+        );
+        assert_eq!(
+            req.preferences,
+            vec![
+                ("ml.p5.48xlarge".to_owned(), 2),
+                ("ml.p4d.24xlarge".to_owned(), 4),
+                ("ml.p5.48xlarge".to_owned(), 1)
+            ]
+        );
+
+        let both = json!({"InstanceType": "ml.c5.xlarge", "InstanceCount": 1,
+                          "InstancePreferences": [{"InstanceType": "ml.p5.48xlarge"}]});
+        let err = parse_training_request(&with(base(), &["ResourceConfig"], Some(both)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cannot be combined with ResourceConfig.InstanceType"),
+            "{err}"
+        );
+
+        let no_count = json!({"InstancePreferences": [{"InstanceType": "ml.p5.48xlarge"}]});
+        let err = parse_training_request(&with(base(), &["ResourceConfig"], Some(no_count)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("InstancePreferences[0].InstanceCount is required"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn members_are_checked_against_sagemakers_model() {
+        let payload = with(
+            base(),
+            &["ModelAccessConfig"],
+            Some(json!({"AcceptEula": true})),
+        );
+        let err = parse_training_request(&payload).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "serviceRequestPayload.ModelAccessConfig is not a member of CreateTrainingJob"
+            ),
+            "{err}"
+        );
+        let payload = with(
+            base(),
+            &["ServerlessJobConfig"],
+            Some(
+                json!({"BaseModelArn": "arn:aws:sagemaker:us-east-1:aws:hub-content/x", "JobType": "FineTuning"}),
+            ),
+        );
+        parse_training_request(&payload).unwrap();
     }
 
     #[test]

@@ -345,6 +345,43 @@ impl Emulator {
         )
     }
 
+    /// Refuses `instances` when they would take an instance type past its account quota.
+    fn within_quotas(&self, instances: &BTreeMap<String, u32>) -> Result<(), SageMakerError> {
+        for (ty, wanted) in instances {
+            if let Some(quota) = self.config.account_quotas.get(ty) {
+                let used: u32 = self
+                    .jobs
+                    .values()
+                    .filter(|j| matches!(j.status, Status::InProgress | Status::Stopping))
+                    .filter_map(|j| j.instances.get(ty))
+                    .sum();
+                if used + wanted > *quota {
+                    return Err(SageMakerError::ResourceLimitExceeded(format!(
+                        "The account-level service limit '{ty} for training job usage' is {quota} Instances, with current utilization of {used} Instances and a request delta of {wanted} Instances. Please contact AWS support to request an increase for this limit."
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `ResourceConfig.InstancePreferences`: SageMaker launches the first preferred type it has
+    /// capacity for (here: within its account quota), and refuses as the last one did when none.
+    fn first_preference_within_quotas(
+        &self,
+        preferences: &[(String, u32)],
+    ) -> Result<BTreeMap<String, u32>, SageMakerError> {
+        let mut refusal = None;
+        for (ty, count) in preferences {
+            let instances = BTreeMap::from([(ty.clone(), *count)]);
+            match self.within_quotas(&instances) {
+                Ok(()) => return Ok(instances),
+                Err(e) => refusal = Some(e),
+            }
+        }
+        Err(refusal.unwrap_or_else(|| validation("ResourceConfig.InstancePreferences is empty")))
+    }
+
     /// `CreateTrainingJob`: returns the `TrainingJobArn`.
     pub fn create_training_job(
         &mut self,
@@ -364,21 +401,12 @@ impl Emulator {
                 self.arn(&name)
             )));
         }
-        for (ty, wanted) in &parsed.instances {
-            if let Some(quota) = self.config.account_quotas.get(ty) {
-                let used: u32 = self
-                    .jobs
-                    .values()
-                    .filter(|j| matches!(j.status, Status::InProgress | Status::Stopping))
-                    .filter_map(|j| j.instances.get(ty))
-                    .sum();
-                if used + wanted > *quota {
-                    return Err(SageMakerError::ResourceLimitExceeded(format!(
-                        "The account-level service limit '{ty} for training job usage' is {quota} Instances, with current utilization of {used} Instances and a request delta of {wanted} Instances. Please contact AWS support to request an increase for this limit."
-                    )));
-                }
-            }
-        }
+        let instances = if parsed.preferences.is_empty() {
+            self.within_quotas(&parsed.instances)?;
+            parsed.instances
+        } else {
+            self.first_preference_within_quotas(&parsed.preferences)?
+        };
         let hyper = map.get("HyperParameters").and_then(Value::as_object);
         let hyper_str = |k: &str| hyper.and_then(|h| h.get(k)).and_then(Value::as_str);
         let training_ms = match hyper_str("emulator_duration_s") {
@@ -425,7 +453,7 @@ impl Emulator {
             name,
             arn: arn.clone(),
             request: Arc::new(map.clone()),
-            instances: parsed.instances,
+            instances,
             status: Status::InProgress,
             secondary: Secondary::Starting,
             failure_reason: None,
@@ -828,6 +856,15 @@ fn describe(job: &Job, format: TimeFormat) -> Value {
         "EnableManagedSpotTraining",
     ] {
         out.entry(flag).or_insert(json!(false));
+    }
+    let prefers = |r: &Value| r.get("InstancePreferences").is_some();
+    if let (true, Some(Value::Object(resources)), Some((ty, count))) = (
+        job.request.get("ResourceConfig").is_some_and(prefers),
+        out.get_mut("ResourceConfig"),
+        job.instances.iter().next(),
+    ) {
+        resources.insert("SelectedInstanceType".into(), json!(ty));
+        resources.insert("SelectedInstanceCount".into(), json!(count));
     }
     let mut put = |k: &str, v: Value| {
         out.insert(k.to_owned(), v);

@@ -208,6 +208,63 @@ fn duplicate_names_and_quotas_are_refused_like_sagemaker() {
 }
 
 #[test]
+fn instance_preferences_launch_the_first_type_within_quota_and_describe_it() {
+    let config = Config {
+        account_quotas: [("ml.p5.48xlarge".to_owned(), 2)].into(),
+        ..Config::default()
+    };
+    let mut e = Emulator::new(config);
+    let preferring = |name: &str| {
+        let mut r = request(name, json!({}));
+        r["ResourceConfig"] = json!({
+            "InstanceCount": 2,
+            "InstancePreferences": [
+                {"InstanceType": "ml.p5.48xlarge"},
+                {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4}
+            ]
+        });
+        r
+    };
+    let selected = |e: &Emulator, name: &str| {
+        let d = e
+            .describe_training_job(name, TimeFormat::EpochSeconds)
+            .unwrap();
+        (
+            d["ResourceConfig"]["SelectedInstanceType"].clone(),
+            d["ResourceConfig"]["SelectedInstanceCount"].clone(),
+            d["ResourceConfig"]["InstancePreferences"]
+                .as_array()
+                .map(Vec::len),
+        )
+    };
+    e.create_training_job(&preferring("first"), T0).unwrap();
+    assert_eq!(
+        selected(&e, "first"),
+        (json!("ml.p5.48xlarge"), json!(2), Some(2))
+    );
+    // The p5 quota is used up: SageMaker falls back to the next preference.
+    e.create_training_job(&preferring("second"), T0).unwrap();
+    assert_eq!(
+        selected(&e, "second"),
+        (json!("ml.p4d.24xlarge"), json!(4), Some(2))
+    );
+}
+
+#[test]
+fn a_member_sagemakers_model_lacks_is_a_validation_error_naming_it() {
+    let mut e = Emulator::new(Config::default());
+    let mut r = request("a", json!({}));
+    r["ResourceConfig"]["InstanceTypo"] = json!("ml.p5.48xlarge");
+    let err = e.create_training_job(&r, T0).unwrap_err();
+    assert_eq!(err.code(), "ValidationException");
+    assert!(
+        err.to_string()
+            .contains("ResourceConfig.InstanceTypo is not a member"),
+        "{err}"
+    );
+}
+
+#[test]
 fn invalid_requests_are_validation_errors() {
     let mut e = Emulator::new(Config::default());
     let cases = [

@@ -40,8 +40,7 @@ pub async fn deployment<S: Store, E: EventSink>(
                 account: "123456789012".into(),
             },
         )
-        .with_training_roles(vec![ROLE.to_owned()])
-        .with_payload_check(Arc::new(trainyard_functions::aws::launchable)),
+        .with_training_roles(vec![ROLE.to_owned()]),
     );
     let setup = InitialSetup {
         environment: "default".into(),

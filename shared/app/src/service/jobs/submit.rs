@@ -158,13 +158,6 @@ impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         self.check_share(&queue, ordering, &cmd).await?;
         let training = parse_training_request(&cmd.service_request_payload)
             .map_err(|e| AppError::Invalid(e.to_string()))?;
-        if let Some(check) = &self.payload_check {
-            let payload: serde_json::Value = serde_json::from_str(&cmd.service_request_payload)
-                .map_err(|e| AppError::Invalid(e.to_string()))?;
-            check(&payload).map_err(|message| {
-                AppError::Invalid(format!("serviceRequestPayload: {message}"))
-            })?;
-        }
         if let Some(roles) = &self.training_roles {
             let role = role_arn(&cmd.service_request_payload).unwrap_or_default();
             if !roles.contains(&role) {
