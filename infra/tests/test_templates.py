@@ -211,12 +211,59 @@ def test_every_function_gets_the_same_configuration_in_both_templates(sam, cdk):
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])
-def test_every_function_is_an_arm64_al2023_bootstrap(which, request):
+def test_every_function_is_an_al2023_bootstrap_of_the_stacks_architecture(which, request):
     functions = by_type(request.getfixturevalue(which), "AWS::Lambda::Function")
     assert len(functions) == len(REQUIRED_FUNCTIONS)
     for name, f in functions.items():
         p = f["Properties"]
-        assert (p["Runtime"], p["Handler"], p["Architectures"]) == ("provided.al2023", "bootstrap", ["arm64"]), name
+        assert (p["Runtime"], p["Handler"], p["Architectures"]) == (
+            "provided.al2023",
+            "bootstrap",
+            [{"Ref": "Architecture"}],
+        ), name
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_sam_build_compiles_for_the_architecture_parameter():
+    """What `sam build` reads from the template (SAM CLI's own function provider, as `sam build`
+    resolves it): arm64 by default, x86_64 when the parameter says so; each function is built by
+    cargo lambda."""
+    from samcli.lib.providers.sam_function_provider import SamFunctionProvider
+    from samcli.lib.providers.sam_stack_provider import SamLocalStackProvider
+
+    def built(overrides):
+        stacks, _ = SamLocalStackProvider.get_stacks(str(SAM_TEMPLATE), parameter_overrides=overrides)
+        return {
+            (f.architectures[0], (f.metadata or {}).get("BuildMethod"))
+            for f in SamFunctionProvider(stacks).get_all()
+        }
+
+    assert built(None) == {("arm64", "rust-cargolambda")}
+    assert built({"Architecture": "x86_64"}) == {("x86_64", "rust-cargolambda")}
+
+
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "arm64"}
+
+
+def elf_architecture(path):
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF", f"{path} is not an executable (the placeholder?)"
+    return ELF_MACHINES[int.from_bytes(header[18:20], "little")]
+
+
+def test_the_cdk_stack_packages_the_release_build_and_declares_its_architecture(cdk):
+    """scripts/lib/infra.sh synthesizes the CDK app from `cargo lambda build --release`'s output
+    (x86_64 here): every function's packaged asset is that build's `bootstrap`, and the
+    Architecture parameter can only be the architecture it was compiled for."""
+    out = CDK_TEMPLATE.parent
+    architectures = set()
+    for name, f in by_type(cdk, "AWS::Lambda::Function").items():
+        asset = out / ("asset." + f["Properties"]["Code"]["S3Key"].removesuffix(".zip")) / "bootstrap"
+        assert asset.is_file(), f"{name}: no packaged bootstrap at {asset}"
+        architectures.add(elf_architecture(asset))
+    assert architectures == {os.environ.get("TRAINYARD_LAMBDA_ARCHITECTURE", "x86_64")}
+    parameter = cdk["Parameters"]["Architecture"]
+    assert (parameter["Default"], parameter["AllowedValues"]) == (architectures.pop(), [parameter["Default"]])
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])

@@ -189,8 +189,11 @@ stop_lambda_stand() {
   stop_moto
 }
 
-# run_lambda_e2e — the phase. Returns the test's status (1 if the stand did not start).
+# run_lambda_e2e [TEMPLATE] — the phase, with each function's role and each rule as TEMPLATE
+# defines them (default infra/template.yaml; scripts/test runs it again on the CDK app's
+# synthesized template). Returns the test's status (1 if the stand did not start).
 run_lambda_e2e() {
+  local template=${1:-$ROOT/infra/template.yaml}
   local target_dir=${TARGET_DIR:-$(cargo_target_dir)}
   local venv=${VENV:-$target_dir/conformance-venv}
   local lambda_venv_dir=${TRAINYARD_LAMBDA_VENV:-$target_dir/lambda-venv}
@@ -201,9 +204,11 @@ run_lambda_e2e() {
   build_functions || return 1
   cargo test --locked -p trainyard-e2e --features lambda-e2e --no-run || return 1
 
-  echo "+ pytest tests/stand (the AWS stand refuses what IAM refuses)"
-  AWS_EC2_METADATA_DISABLED=true "$venv/bin/python" -m pytest "$ROOT/tests/stand" \
-    -p no:cacheprovider -q -rfE || return 1
+  if [ $# -eq 0 ]; then
+    echo "+ pytest tests/stand (the AWS stand refuses what IAM refuses)"
+    AWS_EC2_METADATA_DISABLED=true "$venv/bin/python" -m pytest "$ROOT/tests/stand" \
+      -p no:cacheprovider -q -rfE || return 1
+  fi
 
   local rc=0
   # In a subshell, so its EXIT trap stops exactly the servers it started, however it ends.
@@ -220,11 +225,12 @@ run_lambda_e2e() {
     export AWS_ENDPOINT_URL_DYNAMODB=$STAND_URL AWS_ENDPOINT_URL_EVENTBRIDGE=$STAND_URL
     export AWS_ENDPOINT_URL_SAGEMAKER=$STAND_URL AWS_ENDPOINT_URL_SQS=$STAND_URL
     export AWS_ENDPOINT_URL_IAM=$STAND_URL
-    # Each function's role, from the SAM template, created in the stand's IAM and assumed.
+    # Each function's role, from the template, created in the stand's IAM and assumed.
     local roles=$log_dir/lambda-roles
     rm -rf "$roles"
+    echo "+ deploy_stack.py --template $template"
     "$venv/bin/python" "$ROOT/tests/stand/deploy_stack.py" --endpoint "$STAND_URL" \
-      --template "$ROOT/infra/template.yaml" --stack trainyard-e2e --table trainyard-e2e \
+      --template "$template" --stack trainyard-e2e --table trainyard-e2e \
       --parameter TrainingRoleArns=arn:aws:iam::123456789012:role/SageMakerRole --out "$roles"
     set -a
     . "$roles/stack.env"

@@ -52,6 +52,9 @@ const INDEXES = [
 
 const DLQ_RETENTION_SECONDS = 1209600;
 
+// The functions' directories under functions/ (and under cargo lambda's output directory).
+const FUNCTION_DIRS = ['api', 'scheduler', 'training-events', 'retry'];
+
 class TrainyardStack extends cdk.Stack {
   constructor(scope, id, props) {
     super(scope, id, props);
@@ -99,6 +102,15 @@ class TrainyardStack extends cdk.Stack {
       type: 'Number', default: '30',
       allowedValues: ['1', '3', '5', '7', '14', '30', '60', '90', '120', '150', '180', '365'],
       description: "Retention of the functions' log groups.",
+    });
+    // The functions' instruction set is the one their built `bootstrap`s were compiled for, read
+    // from the binaries (so the stack can never pair an x86_64 build with arm64 Lambdas); the
+    // SAM template's parameter of the same name drives its build instead.
+    const built = this.builtArchitecture(lambdaDir);
+    const architecture = param('Architecture', {
+      type: 'String', default: built, allowedValues: [built],
+      description: 'Instruction set of the functions: the one `cargo lambda build --release` '
+        + '(x86_64) or `cargo lambda build --release --arm64` compiled the packaged binaries for.',
     });
     const schedulerReservedConcurrency = param('SchedulerReservedConcurrency', {
       type: 'Number', default: 0, minValue: 0, maxValue: 1,
@@ -214,7 +226,7 @@ class TrainyardStack extends cdk.Stack {
       const func = new lambda.CfnFunction(this, `${prefix}Function`, {
         runtime: 'provided.al2023',
         handler: 'bootstrap',
-        architectures: ['arm64'],
+        architectures: [architecture.valueAsString],
         memorySize,
         timeout,
         role: role.attrArn,
@@ -472,12 +484,35 @@ class TrainyardStack extends cdk.Stack {
     const dir = path.join(lambdaDir, name);
     if (fs.existsSync(path.join(dir, 'bootstrap'))) return dir;
     if (!allowMissingBuild) {
-      throw new Error(`no built function at ${dir}/bootstrap: run \`cargo lambda build --release --arm64\` ` +
+      throw new Error(`no built function at ${dir}/bootstrap: run \`cargo lambda build --release\` ` +
         'first, or pass -c allowMissingBuild=true for an offline synth check');
     }
     cdk.Annotations.of(this).addWarningV2('trainyard:placeholder-code',
       `${name}: synthesized with placeholder code (no ${dir}/bootstrap)`);
     return path.resolve(__dirname, '..', 'placeholder');
+  }
+
+  /**
+   * The architecture (`arm64` or `x86_64`) of the four built `bootstrap`s, from their ELF
+   * headers; they must agree. With no build (the offline check's placeholder), `arm64`.
+   */
+  builtArchitecture(lambdaDir) {
+    const MACHINES = { 0x3e: 'x86_64', 0xb7: 'arm64' };
+    const found = new Set();
+    for (const name of FUNCTION_DIRS) {
+      const file = path.join(lambdaDir, name, 'bootstrap');
+      if (!fs.existsSync(file)) continue;
+      const header = Buffer.alloc(20);
+      const fd = fs.openSync(file, 'r');
+      try { fs.readSync(fd, header, 0, 20, 0); } finally { fs.closeSync(fd); }
+      const machine = header.toString('latin1', 1, 4) === 'ELF' ? MACHINES[header.readUInt16LE(18)] : undefined;
+      if (!machine) throw new Error(`${file} is not an x86_64 or arm64 Linux executable`);
+      found.add(machine);
+    }
+    if (found.size > 1) {
+      throw new Error(`the built functions in ${lambdaDir} mix architectures (${[...found].join(', ')}): build all four alike`);
+    }
+    return found.size ? [...found][0] : 'arm64';
   }
 }
 
