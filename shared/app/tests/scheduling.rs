@@ -42,7 +42,7 @@ const T0: i64 = 1_800_000_000_000;
 
 /// A Trainyard over the memory store and an emulated SageMaker, driven step by step.
 struct World {
-    service: Service<MemoryStore, NoEvents>,
+    service: Service<Arc<MemoryStore>, NoEvents>,
     clock: Arc<ManualClock>,
     sagemaker: EmulatedSageMaker,
     config: CycleConfig,
@@ -60,7 +60,7 @@ impl World {
     fn new(emulator: EmulatorConfig) -> Self {
         let clock = Arc::new(ManualClock::new(T0));
         let service = Service::new(
-            MemoryStore::new(),
+            Arc::new(MemoryStore::new()),
             NoEvents,
             clock.clone(),
             Arc::new(SequentialIds::default()),
@@ -1251,6 +1251,109 @@ async fn a_pass_holding_a_stale_lease_stands_aside_for_the_newer_holder() {
         .await;
     let totals = after.cycle_totals();
     assert_eq!((totals.dispatched, totals.fenced), (1, false), "{totals:?}");
+}
+
+/// SageMaker as the emulator plays it, except that the first launch lets a newer holder of the
+/// scheduler lease commit to `environment`'s usage document first (its fence recorded there), as
+/// a pass started after this one's snapshot would.
+struct NewerHolderDispatchesDuringLaunch {
+    inner: EmulatedSageMaker,
+    store: Arc<MemoryStore>,
+    environment: String,
+    newer: Fence,
+    done: Mutex<bool>,
+}
+
+impl TrainingBackend for NewerHolderDispatchesDuringLaunch {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        let first = !std::mem::replace(&mut *self.done.lock().unwrap(), true);
+        if first {
+            let usage: Versioned<EnvironmentUsage> = self
+                .store
+                .get_document(&self.environment)
+                .await
+                .unwrap()
+                .unwrap();
+            let mut fenced = usage.value.clone();
+            fenced.fence = Some(self.newer);
+            let write = Write::document(&fenced, usage.version).unwrap();
+            self.store.commit(&[write]).await.unwrap();
+        }
+        self.inner.create_training_job(request).await
+    }
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        self.inner.describe_training_job(name).await
+    }
+    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+        self.inner.stop_training_job(name).await
+    }
+}
+
+/// A pass whose lease a newer holder overtook after its snapshot (the newer pass committed to
+/// the environment while this one was launching) stops nobody: the victim's mark is committed
+/// with the environment's usage document, whose version the newer commit moved. Without the
+/// fence in that commit the stale pass would stop a job on a plan the newer pass does not share.
+#[tokio::test]
+async fn a_pass_overtaken_by_a_newer_lease_holder_preempts_nobody() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.config.planner.min_runtime_before_preemption_s = 0;
+    w.quota_queue(
+        "teams",
+        4,
+        &[
+            ("owner", SharingStrategy::Lend),
+            ("borrower", SharingStrategy::LendAndBorrow),
+        ],
+    )
+    .await;
+    let quota =
+        |share: &'static str| move |c: &mut SubmitJob| c.quota_share_name = Some(share.into());
+    // The borrower holds three instances (one borrowed from the owner); one is free.
+    for i in 0..3 {
+        w.submit_with(&format!("b{i}"), "teams", 1, quick(600), quota("borrower"))
+            .await;
+    }
+    for _ in 0..5 {
+        w.tick().await;
+        w.clock.advance(250);
+    }
+    assert_eq!(w.dispatched_ids().await.len(), 3);
+    // The owner's two jobs: one takes the free instance, the other reclaims the borrowed one.
+    for i in 0..2 {
+        w.submit_with(&format!("o{i}"), "teams", 1, quick(600), quota("owner"))
+            .await;
+    }
+    let now = w.clock.now_ms();
+    let stale = Fence {
+        token: 1,
+        until_ms: now + 70_000,
+    };
+    let backend = NewerHolderDispatchesDuringLaunch {
+        inner: w.sagemaker.clone(),
+        store: w.service.store().clone(),
+        environment: "teams-env".into(),
+        newer: Fence {
+            token: 2,
+            until_ms: now + 70_000,
+        },
+        done: Mutex::new(false),
+    };
+    let input = PassInput {
+        fence: Some(stale),
+        ..accept_and_cycle()
+    };
+    let pass = w.service.pass(&backend, &w.config, input).await;
+    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+    let totals = pass.cycle_totals();
+    assert_eq!(
+        (totals.dispatched, totals.preemptions, totals.fenced),
+        (1, 0, true),
+        "{totals:?}"
+    );
+    for id in w.dispatched_ids().await {
+        let job = w.job(&id).await;
+        assert_eq!(job.attempts.last().unwrap().stop_requested, None, "{id}");
+    }
 }
 
 fn accept_and_cycle() -> PassInput<'static> {

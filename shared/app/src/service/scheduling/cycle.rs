@@ -148,15 +148,19 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         // 4b. Preempt: mark each victim's attempt, then stop it. Its Stopped state change
         // requeues it (or fails it once preemptionRetriesBeforeTermination is spent) and releases
         // the capacity the preemptor waits for.
-        for preemption in plan.preemptions.iter().filter(|_| !report.fenced) {
+        for preemption in &plan.preemptions {
+            if report.fenced {
+                break;
+            }
             if self
-                .preempt(backend, &preemption.victim_job_id, config)
+                .preempt(backend, &mut loaded, &preemption.victim_job_id, config)
                 .await?
             {
                 report.preemptions += 1;
                 tracing::info!(victim = %preemption.victim_job_id, for_job = %preemption.for_job_id,
                     reason = ?preemption.reason, "preempting");
             }
+            report.fenced = fenced_out(&loaded, now);
         }
 
         // 5. Record why the others wait, and apply the queues' time limits to them.
@@ -277,20 +281,6 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             environment = %dispatch.environment, "dispatched");
         self.publish_status(&job).await;
         self.launch(backend, &job, config, report).await
-    }
-
-    /// After a conflicting dispatch: another writer changed the job or the environment, so the
-    /// environment's usage is read again and the rest of the cycle checks against what is
-    /// really stored.
-    async fn reread_usage(&self, loaded: &mut Loaded, environment: &str) -> Result<(), AppError> {
-        let fresh = self
-            .store
-            .get_document::<EnvironmentUsage>(environment)
-            .await?;
-        if let Some(fresh) = fresh {
-            loaded.usage.insert(environment.to_owned(), fresh);
-        }
-        Ok(())
     }
 
     /// Step 5 for one waiting job: its skip reason, recorded when its code changes (`CAPACITY:…`,

@@ -6,9 +6,13 @@ use serde_json::Value;
 use trainyard_domain::job::{ServiceJob, StopRequest};
 use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
 
+use super::snapshot::Loaded;
 use super::{CycleConfig, CycleReport, Ending, RACE_RETRIES};
 use crate::error::AppError;
-use crate::ports::{BackendError, EventSink, SchedulingStore, StoreError, TrainingBackend};
+use crate::ports::{
+    BackendError, EnvironmentUsage, EventSink, SchedulingStore, StoreError, TrainingBackend,
+    Versioned, Write,
+};
 use crate::service::Service;
 
 /// Whether a launch's ARN was recorded on its attempt.
@@ -185,12 +189,14 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
     }
 
     /// Asks the backend to stop a running job so that its capacity goes to a preemptor. The
-    /// attempt is marked first, so that its Stopped state change is read as a preemption. Returns
-    /// whether this was a new preemption: false if the victim had already ended or moved on, or
-    /// had already been asked to stop.
+    /// attempt is marked first ([`Self::mark_victim`]), so that its Stopped state change is read
+    /// as a preemption. Returns whether this was a new preemption: false if the victim had
+    /// already ended or moved on, had already been asked to stop, or a newer lease holder was
+    /// found to be scheduling.
     pub(super) async fn preempt<B: TrainingBackend>(
         &self,
         backend: &B,
+        loaded: &mut Loaded,
         victim: &str,
         config: &CycleConfig,
     ) -> Result<bool, AppError> {
@@ -212,11 +218,12 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
         if first {
             attempt.stop_requested = Some(StopRequest::Preemption);
             attempt.status_reason = Some(retry::PREEMPTED_REASON.to_owned());
-            match self.store.update_job(&job, stored.version).await {
-                Ok(_) => {}
-                // The victim changed (ended, terminated): the next cycle plans again.
-                Err(StoreError::Conflict) => return Ok(false),
-                Err(e) => return Err(e.into()),
+            let environment = attempt.service_environment.clone();
+            if !self
+                .mark_victim(loaded, &job, stored.version, environment.as_deref())
+                .await?
+            {
+                return Ok(false);
             }
         }
         match backend.stop_training_job(&name).await {
@@ -232,5 +239,70 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                 Ok(false)
             }
         }
+    }
+    /// Stores the victim's marked attempt. A pass holding the scheduler lease writes, in the same
+    /// commit, the environment's usage document as it last read it with its own fence (the
+    /// totals unchanged), as a dispatch does: if a newer lease holder dispatched there since this
+    /// cycle's snapshot, the commit conflicts, the usage is read again (and shows the newer
+    /// fence), and this pass stops nobody on a plan the newer one does not share. Returns whether
+    /// the mark was stored; a conflict (the victim changed, or the usage did) leaves the
+    /// preemption to the next cycle.
+    async fn mark_victim(
+        &self,
+        loaded: &mut Loaded,
+        job: &ServiceJob,
+        version: u64,
+        environment: Option<&str>,
+    ) -> Result<bool, AppError> {
+        let fenced = loaded.fence.zip(environment).and_then(|(fence, env)| {
+            let usage = loaded.usage.get(env)?;
+            let mut value = usage.value.clone();
+            value.fence = Some(fence);
+            Some((env, value, usage.version))
+        });
+        let Some((environment, usage, usage_version)) = fenced else {
+            return match self.store.update_job(job, version).await {
+                Ok(_) => Ok(true),
+                Err(StoreError::Conflict) => Ok(false),
+                Err(e) => Err(e.into()),
+            };
+        };
+        let writes = [
+            Write::job(job.clone(), version),
+            Write::document(&usage, usage_version)?,
+        ];
+        match self.store.commit(&writes).await {
+            Ok(()) => {
+                let stored = Versioned {
+                    value: usage,
+                    version: usage_version + 1,
+                };
+                loaded.usage.insert(environment.to_owned(), stored);
+                Ok(true)
+            }
+            Err(StoreError::Conflict) => {
+                self.reread_usage(loaded, environment).await?;
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// After a conflicting dispatch or victim mark: another writer changed the job or the
+    /// environment, so the environment's usage is read again and the rest of the cycle checks
+    /// against what is really stored.
+    pub(super) async fn reread_usage(
+        &self,
+        loaded: &mut Loaded,
+        environment: &str,
+    ) -> Result<(), AppError> {
+        let fresh = self
+            .store
+            .get_document::<EnvironmentUsage>(environment)
+            .await?;
+        if let Some(fresh) = fresh {
+            loaded.usage.insert(environment.to_owned(), fresh);
+        }
+        Ok(())
     }
 }
