@@ -111,7 +111,26 @@ pub struct Mismatch {
 /// Checks a `CreateTrainingJob` request against SageMaker's input shape; the first mismatch in
 /// member order is returned.
 pub fn check(request: &Value) -> Result<(), Mismatch> {
-    check_value(&MODEL.root, request, String::new())
+    check_value(&MODEL.root, request, &Path::Root)
+}
+
+/// Where a value sits in the request, spelled out only for a mismatch (a check that passes
+/// allocates nothing).
+enum Path<'a> {
+    Root,
+    Member(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root => Ok(()),
+            Path::Member(Path::Root, name) => f.write_str(name),
+            Path::Member(parent, name) => write!(f, "{parent}.{name}"),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
 }
 
 fn shape(name: &str) -> &'static Shape {
@@ -121,99 +140,62 @@ fn shape(name: &str) -> &'static Shape {
         .unwrap_or_else(|| panic!("the model names shape {name} but does not define it"))
 }
 
-fn mismatch(path: &str, problem: impl Into<String>) -> Mismatch {
+fn mismatch(path: &Path<'_>, problem: impl Into<String>) -> Mismatch {
     Mismatch {
-        path: path.to_owned(),
+        path: path.to_string(),
         problem: problem.into(),
     }
 }
 
-fn join(path: &str, member: &str) -> String {
-    if path.is_empty() {
-        member.to_owned()
-    } else {
-        format!("{path}.{member}")
-    }
-}
-
-fn check_value(shape_name: &str, value: &Value, path: String) -> Result<(), Mismatch> {
+fn check_value(shape_name: &str, value: &Value, path: &Path<'_>) -> Result<(), Mismatch> {
     match (shape(shape_name), value) {
         (Shape::Structure { members, required }, Value::Object(map)) => {
-            check_structure(shape_name, members, required, map, &path)
+            check_structure(shape_name, members, required, map, path)
         }
-        (Shape::Structure { .. }, _) => Err(mismatch(&path, "must be an object")),
+        (Shape::Structure { .. }, _) => Err(mismatch(path, "must be an object")),
         (Shape::List { member, bounds }, Value::Array(items)) => {
-            if !bounds.admits(items.len() as f64) {
-                return Err(mismatch(
-                    &path,
-                    format!(
-                        "must have {}, got {}",
-                        bounds.describe("a length"),
-                        items.len()
-                    ),
-                ));
-            }
+            check_size(*bounds, items.len(), "a length", path)?;
             items.iter().enumerate().try_for_each(|(i, item)| {
-                non_null(item, format!("{path}[{i}]"))
-                    .and_then(|()| check_value(member, item, format!("{path}[{i}]")))
+                let at = Path::Index(path, i);
+                non_null(item, &at).and_then(|()| check_value(member, item, &at))
             })
         }
-        (Shape::List { .. }, _) => Err(mismatch(&path, "must be an array")),
+        (Shape::List { .. }, _) => Err(mismatch(path, "must be an array")),
         (Shape::Map { key, value, bounds }, Value::Object(map)) => {
-            if !bounds.admits(map.len() as f64) {
-                return Err(mismatch(
-                    &path,
-                    format!("must have {}, got {}", bounds.describe("a size"), map.len()),
-                ));
-            }
+            check_size(*bounds, map.len(), "a size", path)?;
             map.iter().try_for_each(|(k, v)| {
-                let at = join(&path, k);
-                check_value(key, &Value::String(k.clone()), at.clone())?;
-                non_null(v, at.clone())?;
-                check_value(value, v, at)
+                let at = Path::Member(path, k);
+                if let Shape::String { bounds } = shape(key) {
+                    check_length(*bounds, k, &at)?;
+                }
+                non_null(v, &at)?;
+                check_value(value, v, &at)
             })
         }
-        (Shape::Map { .. }, _) => Err(mismatch(&path, "must be an object")),
-        (Shape::String { bounds }, Value::String(s)) => {
-            let len = s.chars().count();
-            if bounds.admits(len as f64) {
-                Ok(())
-            } else {
-                Err(mismatch(
-                    &path,
-                    format!(
-                        "must be a string of {}, got {len}",
-                        bounds.describe("length")
-                    ),
-                ))
-            }
+        (Shape::Map { .. }, _) => Err(mismatch(path, "must be an object")),
+        (Shape::String { bounds }, Value::String(s)) => check_length(*bounds, s, path),
+        (Shape::String { .. }, _) => Err(mismatch(path, "must be a string")),
+        (Shape::Integer { bounds }, v) => {
+            let (lowest, highest) = (i64::from(i32::MIN), i64::from(i32::MAX));
+            check_integer(v, (lowest, highest), *bounds, path, "a 32-bit")
         }
-        (Shape::String { .. }, _) => Err(mismatch(&path, "must be a string")),
-        (Shape::Integer { bounds }, v) => check_integer(
-            v,
-            i64::from(i32::MIN),
-            i64::from(i32::MAX),
-            *bounds,
-            &path,
-            "a 32-bit",
-        ),
         (Shape::Long { bounds }, v) => {
-            check_integer(v, i64::MIN, i64::MAX, *bounds, &path, "a 64-bit")
+            check_integer(v, (i64::MIN, i64::MAX), *bounds, path, "a 64-bit")
         }
         (Shape::Double { bounds } | Shape::Float { bounds }, Value::Number(n)) => {
             match n.as_f64() {
                 Some(x) if x.is_finite() && bounds.admits(x) => Ok(()),
                 _ => Err(mismatch(
-                    &path,
+                    path,
                     format!("must be {}", bounds.describe("a number")),
                 )),
             }
         }
-        (Shape::Double { .. } | Shape::Float { .. }, _) => Err(mismatch(&path, "must be a number")),
+        (Shape::Double { .. } | Shape::Float { .. }, _) => Err(mismatch(path, "must be a number")),
         (Shape::Boolean, Value::Bool(_)) => Ok(()),
-        (Shape::Boolean, _) => Err(mismatch(&path, "must be true or false")),
+        (Shape::Boolean, _) => Err(mismatch(path, "must be true or false")),
         (Shape::Timestamp, Value::Number(_) | Value::String(_)) => Ok(()),
-        (Shape::Timestamp, _) => Err(mismatch(&path, "must be a timestamp")),
+        (Shape::Timestamp, _) => Err(mismatch(path, "must be a timestamp")),
     }
 }
 
@@ -222,16 +204,16 @@ fn check_structure(
     members: &BTreeMap<String, String>,
     required: &[String],
     map: &Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), Mismatch> {
     if let Some(missing) = required
         .iter()
         .find(|r| map.get(r.as_str()).is_none_or(Value::is_null))
     {
-        return Err(mismatch(&join(path, missing), "is required"));
+        return Err(mismatch(&Path::Member(path, missing), "is required"));
     }
     for (name, value) in map {
-        let at = join(path, name);
+        let at = Path::Member(path, name);
         let Some(member_shape) = members.get(name) else {
             return Err(mismatch(
                 &at,
@@ -243,27 +225,55 @@ fn check_structure(
             ));
         };
         if !value.is_null() {
-            check_value(member_shape, value, at)?;
+            check_value(member_shape, value, &at)?;
         }
     }
     Ok(())
 }
 
 /// `null` stands for "absent" only as a structure member; an element or map value must be a value.
-fn non_null(value: &Value, path: String) -> Result<(), Mismatch> {
+fn non_null(value: &Value, path: &Path<'_>) -> Result<(), Mismatch> {
     if value.is_null() {
-        Err(mismatch(&path, "must not be null"))
+        Err(mismatch(path, "must not be null"))
     } else {
         Ok(())
     }
 }
 
+/// A list's length or a map's size within the shape's bounds.
+fn check_size(bounds: Bounds, size: usize, what: &str, path: &Path<'_>) -> Result<(), Mismatch> {
+    if bounds.admits(size as f64) {
+        Ok(())
+    } else {
+        Err(mismatch(
+            path,
+            format!("must have {}, got {size}", bounds.describe(what)),
+        ))
+    }
+}
+
+/// A string (or a map's key) of the shape's length, counted in characters.
+fn check_length(bounds: Bounds, s: &str, path: &Path<'_>) -> Result<(), Mismatch> {
+    let len = s.chars().count();
+    if bounds.admits(len as f64) {
+        Ok(())
+    } else {
+        Err(mismatch(
+            path,
+            format!(
+                "must be a string of {}, got {len}",
+                bounds.describe("length")
+            ),
+        ))
+    }
+}
+
+/// A whole number within `(lowest, highest)`, the member's integer width, and the shape's bounds.
 fn check_integer(
     value: &Value,
-    lowest: i64,
-    highest: i64,
+    (lowest, highest): (i64, i64),
     bounds: Bounds,
-    path: &str,
+    path: &Path<'_>,
     width: &str,
 ) -> Result<(), Mismatch> {
     let whole = value.as_i64().filter(|n| (lowest..=highest).contains(n));
