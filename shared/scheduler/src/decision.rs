@@ -208,6 +208,23 @@ pub enum SkipReason {
         /// Of those, instances reserved by RESERVE shares.
         reserved: u64,
     },
+    /// The job is within its quota share's own limit, but the environment is full because other
+    /// shares borrowed the idle capacity, and none of their borrowed jobs may be preempted yet
+    /// (each must first run `min_runtime_before_preemption_s`).
+    QuotaLent {
+        /// The job's quota share.
+        quota_share: String,
+        /// Instance type.
+        unit: Cow<'static, str>,
+        /// Instances the job needs.
+        needed: u64,
+        /// Instances free in the environment.
+        free: u64,
+        /// The shares holding borrowed instances of the type, with how many, by share name.
+        lent_to: Vec<(SharedStr, u64)>,
+        /// When the first of those borrowed jobs may be preempted, if that is still ahead.
+        reclaim_from_ms: Option<i64>,
+    },
     /// Running jobs are being preempted for this one; it starts once their capacity is released.
     WaitingForPreemptedCapacity {
         /// The jobs being preempted.
@@ -279,6 +296,7 @@ impl SkipReason {
             Self::QuotaExhausted { .. } => "QUOTA:QUOTA_SHARE_EXHAUSTED",
             Self::BorrowLimitReached { .. } => "QUOTA:BORROW_LIMIT_REACHED",
             Self::ReservedByQuotaShares { .. } => "QUOTA:CAPACITY_RESERVED",
+            Self::QuotaLent { .. } => "QUOTA:CAPACITY_LENT",
             Self::WaitingForPreemptedCapacity { .. } => "PREEMPTION:WAITING_FOR_PREEMPTED_CAPACITY",
         }
     }
@@ -327,6 +345,27 @@ impl std::fmt::Display for SkipReason {
             ),
             Self::Backoff { until_ms } => {
                 write!(f, "waiting to retry, not before {} UTC", UtcTime(*until_ms))
+            }
+            Self::QuotaLent {
+                quota_share,
+                unit,
+                needed,
+                free,
+                lent_to,
+                reclaim_from_ms,
+            } => {
+                write!(
+                    f,
+                    "needs {needed} {unit}, {free} free; quota share {quota_share} is within its limit, and its idle capacity was lent to "
+                )?;
+                for (i, (share, n)) in lent_to.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{share} ({n})")?;
+                }
+                match reclaim_from_ms {
+                    Some(at) => write!(f, "; reclaimed by preemption from {} UTC", UtcTime(*at)),
+                    None => write!(f, "; reclaimed by preemption as it frees"),
+                }
             }
             Self::EnvironmentDisabled { environment } => {
                 write!(f, "service environment {environment} is disabled")

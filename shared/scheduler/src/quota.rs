@@ -85,7 +85,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::decision::{Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason};
 use crate::env::{EnvPlan, dispatch, fifo, within_share};
 use crate::pool::Fit;
-use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob};
+use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob, SharedStr};
 use trainyard_domain::quota_share::SharingStrategy;
 
 /// The jobs treated as borrowed: for each share and instance type in use above its own limit,
@@ -319,6 +319,45 @@ impl<'a> Quota<'a> {
         }
     }
 
+    /// The borrowed instances of type `unit` that other shares hold (not already victims), per
+    /// share, and when the first of those jobs may be preempted if that is still ahead; `None`
+    /// when nothing of the type is lent.
+    fn lent(
+        &self,
+        share: &QuotaShareState,
+        unit: &str,
+        now_ms: i64,
+        config: &Config,
+    ) -> Option<LentTo> {
+        let min_age_ms = seconds_ms(config.min_runtime_before_preemption_s);
+        let mut lent: BTreeMap<SharedStr, u64> = BTreeMap::new();
+        let mut reclaim_from: Option<i64> = None;
+        for r in &self.running {
+            let theirs = r.share.as_ref();
+            let Some(n) = r.instances.get(unit) else {
+                continue;
+            };
+            if !self.borrowed.contains(&*r.job_id)
+                || self.victims.contains(&*r.job_id)
+                || theirs.is_none_or(|t| **t == *share.name)
+            {
+                continue;
+            }
+            if let Some(t) = theirs {
+                *lent.entry(t.clone()).or_insert(0) += u64::from(*n);
+            }
+            let from = r.started_at_ms.saturating_add(min_age_ms);
+            reclaim_from = Some(reclaim_from.map_or(from, |f| f.min(from)));
+        }
+        if lent.is_empty() {
+            return None;
+        }
+        Some((
+            lent.into_iter().collect(),
+            reclaim_from.filter(|t| *t > now_ms),
+        ))
+    }
+
     /// Preemption: the fewest victims (in victim order) that let the job fit within its share's
     /// own limit and the environment, or `None` when the candidates cannot make room. Linear in
     /// the candidates while choosing (the fit is kept up to date victim by victim); only a
@@ -440,6 +479,9 @@ enum Decision {
     /// Pass 1 only: not entitled, try borrowing in pass 2.
     Defer,
 }
+
+/// Who borrowed a share's idle capacity ([`SkipReason::QuotaLent`]).
+type LentTo = (Vec<(SharedStr, u64)>, Option<i64>);
 
 /// Plans one quota-managed queue (see the module docs).
 #[allow(clippy::too_many_arguments)]
@@ -595,14 +637,43 @@ fn decide<'a>(
     // meanwhile). Reclaiming borrowed capacity is never deferred.
     let waited_ms = now_ms.saturating_sub(job.runnable_at_ms);
     let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s);
+    // No room to be made: an entitled job waiting for a full environment is told who holds
+    // its share's lent capacity, when there is any.
+    let no_room = |plan: &mut Plan, quota: &Quota<'a>, reason: SkipReason| match reason {
+        SkipReason::InsufficientCapacity {
+            environment,
+            unit,
+            needed,
+            free,
+        } if entitled => {
+            let reason = match quota.lent(share, &unit, now_ms, config) {
+                Some((lent_to, reclaim_from_ms)) => SkipReason::QuotaLent {
+                    quota_share: share.name.clone(),
+                    unit,
+                    needed,
+                    free,
+                    lent_to,
+                    reclaim_from_ms,
+                },
+                None => SkipReason::InsufficientCapacity {
+                    environment,
+                    unit,
+                    needed,
+                    free,
+                },
+            };
+            skip(plan, reason)
+        }
+        other => skip(plan, other),
+    };
     if in_share && quota.known_no_room(&share.name, job) {
-        return skip(plan, reason);
+        return no_room(plan, quota, reason);
     }
     let Some(victims) = quota.make_room(share, job, env, in_share) else {
         if in_share {
             quota.note_no_room(&share.name, job);
         }
-        return skip(plan, reason);
+        return no_room(plan, quota, reason);
     };
 
     // Preempt: the job claims the victims' instances and the free ones it still needs.

@@ -306,7 +306,7 @@ fn cases() -> Vec<Case> {
             skipped: vec![],
         },
         Case {
-            name: "the minimum runtime protects young borrowed jobs",
+            name: "the minimum runtime protects young borrowed jobs, and the lender is told who borrowed and when it can reclaim",
             snapshot: snapshot(
                 8,
                 vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
@@ -317,7 +317,10 @@ fn cases() -> Vec<Case> {
             dispatched: &[],
             preempted: &[],
             skipped: vec![("a1", |r| {
-                matches!(r, SkipReason::InsufficientCapacity { free: 0, .. })
+                matches!(r, SkipReason::QuotaLent { quota_share, needed: 2, free: 0, lent_to, reclaim_from_ms: Some(at), .. }
+                    if quota_share == "a" && lent_to.len() == 1 && &*lent_to[0].0 == "b" && lent_to[0].1 == 4 && *at == NOW + 600_000)
+                    && r.to_string()
+                        == "QUOTA:CAPACITY_LENT - needs 2 ml.p4d.24xlarge, 0 free; quota share a is within its limit, and its idle capacity was lent to b (4); reclaimed by preemption from 1970-01-12 13:56:40 UTC"
             })],
         },
         Case {
