@@ -1,11 +1,13 @@
 # Infrastructure checks for scripts/test (sourced, not executed; needs scripts/lib/common.sh
-# first): `run_infra` lints and validates infra/template.yaml (SAM) and the CDK app in
-# infra/cdk, offline and without AWS credentials.
+# first, and lambda.sh for cargo-lambda): `run_infra` builds the four functions for deployment
+# (x86_64 release), then lints and validates infra/template.yaml (SAM) and the CDK app in
+# infra/cdk synthesized from that build, offline and without AWS credentials.
 #
 # Uses ROOT, PYTHON and TARGET_DIR as scripts/test sets them (with fallbacks). Tools are pinned:
 # Python ones in infra/requirements.txt, installed into their own virtualenv (aws-sam-cli pins a
 # boto3 the conformance suite cannot use), npm ones in infra/cdk/package-lock.json. Both are
-# reinstalled only when their pins change, so a re-run costs about 20 s.
+# reinstalled only when their pins change; a re-run costs about 20 s plus the release build
+# (about 5 minutes after a change to a shared crate, 14 minutes from nothing).
 
 # infra_python_env VENV — builds VENV from infra/requirements.txt unless its stamp is current.
 infra_python_env() {

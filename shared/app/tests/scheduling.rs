@@ -170,6 +170,16 @@ impl World {
         }
     }
 
+    /// The quota-managed queue `teams` on 4 instances: share `owner` (LEND) and share
+    /// `borrower` (LEND_AND_BORROW), 2 instances each.
+    async fn lender_and_borrower(&self) {
+        let shares = [
+            ("owner", SharingStrategy::Lend),
+            ("borrower", SharingStrategy::LendAndBorrow),
+        ];
+        self.quota_queue("teams", 4, &shares).await;
+    }
+
     /// The environment's usage document as stored.
     async fn usage(&self, environment: &str) -> Versioned<EnvironmentUsage> {
         let stored = self.service.store().get_document(environment).await;
@@ -706,17 +716,7 @@ async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finis
     let mut w = World::new(EmulatorConfig::default());
     w.config.planner.min_runtime_before_preemption_s = 2;
     w.config.record_decisions = true;
-    w.quota_queue(
-        "teams",
-        4,
-        &[
-            ("owner", SharingStrategy::Lend),
-            ("borrower", SharingStrategy::LendAndBorrow),
-        ],
-    )
-    .await;
-    let quota =
-        |share: &'static str| move |c: &mut SubmitJob| c.quota_share_name = Some(share.into());
+    w.lender_and_borrower().await;
 
     // The borrower fills the whole pool: two on its own quota, two borrowed from the owner.
     let mut borrowed = Vec::new();
@@ -1297,17 +1297,7 @@ impl TrainingBackend for NewerHolderDispatchesDuringLaunch {
 async fn a_pass_overtaken_by_a_newer_lease_holder_preempts_nobody() {
     let mut w = World::new(EmulatorConfig::default());
     w.config.planner.min_runtime_before_preemption_s = 0;
-    w.quota_queue(
-        "teams",
-        4,
-        &[
-            ("owner", SharingStrategy::Lend),
-            ("borrower", SharingStrategy::LendAndBorrow),
-        ],
-    )
-    .await;
-    let quota =
-        |share: &'static str| move |c: &mut SubmitJob| c.quota_share_name = Some(share.into());
+    w.lender_and_borrower().await;
     // The borrower holds three instances (one borrowed from the owner); one is free.
     for i in 0..3 {
         w.submit_with(&format!("b{i}"), "teams", 1, quick(600), quota("borrower"))
@@ -1354,6 +1344,11 @@ async fn a_pass_overtaken_by_a_newer_lease_holder_preempts_nobody() {
         let job = w.job(&id).await;
         assert_eq!(job.attempts.last().unwrap().stop_requested, None, "{id}");
     }
+}
+
+/// A submit edit putting the job in quota share `share`.
+fn quota(share: &'static str) -> impl FnOnce(&mut SubmitJob) {
+    move |c: &mut SubmitJob| c.quota_share_name = Some(share.into())
 }
 
 fn accept_and_cycle() -> PassInput<'static> {
