@@ -784,6 +784,76 @@ async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finis
     assert!(preempting > 0, "the preempting cycles were recorded");
 }
 
+/// A cycle that preempts lists the candidates' checkpoints (the emulator's bucket stands in for
+/// S3) and stops the borrowed job that loses least; that job keeps its place in line, and its
+/// next attempt resumes from its checkpoint under the same `CheckpointConfig.S3Uri`.
+#[tokio::test]
+async fn the_victim_is_the_borrowed_job_with_the_newest_checkpoint_and_it_resumes_from_it() {
+    let mut w = World::new(EmulatorConfig::default()); // training starts 400 ms after launch
+    w.config.planner.min_runtime_before_preemption_s = 2;
+    w.config.record_decisions = true;
+    w.lender_and_borrower().await;
+    // Four borrower jobs start in one cycle; the two with the greatest ids are the borrowed
+    // ones. Only b3 checkpoints (every 4 s of training); b2 publishes nothing.
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let mut hyper = quick(30);
+        if i == 3 {
+            hyper["emulator_checkpoint_interval_s"] = json!("4");
+        }
+        let id = w
+            .submit_with(&format!("b{i}"), "teams", 1, hyper, |cmd| {
+                quota("borrower")(cmd);
+                let mut payload: Value =
+                    serde_json::from_str(&cmd.service_request_payload).unwrap();
+                payload["CheckpointConfig"] = json!({"S3Uri": format!("s3://ckpt/b{i}")});
+                cmd.service_request_payload = payload.to_string();
+            })
+            .await;
+        ids.push(id);
+    }
+    w.tick().await;
+    assert_eq!(w.dispatched_ids().await.len(), 4, "idle capacity was lent");
+    let place = w.job(&ids[3]).await.runnable_at;
+    // 6 s later, b3 saved at 4.4 s and would lose 1.6 s; b2 would lose 6 s.
+    for _ in 0..24 {
+        w.clock.advance(250);
+        w.tick().await;
+    }
+    let owner = w
+        .submit_with("o0", "teams", 1, quick(1), quota("owner"))
+        .await;
+    w.run_until_done(250, 300_000).await;
+    let (b2, b3) = (w.job(&ids[2]).await, w.job(&ids[3]).await);
+    assert_eq!(w.job(&owner).await.status, JobStatus::Succeeded);
+    assert!(b2.preemption_summary.is_none(), "{b2:?}");
+    assert_eq!(b3.requeued_by, Some(Requeue::Preemption), "{b3:?}");
+    assert_eq!(b3.attempts.len(), 2);
+    assert_eq!(b3.status, JobStatus::Succeeded);
+    assert_eq!(
+        b3.runnable_at, place,
+        "a preempted job keeps its place in line"
+    );
+    // The second attempt resumed from the first one's checkpoint (4 s of training).
+    let second = b3.attempts[1].training_job_name.clone();
+    let progress = w
+        .sagemaker
+        .shared()
+        .with(|emulator, _| emulator.checkpoint_progress(&second));
+    assert_eq!(progress.map(|p| p.0), Some(4_000));
+    // The preempting cycle recorded what it saw and what the victim lost.
+    let preempting: Vec<_> = w
+        .decisions
+        .iter()
+        .flat_map(|d| &d.plan.preemptions)
+        .collect();
+    let first = preempting.first().expect("a preempting cycle was recorded");
+    assert_eq!(first.victim_job_id.as_str(), ids[3]);
+    assert!(first.checkpoint_ms.is_some(), "{first:?}");
+    assert!(first.lost_instance_s < 300 + 6, "{first:?}");
+    assert_every_cycle_replays(&w.decisions);
+}
+
 /// Checks that every decision record, read back from its JSON, plans again to its decisions
 /// and matches its digest; returns how many of them preempt. Also that the check can fail: a
 /// record whose plan or snapshot was altered does not pass it.

@@ -34,9 +34,11 @@ pub struct TrainingRequest {
     /// `StoppingCondition.MaxRuntimeInSeconds`, if given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runtime_s: Option<u64>,
-    /// Whether the payload has a `CheckpointConfig` (the job can resume after preemption).
-    #[serde(default)]
-    pub checkpointed: bool,
+    /// `CheckpointConfig.S3Uri`, if the payload has one: where the job's checkpoints land (the
+    /// scheduler lists it to learn what a preemption would lose, and every attempt resumes
+    /// from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_s3_uri: Option<String>,
     /// `ResourceConfig.InstancePreferences` as (type, count), in SageMaker's order of preference;
     /// empty when the request names its instances directly.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -50,7 +52,7 @@ impl TrainingRequest {
             training_job_name: name.to_owned(),
             instances: BTreeMap::from([(instance_type.to_owned(), count)]),
             max_runtime_s: None,
-            checkpointed: false,
+            checkpoint_s3_uri: None,
             preferences: Vec::new(),
         }
     }
@@ -169,7 +171,11 @@ pub fn training_request_of(value: &Value) -> Result<TrainingRequest, PayloadErro
         training_job_name: name,
         instances,
         max_runtime_s,
-        checkpointed: matches!(root.get("CheckpointConfig"), Some(Value::Object(_))),
+        checkpoint_s3_uri: root
+            .get("CheckpointConfig")
+            .and_then(|c| c.get("S3Uri"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         preferences,
     })
 }
@@ -346,7 +352,7 @@ mod tests {
         );
         assert_eq!(req.max_runtime_s, Some(3600));
         assert_eq!(req.total_instances(), 2);
-        assert!(!req.checkpointed);
+        assert_eq!(req.checkpoint_s3_uri, None);
     }
 
     #[test]
@@ -450,7 +456,10 @@ mod tests {
             &["CheckpointConfig"],
             Some(json!({"S3Uri": "s3://b/ckpt"})),
         );
-        assert!(parse_training_request(&payload).unwrap().checkpointed);
+        assert_eq!(
+            parse_training_request(&payload).unwrap().checkpoint_s3_uri,
+            Some("s3://b/ckpt".to_owned())
+        );
     }
 
     #[test]

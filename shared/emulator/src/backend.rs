@@ -17,7 +17,9 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use trainyard_app::ports::{BackendError, Clock, TrainingBackend, TrainingJobState};
+use trainyard_app::ports::{
+    BackendError, Clock, ObservedCheckpoint, TrainingBackend, TrainingJobState,
+};
 
 use crate::model::{Config, Emulator, SageMakerError};
 use crate::shared::SharedEmulator;
@@ -76,20 +78,23 @@ pub fn scaled_config(config: Config, scale: f64) -> Config {
     }
 }
 
-/// The request with `HyperParameters.emulator_duration_s` multiplied by `scale`. A value that is
-/// not a number is left alone for the model to reject with its own message.
+/// The request with `HyperParameters.emulator_duration_s` and
+/// `emulator_checkpoint_interval_s` multiplied by `scale`. A value that is not a number is left
+/// alone for the model to reject with its own message.
 fn scale_duration(mut request: Value, scale: f64) -> Value {
     #[allow(clippy::float_cmp)] // exactly 1 is the common case and means "leave it".
     if scale == 1.0 {
         return request;
     }
-    let duration = request
-        .get_mut("HyperParameters")
-        .and_then(|h| h.get_mut("emulator_duration_s"));
-    if let Some(value) = duration
-        && let Some(secs) = value.as_str().and_then(|s| s.parse::<f64>().ok())
-    {
-        *value = Value::String(format!("{}", secs * scale));
+    for name in ["emulator_duration_s", "emulator_checkpoint_interval_s"] {
+        let duration = request
+            .get_mut("HyperParameters")
+            .and_then(|h| h.get_mut(name));
+        if let Some(value) = duration
+            && let Some(secs) = value.as_str().and_then(|s| s.parse::<f64>().ok())
+        {
+            *value = Value::String(format!("{}", secs * scale));
+        }
     }
     request
 }
@@ -126,6 +131,20 @@ impl TrainingBackend for EmulatedSageMaker {
             Err(SageMakerError::ValidationException(_)) => Ok(()),
             other => other.map_err(classify),
         }
+    }
+
+    /// The model's checkpoint bucket stands in for S3: what the job writing `s3_uri` saved.
+    async fn latest_checkpoint(
+        &self,
+        s3_uri: &str,
+    ) -> Result<Option<ObservedCheckpoint>, BackendError> {
+        let newest = self
+            .shared
+            .with(|emulator, now| emulator.latest_checkpoint(s3_uri, now));
+        Ok(newest.map(|c| ObservedCheckpoint {
+            at_ms: c.at_ms,
+            interval_ms: c.previous_at_ms.map(|p| c.at_ms - p),
+        }))
     }
 }
 

@@ -219,6 +219,34 @@ struct Job {
     training_ms: i64,
     max_runtime_ms: Option<i64>,
     outcome: Outcome,
+    /// Its checkpoint writer, when the request has a `CheckpointConfig.S3Uri`.
+    checkpoints: Option<Writer>,
+}
+
+/// A training job's checkpoint writer (see [`Emulator::latest_checkpoint`]): hyperparameters
+/// `emulator_checkpoint_interval_s` (how often it saves while training; absent: never) and
+/// `emulator_checkpoint_on_stop` (`true`: it saves when told to stop).
+#[derive(Debug, Clone, PartialEq)]
+struct Writer {
+    uri: String,
+    interval_ms: Option<i64>,
+    on_stop: bool,
+    /// Training progress restored from the URI's checkpoint when the job was created.
+    resumed_ms: i64,
+    /// Progress in the newest checkpoint this job wrote, once it stopped training.
+    saved_ms: Option<i64>,
+}
+
+/// The newest checkpoint under a URI: training progress it holds, when it landed, and when the
+/// one before it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Training progress saved, milliseconds of training.
+    pub progress_ms: i64,
+    /// When it landed (epoch ms).
+    pub at_ms: i64,
+    /// When the checkpoint before it landed, if there was one.
+    pub previous_at_ms: Option<i64>,
 }
 
 /// A "SageMaker Training Job State Change" event: the job as it was at the change. Its `detail`
@@ -310,6 +338,11 @@ pub struct Emulator {
     events: Vec<StateChange>,
     event_seq: u64,
     rng: SplitMix64,
+    /// The checkpoint bucket: the newest checkpoint a job that stopped training left under each
+    /// URI. A job training now writes on top of it ([`Emulator::latest_checkpoint`]).
+    bucket: BTreeMap<String, Checkpoint>,
+    /// The job (key) writing each URI, while it is in progress.
+    writers: BTreeMap<String, String>,
 }
 
 fn validation(message: impl Into<String>) -> SageMakerError {
@@ -327,6 +360,8 @@ impl Emulator {
             events: Vec::new(),
             event_seq: 0,
             rng,
+            bucket: BTreeMap::new(),
+            writers: BTreeMap::new(),
         }
     }
 
@@ -423,6 +458,48 @@ impl Emulator {
                 }
             },
         };
+        let checkpoints = match map
+            .get("CheckpointConfig")
+            .and_then(|c| c.get("S3Uri"))
+            .and_then(Value::as_str)
+        {
+            None => None,
+            Some(uri) => {
+                let interval_ms = match hyper_str("emulator_checkpoint_interval_s") {
+                    None => None,
+                    Some(s) => match s.parse::<f64>() {
+                        Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= MAX_DURATION_S => {
+                            Some(((secs * 1000.0) as i64).max(1))
+                        }
+                        _ => {
+                            return Err(validation(format!(
+                                "HyperParameters.emulator_checkpoint_interval_s must be a positive number of seconds, got {s:?}"
+                            )));
+                        }
+                    },
+                };
+                let on_stop = match hyper_str("emulator_checkpoint_on_stop") {
+                    None | Some("false") => false,
+                    Some("true") => true,
+                    Some(other) => {
+                        return Err(validation(format!(
+                            "HyperParameters.emulator_checkpoint_on_stop must be true or false, got {other:?}"
+                        )));
+                    }
+                };
+                Some(Writer {
+                    uri: uri.to_owned(),
+                    interval_ms,
+                    on_stop,
+                    resumed_ms: self.bucket.get(uri).map_or(0, |c| c.progress_ms),
+                    saved_ms: None,
+                })
+            }
+        };
+        // A job resuming from a checkpoint trains only what is left.
+        let training_ms = training_ms
+            .saturating_sub(checkpoints.as_ref().map_or(0, |w| w.resumed_ms))
+            .max(0);
         let outcome = match hyper_str("emulator_outcome") {
             None => {
                 let mut job_rng = SplitMix64::new(self.config.seed ^ Fnv1a::of(key.as_bytes()));
@@ -468,7 +545,11 @@ impl Emulator {
                 .max_runtime_s
                 .map(|s| i64::try_from(s).unwrap_or(i64::MAX).saturating_mul(1000)),
             outcome,
+            checkpoints,
         };
+        if let Some(writer) = &job.checkpoints {
+            self.writers.insert(writer.uri.clone(), key.clone());
+        }
         job.transitions.push(Transition {
             status: Secondary::Starting,
             start_ms: now_ms,
@@ -510,6 +591,14 @@ impl Emulator {
         match job.status {
             Status::Stopping => Ok(()),
             Status::InProgress => {
+                if let Some(saved) = stop_writing(job, now_ms, true) {
+                    self.save(&key, saved);
+                }
+                let job = self.jobs.get_mut(&key).ok_or_else(|| {
+                    SageMakerError::ResourceNotFound(format!(
+                        "Requested resource not found: training job {name}"
+                    ))
+                })?;
                 set_phase(
                     job,
                     Status::Stopping,
@@ -603,13 +692,48 @@ impl Emulator {
             let Some(job) = self.jobs.get_mut(&key) else {
                 continue;
             };
+            let saved = (job.secondary == Secondary::Training)
+                .then(|| stop_writing(job, at, false))
+                .flatten();
             step(job, at, &self.config);
             let snapshot = job.clone();
+            if let Some(saved) = saved {
+                self.save(&key, saved);
+            }
             if let Some(next) = snapshot.next_at_ms {
                 self.deadlines.insert((next, key));
             }
             self.emit(snapshot, at);
         }
+    }
+
+    /// The newest checkpoint under `uri` at `now_ms`: one the job writing it now (while it
+    /// trains, it saves every `emulator_checkpoint_interval_s` of training), else the one left
+    /// by the last job that wrote it. Saving is instant in the model: a checkpoint is complete
+    /// when it lands.
+    pub fn latest_checkpoint(&self, uri: &str, now_ms: i64) -> Option<Checkpoint> {
+        let stored = self.bucket.get(uri).copied();
+        let writing = self
+            .writers
+            .get(uri)
+            .and_then(|key| self.jobs.get(key))
+            .and_then(|job| periodic(job, now_ms));
+        match (writing, stored) {
+            (Some((progress_ms, at_ms, previous_at_ms)), stored) => Some(Checkpoint {
+                progress_ms,
+                at_ms,
+                previous_at_ms: previous_at_ms.or(stored.map(|c| c.at_ms)),
+            }),
+            (None, stored) => stored,
+        }
+    }
+
+    /// A training job's checkpoint progress: what it resumed from and, once it stopped
+    /// training, what its newest checkpoint holds (milliseconds of training); `None` for a job
+    /// without a `CheckpointConfig` or not known.
+    pub fn checkpoint_progress(&self, name: &str) -> Option<(i64, Option<i64>)> {
+        let writer = self.jobs.get(&name.to_lowercase())?.checkpoints.as_ref()?;
+        Some((writer.resumed_ms, writer.saved_ms))
     }
 
     /// The next time something happens by itself (a phase ends or an event becomes due).
@@ -677,6 +801,73 @@ impl Emulator {
             .events
             .partition_point(|e| e.deliver_at_ms <= change.deliver_at_ms);
         self.events.insert(pos, change);
+    }
+}
+
+/// The newest periodic checkpoint of a job training at `now_ms`, if it wrote one: (progress,
+/// when it landed, when the one before it landed).
+fn periodic(job: &Job, now_ms: i64) -> Option<(i64, i64, Option<i64>)> {
+    let writer = job.checkpoints.as_ref()?;
+    let interval = writer.interval_ms?;
+    if job.secondary != Secondary::Training || writer.saved_ms.is_some() {
+        return None;
+    }
+    let started = job.training_start_ms?;
+    let trained = now_ms.saturating_sub(started).clamp(0, job.training_ms);
+    let k = trained / interval;
+    (k >= 1).then(|| {
+        let at = started + k * interval;
+        let previous = (k >= 2).then(|| at - interval);
+        (writer.resumed_ms + k * interval, at, previous)
+    })
+}
+
+/// Ends `job`'s writing at `at_ms` (it stops training): its URI and the checkpoint it leaves,
+/// if it wrote one — its newest periodic one or, when it saves on stop and `stopping`, one
+/// holding all its progress. `None` when it has no writer or already stopped writing.
+fn stop_writing(job: &mut Job, at_ms: i64, stopping: bool) -> Option<(String, Option<Checkpoint>)> {
+    let training = job.secondary == Secondary::Training;
+    let last = periodic(job, at_ms);
+    let started = job.training_start_ms;
+    let trained = |started: i64| at_ms.saturating_sub(started).clamp(0, job.training_ms);
+    let writer = job.checkpoints.as_mut()?;
+    if writer.saved_ms.is_some() {
+        return None;
+    }
+    let checkpoint = match started.filter(|_| training && stopping && writer.on_stop) {
+        Some(started) => Some(Checkpoint {
+            progress_ms: writer.resumed_ms + trained(started),
+            at_ms,
+            previous_at_ms: last.map(|(_, at, _)| at),
+        }),
+        None => last.map(|(progress_ms, at_ms, previous_at_ms)| Checkpoint {
+            progress_ms,
+            at_ms,
+            previous_at_ms,
+        }),
+    };
+    writer.saved_ms = Some(checkpoint.map_or(writer.resumed_ms, |c| c.progress_ms));
+    Some((writer.uri.clone(), checkpoint))
+}
+
+impl Emulator {
+    /// Stores what a job that stopped writing (`key`) left under `uri`, and forgets it as the
+    /// URI's writer.
+    fn save(&mut self, key: &str, (uri, checkpoint): (String, Option<Checkpoint>)) {
+        if self.writers.get(&uri).is_some_and(|k| k == key) {
+            self.writers.remove(&uri);
+        }
+        if let Some(checkpoint) = checkpoint {
+            let previous = self.bucket.get(&uri).map(|c| c.at_ms);
+            let previous_at_ms = checkpoint.previous_at_ms.or(previous);
+            self.bucket.insert(
+                uri,
+                Checkpoint {
+                    previous_at_ms,
+                    ..checkpoint
+                },
+            );
+        }
     }
 }
 

@@ -448,3 +448,101 @@ fn the_next_deadline_follows_creates_stops_and_forgets_and_one_advance_keeps_tim
     assert_eq!(e.next_deadline(), None);
     assert!(e.training_job_state("c").is_err());
 }
+
+/// `request(..)` writing checkpoints to `uri`.
+fn checkpointing(name: &str, uri: &str, hyper: Value) -> Value {
+    let mut req = request(name, hyper);
+    req["CheckpointConfig"] = json!({"S3Uri": uri});
+    req
+}
+
+/// A job with a `CheckpointConfig` saves every `emulator_checkpoint_interval_s` of training;
+/// stopped, it leaves its newest checkpoint, and the next job writing the same URI resumes from
+/// it and trains only what is left.
+#[test]
+fn checkpoint_writers_save_on_a_cadence_and_the_next_attempt_resumes() {
+    let mut e = Emulator::new(Config::default()); // training starts 400 ms after create
+    let uri = "s3://bucket/checkpoints/job";
+    let hyper = json!({"emulator_duration_s": "10", "emulator_checkpoint_interval_s": "2"});
+    e.create_training_job(&checkpointing("first", uri, hyper.clone()), T0)
+        .unwrap();
+    let trained = |ms: i64| T0 + 400 + ms;
+    run(&mut e, T0, trained(1_900));
+    assert_eq!(e.latest_checkpoint(uri, trained(1_900)), None, "none yet");
+    run(&mut e, trained(1_900), trained(5_000));
+    let newest = e.latest_checkpoint(uri, trained(5_000)).unwrap();
+    assert_eq!(
+        (newest.progress_ms, newest.at_ms, newest.previous_at_ms),
+        (4_000, trained(4_000), Some(trained(2_000)))
+    );
+    e.stop_training_job("first", trained(5_000)).unwrap();
+    assert_eq!(e.checkpoint_progress("first"), Some((0, Some(4_000))));
+    // Stopping, it writes no more: the second after the stop counts for nothing.
+    run(&mut e, trained(5_000), trained(7_000));
+    assert_eq!(e.latest_checkpoint(uri, trained(7_000)), Some(newest));
+
+    // The next attempt resumes at 4 s of 10: 6 s of training, checkpoints continuing.
+    let at = trained(7_000);
+    e.create_training_job(&checkpointing("second", uri, hyper), at)
+        .unwrap();
+    run(&mut e, at, at + 400 + 5_950);
+    assert_eq!(status(&e, "second"), pair("InProgress", "Training"));
+    let resumed = e.latest_checkpoint(uri, at + 400 + 2_000).unwrap();
+    assert_eq!(resumed.progress_ms, 6_000);
+    run(&mut e, at + 400 + 5_950, at + 400 + 6_050);
+    assert_eq!(status(&e, "second"), pair("InProgress", "Uploading"));
+    assert_eq!(e.checkpoint_progress("second"), Some((4_000, Some(10_000))));
+}
+
+/// A writer that saves when told to stop keeps all its progress; a job with a
+/// `CheckpointConfig` but no cadence publishes nothing; a cadence that is not a positive number
+/// is refused.
+#[test]
+fn a_writer_may_save_on_stop_and_one_without_a_cadence_publishes_nothing() {
+    let mut e = Emulator::new(Config::default());
+    let hyper = json!({
+        "emulator_duration_s": "10",
+        "emulator_checkpoint_interval_s": "4",
+        "emulator_checkpoint_on_stop": "true"
+    });
+    e.create_training_job(&checkpointing("saver", "s3://b/saver", hyper), T0)
+        .unwrap();
+    run(&mut e, T0, T0 + 400 + 5_000);
+    e.stop_training_job("saver", T0 + 400 + 5_000).unwrap();
+    let saved = e
+        .latest_checkpoint("s3://b/saver", T0 + 400 + 5_000)
+        .unwrap();
+    assert_eq!(
+        (saved.progress_ms, saved.at_ms, saved.previous_at_ms),
+        (5_000, T0 + 400 + 5_000, Some(T0 + 400 + 4_000))
+    );
+
+    e.create_training_job(
+        &checkpointing(
+            "quiet",
+            "s3://b/quiet",
+            json!({"emulator_duration_s": "10"}),
+        ),
+        T0,
+    )
+    .unwrap();
+    run(&mut e, T0 + 400 + 5_000, T0 + 400 + 9_000);
+    e.stop_training_job("quiet", T0 + 400 + 9_000).unwrap();
+    assert_eq!(e.latest_checkpoint("s3://b/quiet", T0 + 400 + 9_000), None);
+    assert_eq!(e.checkpoint_progress("quiet"), Some((0, Some(0))));
+    assert_eq!(e.checkpoint_progress("saver-unknown"), None);
+
+    for bad in ["0", "-1", "often"] {
+        let req = checkpointing(
+            "bad",
+            "s3://b/bad",
+            json!({"emulator_checkpoint_interval_s": bad}),
+        );
+        let err = e.create_training_job(&req, T0).unwrap_err();
+        assert_eq!(err.code(), "ValidationException", "{bad}");
+        assert!(
+            err.to_string().contains("emulator_checkpoint_interval_s"),
+            "{err}"
+        );
+    }
+}

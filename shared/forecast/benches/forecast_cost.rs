@@ -31,6 +31,9 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
             started_at_ms: NOW - 60_000 * (i as i64 % 120),
             instances: one(1).into(),
             expected_end_ms: NOW + 86_400_000,
+            checkpoint_ms: None,
+            checkpoint_interval_ms: None,
+            preemptions: 0,
         })
         .collect();
     let pending = (0..pending)

@@ -312,6 +312,9 @@ impl<'a> Rollout<'a> {
             started_at_ms: t,
             instances: job.instances,
             expected_end_ms: t.saturating_add(secs_ms(cap)),
+            checkpoint_ms: None,
+            checkpoint_interval_ms: None,
+            preemptions: 0,
         });
     }
 

@@ -34,6 +34,9 @@ fn running(id: &str, started_at_ms: i64, max_runtime_s: i64) -> RunningJob {
         started_at_ms,
         instances: instances(1),
         expected_end_ms: started_at_ms + max_runtime_s * 1_000,
+        checkpoint_ms: None,
+        checkpoint_interval_ms: None,
+        preemptions: 0,
     }
 }
 

@@ -46,6 +46,9 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
             started_at_ms: NOW - 60_000,
             instances: one(1).into(),
             expected_end_ms: NOW + 1000 * (60 + (i as i64 * 7919) % 86_400),
+            checkpoint_ms: None,
+            checkpoint_interval_ms: None,
+            preemptions: 0,
         })
         .collect();
     let pending = (0..pending)

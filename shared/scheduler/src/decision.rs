@@ -32,6 +32,13 @@ pub struct Preemption {
     pub for_job_id: SharedStr,
     /// Why this victim.
     pub reason: PreemptionReason,
+    /// The work the victim is estimated to lose, restart included, in instance-seconds
+    /// (`cost(V)` of `trainyard_scheduler::quota`).
+    #[serde(default)]
+    pub lost_instance_s: u64,
+    /// The victim's newest observed checkpoint that estimate counts from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_ms: Option<i64>,
 }
 
 /// Why a job is preempted.

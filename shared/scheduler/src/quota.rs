@@ -46,17 +46,33 @@
 //!
 //! # Preemption
 //!
-//! Candidates for a waiting job `J` of share `S`, among running attempts of the queue that have
-//! run at least `Config::min_runtime_before_preemption_s` and are not already victims:
+//! Candidates for a waiting job `J` of share `S`, among running attempts of the queue that are
+//! *preemptible* (below) and not already victims:
 //! - *cross-share*: borrowed jobs of other shares (always on in Batch);
 //! - *in-share* (if `S` enables it): jobs of `S` with priority strictly below `J`'s.
 //!
-//! They are ordered borrowed first, then lowest priority, then most recently started, then job
-//! id, and taken greedily until `J` would fit **within its share's own limit** and the
+//! An attempt is preemptible once it has run `Config::min_runtime_before_preemption_s`; an
+//! attempt of a job that was preempted before (`RunningJob::preemptions > 0`) only once it has
+//! also run `Config::min_runtime_after_preemption_s` or saved a checkpoint since it started
+//! (anti-thrash: a resumed job makes progress before it can lose it again).
+//!
+//! **What a victim loses.** For a running attempt `V` holding `g(V)` instances:
+//!
+//! ```text
+//! tck(V)   its newest observed checkpoint if it is newer than its start; for a job that
+//!          publishes none, max(start, now − M) where M is the median checkpoint interval
+//!          observed among the queue's running jobs (none observed: its start)
+//! cost(V)  g(V) × (now − tck(V) + Config::restart_overhead_s)          instance-seconds
+//! ```
+//!
+//! so hiding checkpoints buys no protection. Candidates are ordered borrowed first, then lowest
+//! priority (the rules stay first), then least cost per instance freed of the types `J` needs,
+//! then job id, and taken greedily until `J` would fit **within its share's own limit** and the
 //! environment's capacity; then victims that turn out unnecessary are dropped, walking back from
-//! the last. If the candidates cannot make room, nobody is preempted. `J` does not start in the
-//! same cycle: it claims the victims' instances (and the free ones it needs), waits with
-//! `WaitingForPreemptedCapacity`, and starts once the victims' capacity is released.
+//! the last. If the candidates cannot make room, nobody is preempted. Each [`Preemption`] carries
+//! its victim's estimated loss and `tck`. `J` does not start in the same cycle: it claims the
+//! victims' instances (and the free ones it needs), waits with `WaitingForPreemptedCapacity`,
+//! and starts once the victims' capacity is released.
 //!
 //! # Preemption never loops
 //!
@@ -160,6 +176,72 @@ struct Quota<'a> {
     no_room: BTreeMap<(&'a str, &'a str), Vec<(u32, u32)>>,
     /// [`Quota::bound`] per (share, instance type), worked out once a cycle.
     bounds: BTreeMap<(&'a str, &'a str), (u64, u64, QuotaLimitCause)>,
+    /// What preempting each preemptible job would cost now, by job id (see the module docs).
+    costs: BTreeMap<&'a str, Loss>,
+}
+
+/// What preempting a running attempt now loses (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Loss {
+    /// `cost(V)`, instance-seconds.
+    instance_s: u64,
+    /// The newest observed checkpoint counted, if any.
+    checkpoint_ms: Option<i64>,
+}
+
+impl Loss {
+    fn of(job: &RunningJob, now_ms: i64, median_interval_ms: Option<i64>, config: &Config) -> Self {
+        let ran_ms = now_ms.saturating_sub(job.started_at_ms).max(0);
+        let checkpoint_ms = job.checkpoint_ms.filter(|c| *c > job.started_at_ms);
+        let since_ms = match (checkpoint_ms, median_interval_ms) {
+            (Some(c), _) => now_ms.saturating_sub(c).clamp(0, ran_ms),
+            (None, Some(m)) => ran_ms.min(m.max(0)),
+            (None, None) => ran_ms,
+        };
+        let instances: u64 = job.instances.values().map(|n| u64::from(*n)).sum();
+        let seconds = u64::try_from(since_ms / 1000)
+            .unwrap_or(0)
+            .saturating_add(config.restart_overhead_s);
+        Self {
+            instance_s: instances.saturating_mul(seconds),
+            checkpoint_ms,
+        }
+    }
+}
+
+/// The longest a job's attempt is protected for by its past preemptions.
+const MAX_PROTECTION_S: u64 = 86_400;
+
+/// When `job` becomes preemptible (see the module docs).
+fn preemptible_from(job: &RunningJob, config: &Config) -> i64 {
+    let after = |s: u64| job.started_at_ms.saturating_add(seconds_ms(s));
+    let first = after(config.min_runtime_before_preemption_s);
+    let saved = job.checkpoint_ms.is_some_and(|c| c > job.started_at_ms);
+    match job.preemptions {
+        0 => first,
+        1 if saved => first,
+        k => {
+            let doubled = config
+                .min_runtime_after_preemption_s
+                .saturating_mul(1 << (k - 1).min(16))
+                .min(MAX_PROTECTION_S.max(config.min_runtime_after_preemption_s));
+            first.max(after(doubled))
+        }
+    }
+}
+
+/// The median observed checkpoint interval among `running`, if any reports one.
+fn median_interval(running: &[&RunningJob]) -> Option<i64> {
+    let mut intervals: Vec<i64> = running
+        .iter()
+        .filter_map(|r| r.checkpoint_interval_ms)
+        .filter(|i| *i > 0)
+        .collect();
+    if intervals.is_empty() {
+        return None;
+    }
+    let mid = intervals.len() / 2;
+    Some(*intervals.select_nth_unstable(mid).1)
 }
 
 impl<'a> Quota<'a> {
@@ -329,7 +411,6 @@ impl<'a> Quota<'a> {
         now_ms: i64,
         config: &Config,
     ) -> Option<LentTo> {
-        let min_age_ms = seconds_ms(config.min_runtime_before_preemption_s);
         let mut lent: BTreeMap<SharedStr, u64> = BTreeMap::new();
         let mut reclaim_from: Option<i64> = None;
         for r in &self.running {
@@ -346,7 +427,7 @@ impl<'a> Quota<'a> {
             if let Some(t) = theirs {
                 *lent.entry(t.clone()).or_insert(0) += u64::from(*n);
             }
-            let from = r.started_at_ms.saturating_add(min_age_ms);
+            let from = preemptible_from(r, config);
             reclaim_from = Some(reclaim_from.map_or(from, |f| f.min(from)));
         }
         if lent.is_empty() {
@@ -398,13 +479,24 @@ impl<'a> Quota<'a> {
         if candidates.is_empty() {
             return None;
         }
+        // Cost per instance freed of the types the job needs, compared exactly as
+        // cost(a) × freed(b) against cost(b) × freed(a).
+        let per_freed = |r: &RunningJob| {
+            let freed: u64 = job
+                .instances
+                .keys()
+                .filter_map(|ty| r.instances.get(ty))
+                .map(|n| u64::from(*n))
+                .sum();
+            let cost = self.costs.get(&*r.job_id).map_or(0, |l| l.instance_s);
+            (u128::from(cost), u128::from(freed.max(1)))
+        };
         candidates.sort_by(|(a, ab), (b, bb)| {
-            (!ab, a.priority, Reverse(a.started_at_ms), &a.job_id).cmp(&(
-                !bb,
-                b.priority,
-                Reverse(b.started_at_ms),
-                &b.job_id,
-            ))
+            let ((ca, fa), (cb, fb)) = (per_freed(a), per_freed(b));
+            (!ab, a.priority)
+                .cmp(&(!bb, b.priority))
+                .then((ca * fb).cmp(&(cb * fa)))
+                .then_with(|| a.job_id.cmp(&b.job_id))
         });
         let fits = |chosen: &[&RunningJob]| {
             let mut pool = env.pool.clone();
@@ -495,13 +587,15 @@ pub(crate) fn plan_quota_queue<'a>(
     now_ms: i64,
     config: &Config,
 ) {
-    let min_age_ms = seconds_ms(config.min_runtime_before_preemption_s);
+    let median = median_interval(running);
     let mut preemptible: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
+    let mut costs = BTreeMap::new();
     for job in running {
         if let Some(share) = job.share.as_deref()
-            && now_ms.saturating_sub(job.started_at_ms) >= min_age_ms
+            && now_ms >= preemptible_from(job, config)
         {
             preemptible.entry(share).or_default().push(job);
+            costs.insert(&*job.job_id, Loss::of(job, now_ms, median, config));
         }
     }
     let mut quota = Quota {
@@ -515,6 +609,7 @@ pub(crate) fn plan_quota_queue<'a>(
         running: running.to_vec(),
         no_room: BTreeMap::new(),
         bounds: BTreeMap::new(),
+        costs,
     };
     quota.set_borrowed(borrowed_jobs(shares, quota.running.iter().copied()));
     for job in quota.running.clone() {
@@ -635,7 +730,13 @@ fn decide<'a>(
     // In-share preemption is a last resort: only for a job that has waited
     // `min_wait_before_in_share_preemption_s` (its share's own jobs end and free capacity for it
     // meanwhile). Reclaiming borrowed capacity is never deferred.
-    let waited_ms = now_ms.saturating_sub(job.runnable_at_ms);
+    // Counted from when it last became runnable: a preempted job keeps its place in line
+    // (`runnable_at_ms`), not its wait, so a reclaim does not cascade into an in-share
+    // preemption at once.
+    let since_ms = job
+        .not_before_ms
+        .map_or(job.runnable_at_ms, |t| t.max(job.runnable_at_ms));
+    let waited_ms = now_ms.saturating_sub(since_ms);
     let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s);
     // No room to be made: an entitled job waiting for a full environment is told who holds
     // its share's lent capacity, when there is any.
@@ -698,10 +799,13 @@ fn decide<'a>(
                 victim_quota_share: theirs.to_owned(),
             }
         };
+        let loss = quota.costs.get(&*victim.job_id);
         plan.preemptions.push(Preemption {
             victim_job_id: victim.job_id.clone(),
             for_job_id: job.job_id.clone(),
             reason,
+            lost_instance_s: loss.map_or(0, |l| l.instance_s),
+            checkpoint_ms: loss.and_then(|l| l.checkpoint_ms),
         });
     }
     env.pool.take(&claim);

@@ -608,9 +608,18 @@ pub fn timed_out(job: &ServiceJob, now_ms: i64) -> bool {
 }
 
 /// When the current RUNNABLE wait began, for time limits (see the module docs): `runnable_at`,
-/// or earlier when the job's latest attempts were capacity failures.
+/// or earlier when the job's latest attempts were capacity failures, or later when its latest
+/// attempt was preempted (a preempted job keeps its place in line, `runnable_at`, but its wait
+/// began when the attempt stopped).
 pub fn waiting_since(job: &ServiceJob) -> i64 {
     let runnable_at = job.runnable_at.unwrap_or(job.created_at);
+    if let Some(preempted) = job
+        .attempts
+        .last()
+        .filter(|a| a.failed_as == Some(Requeue::Preemption))
+    {
+        return preempted.stopped_at.unwrap_or(runnable_at).max(runnable_at);
+    }
     let streak = job
         .attempts
         .iter()

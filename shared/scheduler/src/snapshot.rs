@@ -230,6 +230,18 @@ pub struct RunningJob {
     pub instances: Arc<Instances>,
     /// When the attempt will have ended at the latest (dispatch + max runtime).
     pub expected_end_ms: i64,
+    /// Its newest complete checkpoint as observed (not as reported by the job), if any: work
+    /// before it survives a preemption. Hosts that observe no checkpoints leave it unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_ms: Option<i64>,
+    /// The interval between its two newest observed checkpoints, if it has two: a job that
+    /// publishes nothing is assumed to checkpoint at its queue's median of these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval_ms: Option<i64>,
+    /// How many times the job was preempted before this attempt (`preemptionSummary`): a job
+    /// preempted before is protected longer ([`Config::min_runtime_after_preemption_s`]).
+    #[serde(default)]
+    pub preemptions: u32,
 }
 
 /// A RUNNABLE job. Like [`RunningJob`], its text and instances are shared with the host's
@@ -324,9 +336,18 @@ pub struct Config {
     /// share waits minutes, not hours.
     pub min_runtime_before_preemption_s: u64,
     /// A waiting job preempts lower-priority jobs of its own quota share only once it has waited
-    /// this long: until then its share's jobs that end free capacity for it, which costs no
+    /// this long since it last became runnable (a preempted job keeps its place in line, not
+    /// its wait): until then its share's jobs that end free capacity for it, which costs no
     /// work. Reclaiming borrowed capacity for a share's owner is never deferred.
     pub min_wait_before_in_share_preemption_s: u64,
+    /// Anti-thrash: an attempt of a job that was preempted before is preempted again only once
+    /// it has run this long, or has saved a checkpoint since it started (whichever comes first;
+    /// never before `min_runtime_before_preemption_s`). Default 3,600 s.
+    pub min_runtime_after_preemption_s: u64,
+    /// What restarting a preempted attempt costs, per instance, in seconds of lost work
+    /// (provisioning, download, loading the checkpoint): added to every victim's cost. Default
+    /// 300 s.
+    pub restart_overhead_s: u64,
 }
 
 impl Default for Config {
@@ -336,6 +357,8 @@ impl Default for Config {
             default_runtime_s: 86_400,
             min_runtime_before_preemption_s: 600,
             min_wait_before_in_share_preemption_s: 0,
+            min_runtime_after_preemption_s: 3_600,
+            restart_overhead_s: 300,
         }
     }
 }

@@ -93,6 +93,9 @@ fn running(id: &str, queue: &str, instances: u32, ends_in_s: i64) -> RunningJob 
         started_at_ms: NOW - 3_600_000,
         instances: BTreeMap::from([(GPU.to_owned(), instances)]).into(),
         expected_end_ms: NOW + ends_in_s * 1000,
+        checkpoint_ms: None,
+        checkpoint_interval_ms: None,
+        preemptions: 0,
     }
 }
 

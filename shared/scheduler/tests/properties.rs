@@ -66,6 +66,9 @@ fn generate(seed: u64) -> Snapshot {
             started_at_ms: NOW - 60_000,
             instances: instances(n).into(),
             expected_end_ms: NOW + 1000 * (1 + rng.below(10_000)) as i64,
+            checkpoint_ms: None,
+            checkpoint_interval_ms: None,
+            preemptions: 0,
         });
     }
     let pending = (0..rng.below(41))
@@ -330,6 +333,9 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
                 started_at_ms: now,
                 instances: d.instances,
                 expected_end_ms: now + job_ms,
+                checkpoint_ms: None,
+                checkpoint_interval_ms: None,
+                preemptions: 0,
             });
         }
         // Account one step of usage per share (the host's job after each cycle).

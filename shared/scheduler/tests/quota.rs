@@ -65,6 +65,9 @@ fn run(id: &str, share: &str, n: u32, started_hours_ago: i64) -> RunningJob {
         started_at_ms: NOW - started_hours_ago * HOUR_MS,
         instances: BTreeMap::from([(GPU.to_owned(), n)]).into(),
         expected_end_ms: NOW + 10 * HOUR_MS,
+        checkpoint_ms: None,
+        checkpoint_interval_ms: None,
+        preemptions: 0,
     }
 }
 
@@ -592,4 +595,185 @@ fn a_reclaimed_job_starts_next_cycle_and_its_victims_cannot_preempt_it_back() {
     let plan = plan_cycle(&s, later, &Config::default());
     assert_eq!(dispatched(&plan), ["a1"]);
     assert!(plan.preemptions.is_empty(), "{plan:#?}");
+}
+
+/// `run(..)` with its newest observed checkpoint `minutes_ago`.
+fn checkpointed(mut r: RunningJob, minutes_ago: i64) -> RunningJob {
+    r.checkpoint_ms = Some(NOW - minutes_ago * 60_000);
+    r
+}
+
+/// Among the victims the rules allow, the one that loses least goes: the work since its newest
+/// checkpoint (a checkpoint from before its attempt started does not count), not its start.
+#[test]
+fn the_victim_is_the_job_that_loses_least_since_its_checkpoint() {
+    let shares = vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)];
+    // b borrows 2 instances: b-new (started 1 h ago, never checkpointed) and b-old (started 5 h
+    // ago, checkpointed 5 minutes ago) are both borrowed, b-own is within b's limit.
+    let borrowed = |old: RunningJob| {
+        snapshot(
+            4,
+            shares.clone(),
+            vec![run("b-own", "b", 2, 9), run("b-new", "b", 1, 1), old],
+            vec![job("a1", "a", 1)],
+        )
+    };
+    let plan = plan_cycle(
+        &borrowed(checkpointed(run("b-old", "b", 1, 5), 5)),
+        NOW,
+        &Config::default(),
+    );
+    assert_eq!(preempted(&plan), [("b-old", "a1")], "{plan:#?}");
+    let victim = &plan.preemptions[0];
+    // 5 minutes of work plus the restart (300 s), on one instance.
+    assert_eq!(victim.lost_instance_s, 300 + 300);
+    assert_eq!(victim.checkpoint_ms, Some(NOW - 5 * 60_000));
+
+    // Without that checkpoint, b-old would lose 5 hours and b-new 1: b-new goes. A checkpoint
+    // older than the attempt (left by an earlier attempt) counts for nothing.
+    for old in [
+        run("b-old", "b", 1, 5),
+        checkpointed(run("b-old", "b", 1, 5), 6 * 60),
+    ] {
+        let plan = plan_cycle(&borrowed(old), NOW, &Config::default());
+        assert_eq!(preempted(&plan), [("b-new", "a1")], "{plan:#?}");
+        assert_eq!(plan.preemptions[0].lost_instance_s, 3600 + 300);
+        assert_eq!(plan.preemptions[0].checkpoint_ms, None);
+    }
+}
+
+/// A job that publishes no checkpoint is assumed to checkpoint at its queue's median observed
+/// interval, so hiding checkpoints buys no protection; with no interval observed, all its work
+/// since it started counts.
+#[test]
+fn a_job_that_publishes_nothing_is_assumed_to_checkpoint_at_the_queue_median() {
+    let shares = vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)];
+    // b-quiet (5 h, publishes nothing) and b-saver (checkpointed 40 minutes ago) are borrowed.
+    let with_interval = |minutes: Option<i64>| {
+        let mut saver = checkpointed(run("b-saver", "b", 1, 5), 40);
+        saver.checkpoint_interval_ms = minutes.map(|m| m * 60_000);
+        snapshot(
+            4,
+            shares.clone(),
+            vec![run("b-own", "b", 2, 9), run("b-quiet", "b", 1, 5), saver],
+            vec![job("a1", "a", 1)],
+        )
+    };
+    // Median interval 30 minutes: b-quiet counts 30 minutes lost, less than b-saver's 40.
+    let plan = plan_cycle(&with_interval(Some(30)), NOW, &Config::default());
+    assert_eq!(preempted(&plan), [("b-quiet", "a1")], "{plan:#?}");
+    assert_eq!(plan.preemptions[0].lost_instance_s, 1800 + 300);
+    // No interval observed: b-quiet counts its 5 hours, b-saver goes.
+    let plan = plan_cycle(&with_interval(None), NOW, &Config::default());
+    assert_eq!(preempted(&plan), [("b-saver", "a1")], "{plan:#?}");
+}
+
+/// Anti-thrash: a job preempted before is not preempted again until it has run
+/// `min_runtime_after_preemption_s` or saved a checkpoint since it started; from its second
+/// preemption on, only after a protection that doubles with each one, checkpoint or not.
+#[test]
+fn a_preempted_job_is_protected_until_it_has_run_a_while_or_saved_a_checkpoint() {
+    let shares = vec![share("a", 1, Lend), share("b", 1, LendAndBorrow)];
+    let config = Config::default(); // 600 s, then 3,600 s after a preemption
+    let borrowed = |victim: RunningJob| {
+        snapshot(
+            2,
+            shares.clone(),
+            vec![run("b-own", "b", 1, 9), victim],
+            vec![job("a1", "a", 1)],
+        )
+    };
+    let resumed = |minutes: i64, preemptions: u32| RunningJob {
+        started_at_ms: NOW - minutes * 60_000,
+        preemptions,
+        ..run("b-again", "b", 1, 0)
+    };
+    let victims = |r: RunningJob| {
+        let plan = plan_cycle(&borrowed(r), NOW, &config);
+        preempted(&plan)
+            .into_iter()
+            .map(|(v, _)| v.to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        victims(resumed(30, 0)),
+        ["b-again"],
+        "never preempted: 600 s"
+    );
+    assert!(victims(resumed(30, 1)).is_empty(), "preempted once, 30 min");
+    assert_eq!(victims(resumed(60, 1)), ["b-again"], "preempted once, 1 h");
+    let saved = RunningJob {
+        checkpoint_ms: Some(NOW - 60_000),
+        ..resumed(30, 1)
+    };
+    assert_eq!(
+        victims(saved.clone()),
+        ["b-again"],
+        "saved since it resumed"
+    );
+    let stale = RunningJob {
+        checkpoint_ms: Some(NOW - 31 * 60_000),
+        ..resumed(30, 1)
+    };
+    assert!(
+        victims(stale).is_empty(),
+        "its checkpoint predates the attempt"
+    );
+    // Preempted twice: 2 h, whatever it saved; three times: 4 h.
+    let twice = RunningJob {
+        preemptions: 2,
+        ..saved
+    };
+    assert!(victims(RunningJob { ..twice.clone() }).is_empty());
+    assert!(
+        victims(RunningJob {
+            started_at_ms: NOW - 119 * 60_000,
+            ..twice.clone()
+        })
+        .is_empty()
+    );
+    assert_eq!(
+        victims(RunningJob {
+            started_at_ms: NOW - 120 * 60_000,
+            ..twice
+        }),
+        ["b-again"]
+    );
+    assert!(victims(resumed(239, 3)).is_empty());
+    assert_eq!(victims(resumed(240, 3)), ["b-again"]);
+
+    // While it is protected, the lender is told when the capacity can be reclaimed.
+    let plan = plan_cycle(&borrowed(resumed(30, 1)), NOW, &config);
+    match reason(&plan, "a1") {
+        SkipReason::QuotaLent {
+            reclaim_from_ms, ..
+        } => assert_eq!(*reclaim_from_ms, Some(NOW + 30 * 60_000)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The in-share wait counts from when a job last became runnable (`not_before_ms`, which a
+/// requeue sets), not from its place in line, which a preempted job keeps: a job reclaimed from
+/// a borrowing share does not turn around and preempt its own share's jobs at once.
+#[test]
+fn a_requeued_job_waits_again_before_it_preempts_in_its_share() {
+    let config = Config {
+        min_wait_before_in_share_preemption_s: 900,
+        ..Config::default()
+    };
+    let requeued = |requeued_s_ago: i64| {
+        let mut high = prio(job("a-high", "a", 2), 7);
+        high.runnable_at_ms = NOW - 10 * HOUR_MS;
+        high.not_before_ms = Some(NOW - requeued_s_ago * 1000);
+        snapshot(
+            2,
+            vec![share("a", 2, Lend).in_share()],
+            vec![prio(run("a-low", "a", 2, 5), 0)],
+            vec![high],
+        )
+    };
+    let plan = plan_cycle(&requeued(60), NOW, &config);
+    assert!(plan.preemptions.is_empty(), "{plan:#?}");
+    let plan = plan_cycle(&requeued(900), NOW, &config);
+    assert_eq!(preempted(&plan), [("a-low", "a-high")]);
 }

@@ -240,6 +240,9 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
                 started_at_ms: now,
                 instances: job.instances,
                 expected_end_ms: if finite { now + runtime_ms } else { i64::MAX },
+                checkpoint_ms: None,
+                checkpoint_interval_ms: None,
+                preemptions: 0,
             });
         }
         for p in &plan.preemptions {

@@ -15,7 +15,7 @@ use trainyard_scheduler::retry::{
     attempt_deadline, attempt_status_reason, backoff_ms, capacity_delay_ms, classify,
     consumes_attempt, decide_after_failure, glob_matches, is_capacity_reason, jitter_ms,
     requeue_of, retry_delay_ms, rule_matches, sagemaker_reason, terminate_action,
-    time_limit_action, time_limit_reason, timed_out,
+    time_limit_action, time_limit_reason, timed_out, waiting_since,
 };
 
 const NOW: i64 = 1_000_000_000;
@@ -1012,6 +1012,26 @@ fn time_spent_on_capacity_failures_counts_towards_the_limit() {
     assert_eq!(time_limit_action(&actions, &since_retry, NOW), None);
     assert_eq!(
         time_limit_action(&actions, &since_retry, NOW + 100 * SEC),
+        Some(time_limit_reason(CAPACITY_CODE))
+    );
+}
+
+/// A preempted job keeps its place in line (`runnable_at` from before it ran), but its wait for
+/// time limits begins when its preempted attempt stopped.
+#[test]
+fn a_preempted_jobs_time_limit_counts_from_its_preemption_not_its_place_in_line() {
+    let actions = [limit(CAPACITY_CODE, 600)];
+    let mut j = waiting(CAPACITY_REASON, 86_400);
+    j.attempts = vec![Attempt {
+        started_at: Some(NOW - 3_600 * SEC),
+        stopped_at: Some(NOW - 599 * SEC),
+        failed_as: Some(Requeue::Preemption),
+        ..attempt(Some(PREEMPTED_REASON))
+    }];
+    assert_eq!(waiting_since(&j), NOW - 599 * SEC);
+    assert_eq!(time_limit_action(&actions, &j, NOW), None);
+    assert_eq!(
+        time_limit_action(&actions, &j, NOW + SEC),
         Some(time_limit_reason(CAPACITY_CODE))
     );
 }

@@ -329,8 +329,9 @@ fn training_name(id: &str) -> String {
     }
 }
 
-fn payload(job: &TraceJob, instance_type: &str) -> String {
-    json!({
+fn payload(job: &TraceJob, scenario: &Scenario) -> String {
+    let instance_type = &scenario.instance_type;
+    let mut payload = json!({
         "TrainingJobName": training_name(&job.id),
         "RoleArn": "arn:aws:iam::000000000000:role/TrainyardSimulator",
         "AlgorithmSpecification": {"TrainingImage": "simulated:1", "TrainingInputMode": "File"},
@@ -342,8 +343,16 @@ fn payload(job: &TraceJob, instance_type: &str) -> String {
             "VolumeSizeInGB": 1
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": requested_runtime_s(job.duration_s)}
-    })
-    .to_string()
+    });
+    if let Some(interval_s) = scenario.checkpoint_interval_of(job) {
+        payload["CheckpointConfig"] = json!({
+            "S3Uri": format!("s3://simulated/checkpoints/{}", training_name(&job.id))
+        });
+        let hyper = &mut payload["HyperParameters"];
+        hyper["emulator_checkpoint_interval_s"] = json!(format!("{interval_s}"));
+        hyper["emulator_checkpoint_on_stop"] = json!(scenario.checkpoint_on_stop.to_string());
+    }
+    payload.to_string()
 }
 
 /// Each team's offered load (instances × duration), in team-name order.
@@ -582,6 +591,7 @@ pub fn run_with_estimates(
     let mut now = T0_MS;
     let mut dirty = false;
     let mut idle_due_passes = 0u32;
+    let mut reclaims = 0u64;
 
     loop {
         // The next instant something happens.
@@ -625,7 +635,7 @@ pub fn run_with_estimates(
                 job_name: training_name(&p.job.id),
                 job_queue: route.queue,
                 service_job_type: Default::default(),
-                service_request_payload: payload(p.job, &scenario.instance_type),
+                service_request_payload: payload(p.job, scenario),
                 share_identifier: route.share_identifier,
                 quota_share_name: route.quota_share_name,
                 scheduling_priority: route.scheduling_priority,
@@ -724,6 +734,7 @@ pub fn run_with_estimates(
         }
         for cycle in &pass.cycles {
             done += cycle.rejected;
+            reclaims += cycle.reclaims as u64;
             if cycle.dispatched > 0 {
                 idle_due_passes = 0;
             }
@@ -772,10 +783,15 @@ pub fn run_with_estimates(
         if let Some(stored) = ready(store.get_job(id))?? {
             let [eta_p50_s, eta_p90_s] =
                 at_submission.get(id.as_str()).copied().unwrap_or_default();
+            let progress = |name: &str| {
+                backend
+                    .shared()
+                    .with(|model, _| model.checkpoint_progress(name))
+            };
             *slot = Some(JobRecord {
                 eta_p50_s,
                 eta_p90_s,
-                ..job_record(p, &stored.value)
+                ..job_record(p, &stored.value, &progress)
             });
         }
     }
@@ -786,6 +802,7 @@ pub fn run_with_estimates(
         usage,
         shares,
         end_s: seconds(now),
+        reclaims,
         eta,
     })
 }
@@ -811,13 +828,26 @@ fn never_started(p: &Planned<'_>) -> JobRecord {
     }
 }
 
-fn job_record(p: &Planned<'_>, job: &ServiceJob) -> JobRecord {
+/// `job`'s record; `progress` gives a training job's checkpoint progress (resumed from, saved
+/// at its end; [`trainyard_emulator::model::Emulator::checkpoint_progress`]).
+fn job_record(
+    p: &Planned<'_>,
+    job: &ServiceJob,
+    progress: &dyn Fn(&str) -> Option<(i64, Option<i64>)>,
+) -> JobRecord {
     let instances = f64::from(p.job.instances);
+    // What each preempted attempt held its instances for, less the training its checkpoints
+    // kept for the next attempt.
     let preempted_instance_s = job
         .attempts
         .iter()
         .filter(|a| a.failed_as == Some(trainyard_domain::job::Requeue::Preemption))
-        .filter_map(|a| Some((a.stopped_at? - a.started_at?) as f64 / 1_000.0 * instances))
+        .filter_map(|a| {
+            let held_ms = a.stopped_at? - a.started_at?;
+            let kept_ms = progress(&a.training_job_name)
+                .map_or(0, |(resumed, saved)| saved.unwrap_or(resumed) - resumed);
+            Some((held_ms - kept_ms).max(0) as f64 / 1_000.0 * instances)
+        })
         // From +0.0: `sum` of no floats is -0.0, which reports print as "-0.0".
         .fold(0.0, |sum, lost| sum + lost);
     JobRecord {

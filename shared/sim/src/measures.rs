@@ -121,6 +121,10 @@ pub struct PolicySummary {
     pub max_wait_s: Option<f64>,
     /// Preemptions over all jobs.
     pub preemptions: u64,
+    /// Of those, the ones reclaiming capacity another quota share borrowed (the rest are
+    /// in-share, by priority).
+    #[serde(default)]
+    pub reclaims: u64,
     /// Instance-seconds of work lost to preemptions.
     pub preempted_instance_s: f64,
     /// Preemptions per job.
@@ -213,6 +217,7 @@ impl PolicySummary {
             fairness_windows,
             max_wait_s: waits.iter().copied().max_by(f64::total_cmp),
             preemptions,
+            reclaims: run.reclaims,
             preempted_instance_s,
             preemptions_per_job: (!run.jobs.is_empty())
                 .then(|| preemptions as f64 / run.jobs.len() as f64),

@@ -102,6 +102,10 @@ pub struct RunRecord {
     pub shares: Vec<ShareInterval>,
     /// Virtual time covered by the run.
     pub end_s: f64,
+    /// Preemptions that reclaimed capacity another quota share borrowed; the rest of the jobs'
+    /// `preemptions` are in-share, by priority.
+    #[serde(default)]
+    pub reclaims: u64,
     /// Start-time estimates made and scored during the run, if it was asked for them.
     #[serde(skip)]
     pub eta: Option<crate::eta::EtaRun>,

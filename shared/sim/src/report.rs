@@ -642,6 +642,9 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
         &policies,
         &[
             row("preemptions", &|s| s.preemptions.to_string()),
+            row("of which reclaims of borrowed capacity", &|s| {
+                s.reclaims.to_string()
+            }),
             row("preemptions per job", &|s| {
                 s.preemptions_per_job
                     .map_or_else(|| "—".to_owned(), |v| format!("{v:.3}"))

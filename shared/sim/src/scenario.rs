@@ -164,6 +164,27 @@ pub struct Scenario {
     /// A dispatched job not heard from for this long is described, seconds.
     #[serde(default = "default_quiet")]
     pub reconcile_quiet_s: u64,
+    /// Checkpointing jobs save a checkpoint every this many seconds of training (their payload
+    /// has a `CheckpointConfig`, and the emulator writes it), and a preempted job resumes from
+    /// its newest; 0: no job checkpoints.
+    #[serde(default)]
+    pub checkpoint_interval_s: f64,
+    /// The share of jobs that checkpoint (drawn per job from the seed); the others publish
+    /// nothing, and a preemption loses all their work.
+    #[serde(default = "default_fraction")]
+    pub checkpoint_fraction: f64,
+    /// Checkpointing jobs also save when told to stop (within the stop grace).
+    #[serde(default)]
+    pub checkpoint_on_stop: bool,
+}
+
+impl Scenario {
+    /// The checkpoint interval of `job`'s writer, seconds, if it checkpoints.
+    pub fn checkpoint_interval_of(&self, job: &TraceJob) -> Option<f64> {
+        let draw = unit_hash(self.seed, "checkpoint", &job.id);
+        (self.checkpoint_interval_s > 0.0 && draw < self.checkpoint_fraction)
+            .then_some(self.checkpoint_interval_s)
+    }
 }
 
 fn default_environment() -> String {
@@ -192,6 +213,9 @@ fn default_due() -> u64 {
 }
 fn default_quiet() -> u64 {
     86_400
+}
+fn default_fraction() -> f64 {
+    1.0
 }
 
 /// A scenario that could not be loaded.
@@ -297,6 +321,7 @@ impl Scenario {
         for (name, rate) in [
             ("failure_rate", self.failure_rate),
             ("capacity_error_rate", self.capacity_error_rate),
+            ("checkpoint_fraction", self.checkpoint_fraction),
         ] {
             if !(0.0..=1.0).contains(&rate) {
                 problems.push(format!("{name} must be 0–1"));
@@ -313,6 +338,7 @@ impl Scenario {
             ("download_s", self.download_s),
             ("upload_s", self.upload_s),
             ("stop_grace_s", self.stop_grace_s),
+            ("checkpoint_interval_s", self.checkpoint_interval_s),
         ] {
             if !(s.is_finite() && s >= 0.0) {
                 problems.push(format!("{name} must be ≥ 0"));
@@ -478,6 +504,12 @@ impl Scenario {
             ),
             ("due_work_interval_s", self.due_work_interval_s.to_string()),
             ("reconcile_quiet_s", self.reconcile_quiet_s.to_string()),
+            (
+                "checkpoint_interval_s",
+                self.checkpoint_interval_s.to_string(),
+            ),
+            ("checkpoint_fraction", self.checkpoint_fraction.to_string()),
+            ("checkpoint_on_stop", self.checkpoint_on_stop.to_string()),
         ] {
             out.push((k.into(), v));
         }

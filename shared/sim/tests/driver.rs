@@ -311,3 +311,49 @@ fn jobs_that_can_never_run_are_named_and_the_report_warns() {
         "{warnings:#?}"
     );
 }
+
+/// Busy instance-time less the trace's work: what preemptions threw away.
+fn thrown_away(trace: &Trace, record: &RunRecord) -> f64 {
+    let busy: f64 = record
+        .usage
+        .iter()
+        .map(|u| u.busy_instances as f64 * (u.end_s - u.start_s))
+        .sum();
+    let offered: f64 = trace
+        .jobs
+        .iter()
+        .map(|j| f64::from(j.instances) * j.duration_s)
+        .sum();
+    busy - offered
+}
+
+/// Checkpointing jobs resume where their newest checkpoint left them: preemptions throw away
+/// less, and the record's lost work is still exactly the busy time beyond the trace's work.
+#[test]
+fn checkpoints_cut_the_work_preemption_throws_away() {
+    let trace = mixed_trace();
+    let mut lost = Vec::new();
+    for (interval_s, on_stop) in [(0.0, false), (20.0, false), (20.0, true)] {
+        let scenario = Scenario {
+            checkpoint_interval_s: interval_s,
+            checkpoint_on_stop: on_stop,
+            ..small()
+        };
+        let record = replay(&trace, &scenario, Policy::QuotaShares);
+        assert!(record.jobs.iter().all(|j| j.status == "SUCCEEDED"));
+        let preemptions: u32 = record.jobs.iter().map(|j| j.preemptions).sum();
+        assert!(preemptions > 0, "{interval_s}: the trace preempts");
+        let recorded: f64 = record.jobs.iter().map(|j| j.preempted_instance_s).sum();
+        let thrown = thrown_away(&trace, &record);
+        assert!(
+            (thrown - recorded).abs() < 1.0,
+            "{interval_s} {on_stop}: busy beyond the work {thrown}, recorded {recorded}"
+        );
+        lost.push(recorded / f64::from(preemptions));
+    }
+    // Per preemption: everything since the start, at most 20 s since a checkpoint plus the stop
+    // grace, the stop grace alone.
+    assert!(lost[1] < lost[0] / 2.0, "{lost:?}");
+    assert!(lost[2] < lost[1], "{lost:?}");
+    assert!(lost[2] <= 10.0 * 4.0 + 1e-6, "only the 10 s grace, on ≤ 4 instances: {lost:?}");
+}

@@ -404,6 +404,7 @@ fn waits_completion_and_preemption_of_a_small_run() {
         usage: vec![],
         shares: vec![],
         end_s: 1000.0,
+        reclaims: 0,
         eta: None,
     };
     let s = PolicySummary::of(&run);
@@ -497,6 +498,7 @@ fn a_preempted_job_waits_again_after_its_first_start_and_its_lost_work_is_a_shar
         usage: vec![usage(0.0, 300.0, 2, 4, true)],
         shares: vec![],
         end_s: 300.0,
+        reclaims: 1,
         eta: None,
     };
     let s = PolicySummary::of(&run);

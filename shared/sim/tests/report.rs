@@ -21,7 +21,7 @@ const REQUIRED: [&str; 10] = [
 ];
 
 /// The keys added beyond the required ones (documented on `PolicySummary`).
-const EXTRA: [&str; 12] = [
+const EXTRA: [&str; 13] = [
     "jct_s",
     "slowdown",
     "fairness_windows",
@@ -34,6 +34,7 @@ const EXTRA: [&str; 12] = [
     "preemptions_per_job",
     "preempted_fraction",
     "wait_after_start_s",
+    "reclaims",
 ];
 
 fn job(
@@ -122,6 +123,7 @@ fn run(policy: &str, slowness: f64) -> RunRecord {
             },
         ],
         end_s,
+        reclaims: 0,
         eta: None,
     }
 }

@@ -86,4 +86,25 @@ pub trait TrainingBackend: Send + Sync + 'static {
         &self,
         name: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// The newest complete checkpoint under `s3_uri` (a request's `CheckpointConfig.S3Uri`), as
+    /// observed in storage rather than as the job reports it; `None` when there is none. A
+    /// backend that cannot observe checkpoints sees none (this default): the planner then costs
+    /// a preemption as if the job published nothing.
+    fn latest_checkpoint(
+        &self,
+        s3_uri: &str,
+    ) -> impl Future<Output = Result<Option<ObservedCheckpoint>, BackendError>> + Send {
+        let _ = s3_uri;
+        std::future::ready(Ok(None))
+    }
+}
+
+/// A checkpoint seen under a `CheckpointConfig.S3Uri`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObservedCheckpoint {
+    /// When the newest complete checkpoint landed (epoch ms).
+    pub at_ms: i64,
+    /// How long before it the previous one landed, if there is one.
+    pub interval_ms: Option<i64>,
 }

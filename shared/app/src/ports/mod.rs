@@ -20,7 +20,9 @@ pub mod time;
 pub use audit::{
     AuditCursor, AuditPage, AuditQuery, AuditRecord, AuditStore, MAX_AUDIT_RETENTION_MS,
 };
-pub use backend::{BackendError, TrainingBackend, TrainingJobState, TrainingStatus, described};
+pub use backend::{
+    BackendError, ObservedCheckpoint, TrainingBackend, TrainingJobState, TrainingStatus, described,
+};
 pub use events::{Event, EventSink, NoEvents};
 pub use records::{
     CapacityHolder, ClientTokenRecord, EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery,

@@ -450,6 +450,10 @@ pub struct CapacityHolder {
     pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
     /// `MaxRuntimeInSeconds` of the request, if given.
     pub max_runtime_s: Option<u64>,
+    /// `CheckpointConfig.S3Uri` of the request, if given: where its checkpoints are observed.
+    pub checkpoint_s3_uri: Option<trainyard_scheduler::SharedStr>,
+    /// How many of its attempts were preempted before (`preemptionSummary`).
+    pub preemptions: u32,
 }
 
 impl CapacityHolder {
@@ -463,7 +467,16 @@ impl CapacityHolder {
             started_at: Self::started_at_of(job),
             instances: std::sync::Arc::new(job.training.instances.clone()),
             max_runtime_s: job.training.max_runtime_s,
+            checkpoint_s3_uri: job.training.checkpoint_s3_uri.as_deref().map(Into::into),
+            preemptions: Self::preemptions_of(job),
         }
+    }
+
+    /// [`preemptions`](Self::preemptions) of a job.
+    pub fn preemptions_of(job: &ServiceJob) -> u32 {
+        job.preemption_summary
+            .as_ref()
+            .map_or(0, |s| s.preempted_attempt_count)
     }
 
     /// [`started_at`](Self::started_at) of a dispatched job: when its latest attempt started,

@@ -75,6 +75,12 @@ pub(crate) const MAX_RUNTIME_S: &str = "mrt";
 /// While the job holds capacity: [`CapacityHolder::started_at`] (N, epoch ms), set at dispatch
 /// and unchanged until the job ends, so its `by-queue-status` entry stays put meanwhile.
 pub(crate) const HELD_SINCE: &str = "hs";
+/// The request's `CheckpointConfig.S3Uri` (S; absent when not given). A copy, as
+/// [`INSTANCES`]: a cycle that plans a preemption lists it.
+pub(crate) const CHECKPOINT_S3_URI: &str = "ck";
+/// How many of the job's attempts were preempted (N; absent when none): a copy of
+/// `preemptionSummary.preemptedAttemptCount` for the planner's anti-thrash rule.
+pub(crate) const PREEMPTIONS: &str = "pre";
 
 /// The job's JSON fields kept as attributes of the job item rather than in its `doc` (the head
 /// attributes above that the job owns; the two copies of the request are written beside it):
@@ -144,6 +150,8 @@ pub(crate) const STATUS_PROJECTION: &[&str] = &[
     INSTANCES,
     MAX_RUNTIME_S,
     HELD_SINCE,
+    CHECKPOINT_S3_URI,
+    PREEMPTIONS,
 ];
 
 /// Every global secondary index: (name, partition attribute, sort attribute, the attributes it
@@ -379,6 +387,13 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
     if job.status.is_dispatched() {
         put(HELD_SINCE, n(CapacityHolder::started_at_of(job)));
     }
+    if let Some(uri) = &job.training.checkpoint_s3_uri {
+        put(CHECKPOINT_S3_URI, s(uri));
+    }
+    let preemptions = CapacityHolder::preemptions_of(job);
+    if preemptions > 0 {
+        put(PREEMPTIONS, n(preemptions));
+    }
     item
 }
 
@@ -529,6 +544,8 @@ pub(crate) fn capacity_holder(item: &Item) -> Result<CapacityHolder, StoreError>
         started_at,
         instances: std::sync::Arc::new(instances),
         max_runtime_s: optional_number(&key, item, MAX_RUNTIME_S)?,
+        checkpoint_s3_uri: optional_text(CHECKPOINT_S3_URI).map(Into::into),
+        preemptions: optional_number(&key, item, PREEMPTIONS)?.unwrap_or(0),
     })
 }
 

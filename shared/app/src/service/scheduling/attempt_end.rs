@@ -3,7 +3,7 @@
 //! comes next (success, retry, capacity requeue, failure) and releases its capacity, in one
 //! commit.
 
-use trainyard_domain::job::{JobStatus, ServiceJob, StopRequest};
+use trainyard_domain::job::{JobStatus, Requeue, ServiceJob, StopRequest};
 use trainyard_domain::training::{batch_status, parse_attempt_name};
 use trainyard_scheduler::retry::{self, AfterFailure, AttemptFailure, StopCause};
 
@@ -70,8 +70,14 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                     }
                 }
             };
+            // A preempted job keeps its place in line (and the wait it has accumulated): it
+            // lost its instances through no fault of its own.
+            let place = job.runnable_at;
             if job.transition(next, Some(reason), now).is_err() {
                 return Ok(StateOutcome::Ignored);
+            }
+            if next == JobStatus::Runnable && job.requeued_by == Some(Requeue::Preemption) {
+                job.runnable_at = place.or(job.runnable_at);
             }
             let mut writes = vec![Write::job(job.clone(), stored.version)];
             if let Some(environment) = &environment {

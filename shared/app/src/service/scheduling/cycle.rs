@@ -3,14 +3,15 @@
 //! account fair-share usage (6), and show each line's waits (7, in `waits`).
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use trainyard_domain::job::{Attempt, JobStatus, ServiceJob};
 use trainyard_domain::training::attempt_name;
 use trainyard_scheduler::fair_share::ShareUsage;
 use trainyard_scheduler::retry;
 use trainyard_scheduler::{
-    Dispatch, QueuePolicy, ShareKey, Skip, SkipReason, Snapshot, plan_cycle, within_limits,
+    Dispatch, Plan, PreemptionReason, QueuePolicy, ShareKey, SharedStr, Skip, SkipReason, Snapshot,
+    plan_cycle, within_limits,
 };
 
 use super::snapshot::Loaded;
@@ -32,6 +33,46 @@ fn fenced_out(loaded: &Loaded, now: i64) -> bool {
             .values()
             .any(|u| mine.is_fenced_by(u.value.fence, now))
     })
+}
+
+/// Observes the newest checkpoint of every running job, in a queue the plan preempts in, that
+/// has a `CheckpointConfig.S3Uri`, into the snapshot; whether any was seen. A listing that fails
+/// leaves its job as publishing nothing (the planner then assumes the worst for it).
+async fn observe_checkpoints<B: TrainingBackend>(
+    backend: &B,
+    loaded: &mut Loaded,
+    plan: &Plan,
+) -> bool {
+    let running = &loaded.snapshot.running;
+    let queues: BTreeSet<&str> = plan
+        .preemptions
+        .iter()
+        .filter_map(|p| running.iter().find(|r| r.job_id == p.victim_job_id))
+        .map(|r| r.queue.as_str())
+        .collect();
+    let listed: Vec<(usize, SharedStr)> = running
+        .iter()
+        .zip(&loaded.checkpoint_uris)
+        .enumerate()
+        .filter(|(_, (r, _))| queues.contains(r.queue.as_str()))
+        .filter_map(|(i, (_, uri))| Some((i, uri.clone()?)))
+        .collect();
+    let mut seen = false;
+    for (i, uri) in listed {
+        match backend.latest_checkpoint(&uri).await {
+            Ok(Some(checkpoint)) => {
+                let job = &mut loaded.snapshot.running[i];
+                job.checkpoint_ms = Some(checkpoint.at_ms);
+                job.checkpoint_interval_ms = checkpoint.interval_ms;
+                seen = true;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(%uri, error = %e, "checkpoints not listed; the job counts as publishing none");
+            }
+        }
+    }
+    seen
 }
 
 /// What the usage `after` a dispatch would exceed, if anything: `"environment"` for the
@@ -118,8 +159,13 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         let mut loaded = self.load_snapshot(config, fresh).await?;
         loaded.fence = fence;
 
-        // 2. Plan.
-        let plan = plan_cycle(&loaded.snapshot, now, &config.planner);
+        // 2. Plan. A plan that preempts is made again with the checkpoints of its queues'
+        // running jobs as observed now: what each candidate victim would lose decides which
+        // ones go (listed at decision time only, so quiet cycles list nothing).
+        let mut plan = plan_cycle(&loaded.snapshot, now, &config.planner);
+        if !plan.preemptions.is_empty() && observe_checkpoints(backend, &mut loaded, &plan).await {
+            plan = plan_cycle(&loaded.snapshot, now, &config.planner);
+        }
         // A cycle with no job to plan decides nothing: no record.
         let record = config.record_decisions && !loaded.snapshot.pending.is_empty();
         let mut decision = record.then(|| {
@@ -157,6 +203,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .await?
             {
                 report.preemptions += 1;
+                if matches!(preemption.reason, PreemptionReason::ReclaimBorrowed { .. }) {
+                    report.reclaims += 1;
+                }
                 tracing::info!(victim = %preemption.victim_job_id, for_job = %preemption.for_job_id,
                     reason = ?preemption.reason, "preempting");
             }

@@ -121,6 +121,9 @@ pub struct CycleReport {
     /// Running attempts asked to stop to give their capacity back (quota shares), each counted
     /// in the cycle that first asked (later cycles during its stop grace ask again).
     pub preemptions: usize,
+    /// Of `preemptions`, those reclaiming capacity another quota share borrowed (the rest are
+    /// in-share, by priority).
+    pub reclaims: usize,
     /// Whether the cycle stood aside (dispatching nothing more, preempting nothing) for a pass
     /// holding a newer scheduler lease.
     pub fenced: bool,

@@ -75,6 +75,8 @@ fn address(s: &str) -> usize {
 /// The planner's view of the world, plus what a cycle needs to act on the plan.
 pub(super) struct Loaded {
     pub(super) snapshot: Snapshot,
+    /// Each running job's `CheckpointConfig.S3Uri`, in `snapshot.running`'s order.
+    pub(super) checkpoint_uris: Vec<Option<SharedStr>>,
     /// The pending jobs of the snapshot.
     pub(super) waiting: WaitingJobs,
     pub(super) queues: BTreeMap<String, JobQueue>,
@@ -139,6 +141,9 @@ fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
                 .unwrap_or(i64::MAX)
                 .saturating_mul(1000),
         ),
+        checkpoint_ms: None,
+        checkpoint_interval_ms: None,
+        preemptions: job.preemptions,
     }
 }
 
@@ -304,6 +309,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         // Summaries, not whole jobs: every cycle reads all of them.
         let holders = self.store.capacity_holders().await?;
         let held = held_per_share(&holders);
+        let checkpoint_uris = holders
+            .iter()
+            .map(|h| h.checkpoint_s3_uri.clone())
+            .collect();
         snapshot.running = holders
             .into_iter()
             .map(|job| running(job, &config.planner))
@@ -327,6 +336,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             .collect();
         Ok(Loaded {
             snapshot,
+            checkpoint_uris,
             waiting,
             queues: queue_map,
             usage,
