@@ -34,6 +34,7 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
             checkpoint_ms: None,
             checkpoint_interval_ms: None,
             preemptions: 0,
+            resumable: false,
         })
         .collect();
     let pending = (0..pending)

@@ -315,6 +315,7 @@ impl<'a> Rollout<'a> {
             checkpoint_ms: None,
             checkpoint_interval_ms: None,
             preemptions: 0,
+            resumable: false,
         });
     }
 

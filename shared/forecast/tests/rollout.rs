@@ -37,6 +37,7 @@ fn running(id: &str, started_at_ms: i64, max_runtime_s: i64) -> RunningJob {
         checkpoint_ms: None,
         checkpoint_interval_ms: None,
         preemptions: 0,
+        resumable: false,
     }
 }
 

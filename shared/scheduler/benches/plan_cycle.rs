@@ -49,6 +49,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
             checkpoint_ms: None,
             checkpoint_interval_ms: None,
             preemptions: 0,
+            resumable: false,
         })
         .collect();
     let pending = (0..pending)

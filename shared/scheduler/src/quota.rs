@@ -51,10 +51,14 @@
 //! - *cross-share*: borrowed jobs of other shares (always on in Batch);
 //! - *in-share* (if `S` enables it): jobs of `S` with priority strictly below `J`'s.
 //!
-//! An attempt is preemptible once it has run `Config::min_runtime_before_preemption_s`; an
-//! attempt of a job that was preempted before (`RunningJob::preemptions > 0`) only once it has
-//! also run `Config::min_runtime_after_preemption_s` or saved a checkpoint since it started
-//! (anti-thrash: a resumed job makes progress before it can lose it again).
+//! An attempt is preemptible once it has run `Config::min_runtime_before_preemption_s`. Anti-
+//! thrash, for a job whose attempts resume from checkpoints (`RunningJob::resumable`) and that
+//! was preempted before (`RunningJob::preemptions = k > 0`): once it has also run
+//! `Config::min_runtime_after_preemption_s` or saved a checkpoint since it started, for `k = 1`;
+//! once it has run that × 2^(k−1) (at most a day), checkpoint or not, for `k ≥ 2`. A resumed job
+//! makes progress before it can lose it again, and no job is stopped over and over. A job that
+//! starts over after a preemption gets no such protection: protecting it would only push the
+//! preemption onto jobs that have run longer, and lose more.
 //!
 //! **What a victim loses.** For a running attempt `V` holding `g(V)` instances:
 //!
@@ -218,6 +222,7 @@ fn preemptible_from(job: &RunningJob, config: &Config) -> i64 {
     let first = after(config.min_runtime_before_preemption_s);
     let saved = job.checkpoint_ms.is_some_and(|c| c > job.started_at_ms);
     match job.preemptions {
+        _ if !job.resumable => first,
         0 => first,
         1 if saved => first,
         k => {

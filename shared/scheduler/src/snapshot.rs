@@ -239,9 +239,15 @@ pub struct RunningJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_interval_ms: Option<i64>,
     /// How many times the job was preempted before this attempt (`preemptionSummary`): a job
-    /// preempted before is protected longer ([`Config::min_runtime_after_preemption_s`]).
+    /// that resumes and was preempted before is protected longer
+    /// ([`Config::min_runtime_after_preemption_s`]).
     #[serde(default)]
     pub preemptions: u32,
+    /// Whether its attempts resume from checkpoints (the payload has a `CheckpointConfig`); one
+    /// that does not starts over after a preemption, and is not protected by having been
+    /// preempted before.
+    #[serde(default)]
+    pub resumable: bool,
 }
 
 /// A RUNNABLE job. Like [`RunningJob`], its text and instances are shared with the host's
@@ -340,9 +346,11 @@ pub struct Config {
     /// its wait): until then its share's jobs that end free capacity for it, which costs no
     /// work. Reclaiming borrowed capacity for a share's owner is never deferred.
     pub min_wait_before_in_share_preemption_s: u64,
-    /// Anti-thrash: an attempt of a job that was preempted before is preempted again only once
-    /// it has run this long, or has saved a checkpoint since it started (whichever comes first;
-    /// never before `min_runtime_before_preemption_s`). Default 3,600 s.
+    /// Anti-thrash: an attempt of a resumable job that was preempted before is preempted again
+    /// only once it has run this long, or has saved a checkpoint since it started (whichever
+    /// comes first; never before `min_runtime_before_preemption_s`); from its second
+    /// preemption on, this doubles with each one (at most a day), checkpoint or not. Default
+    /// 3,600 s.
     pub min_runtime_after_preemption_s: u64,
     /// What restarting a preempted attempt costs, per instance, in seconds of lost work
     /// (provisioning, download, loading the checkpoint): added to every victim's cost. Default

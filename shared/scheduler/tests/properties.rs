@@ -69,6 +69,7 @@ fn generate(seed: u64) -> Snapshot {
             checkpoint_ms: None,
             checkpoint_interval_ms: None,
             preemptions: 0,
+            resumable: false,
         });
     }
     let pending = (0..rng.below(41))
@@ -336,6 +337,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
                 checkpoint_ms: None,
                 checkpoint_interval_ms: None,
                 preemptions: 0,
+                resumable: false,
             });
         }
         // Account one step of usage per share (the host's job after each cycle).

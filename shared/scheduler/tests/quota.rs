@@ -68,6 +68,7 @@ fn run(id: &str, share: &str, n: u32, started_hours_ago: i64) -> RunningJob {
         checkpoint_ms: None,
         checkpoint_interval_ms: None,
         preemptions: 0,
+        resumable: false,
     }
 }
 
@@ -668,7 +669,7 @@ fn a_job_that_publishes_nothing_is_assumed_to_checkpoint_at_the_queue_median() {
     assert_eq!(preempted(&plan), [("b-saver", "a1")], "{plan:#?}");
 }
 
-/// Anti-thrash: a job preempted before is not preempted again until it has run
+/// Anti-thrash: a resumable job preempted before is not preempted again until it has run
 /// `min_runtime_after_preemption_s` or saved a checkpoint since it started; from its second
 /// preemption on, only after a protection that doubles with each one, checkpoint or not.
 #[test]
@@ -686,6 +687,7 @@ fn a_preempted_job_is_protected_until_it_has_run_a_while_or_saved_a_checkpoint()
     let resumed = |minutes: i64, preemptions: u32| RunningJob {
         started_at_ms: NOW - minutes * 60_000,
         preemptions,
+        resumable: true,
         ..run("b-again", "b", 1, 0)
     };
     let victims = |r: RunningJob| {
@@ -741,6 +743,12 @@ fn a_preempted_job_is_protected_until_it_has_run_a_while_or_saved_a_checkpoint()
     );
     assert!(victims(resumed(239, 3)).is_empty());
     assert_eq!(victims(resumed(240, 3)), ["b-again"]);
+    // A job that starts over after a preemption is not protected: it has little to lose.
+    let restarted = RunningJob {
+        resumable: false,
+        ..resumed(30, 3)
+    };
+    assert_eq!(victims(restarted), ["b-again"]);
 
     // While it is protected, the lender is told when the capacity can be reclaimed.
     let plan = plan_cycle(&borrowed(resumed(30, 1)), NOW, &config);

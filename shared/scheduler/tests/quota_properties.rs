@@ -243,6 +243,7 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
                 checkpoint_ms: None,
                 checkpoint_interval_ms: None,
                 preemptions: 0,
+                resumable: false,
             });
         }
         for p in &plan.preemptions {

@@ -158,6 +158,13 @@ pub struct Scenario {
     /// seconds (`Config::min_wait_before_in_share_preemption_s`).
     #[serde(default)]
     pub min_wait_before_in_share_preemption_s: u64,
+    /// Anti-thrash: an attempt of a job preempted before is protected this long (doubling with
+    /// each further preemption), seconds (`Config::min_runtime_after_preemption_s`).
+    #[serde(default = "default_after_preemption")]
+    pub min_runtime_after_preemption_s: u64,
+    /// What a restart costs a victim, per instance, seconds (`Config::restart_overhead_s`).
+    #[serde(default = "default_restart")]
+    pub restart_overhead_s: u64,
     /// Period of the due-work pass (timeouts, relaunches, reconciliation), seconds.
     #[serde(default = "default_due")]
     pub due_work_interval_s: u64,
@@ -213,6 +220,12 @@ fn default_due() -> u64 {
 }
 fn default_quiet() -> u64 {
     86_400
+}
+fn default_after_preemption() -> u64 {
+    trainyard_scheduler::Config::default().min_runtime_after_preemption_s
+}
+fn default_restart() -> u64 {
+    trainyard_scheduler::Config::default().restart_overhead_s
 }
 fn default_fraction() -> f64 {
     1.0
@@ -502,6 +515,11 @@ impl Scenario {
                 "min_wait_before_in_share_preemption_s",
                 self.min_wait_before_in_share_preemption_s.to_string(),
             ),
+            (
+                "min_runtime_after_preemption_s",
+                self.min_runtime_after_preemption_s.to_string(),
+            ),
+            ("restart_overhead_s", self.restart_overhead_s.to_string()),
             ("due_work_interval_s", self.due_work_interval_s.to_string()),
             ("reconcile_quiet_s", self.reconcile_quiet_s.to_string()),
             (

@@ -355,5 +355,8 @@ fn checkpoints_cut_the_work_preemption_throws_away() {
     // grace, the stop grace alone.
     assert!(lost[1] < lost[0] / 2.0, "{lost:?}");
     assert!(lost[2] < lost[1], "{lost:?}");
-    assert!(lost[2] <= 10.0 * 4.0 + 1e-6, "only the 10 s grace, on ≤ 4 instances: {lost:?}");
+    assert!(
+        lost[2] <= 10.0 * 4.0 + 1e-6,
+        "only the 10 s grace, on ≤ 4 instances: {lost:?}"
+    );
 }

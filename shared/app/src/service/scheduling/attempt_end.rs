@@ -70,13 +70,17 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                     }
                 }
             };
-            // A preempted job keeps its place in line (and the wait it has accumulated): it
-            // lost its instances through no fault of its own.
+            // A preempted job that resumes from its checkpoints keeps its place in line: it
+            // lost its instances through no fault of its own, and little work. One without a
+            // `CheckpointConfig` starts over, as a new job would, from the back.
             let place = job.runnable_at;
             if job.transition(next, Some(reason), now).is_err() {
                 return Ok(StateOutcome::Ignored);
             }
-            if next == JobStatus::Runnable && job.requeued_by == Some(Requeue::Preemption) {
+            if next == JobStatus::Runnable
+                && job.requeued_by == Some(Requeue::Preemption)
+                && job.training.checkpoint_s3_uri.is_some()
+            {
                 job.runnable_at = place.or(job.runnable_at);
             }
             let mut writes = vec![Write::job(job.clone(), stored.version)];

@@ -144,6 +144,7 @@ fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
         checkpoint_ms: None,
         checkpoint_interval_ms: None,
         preemptions: job.preemptions,
+        resumable: job.checkpoint_s3_uri.is_some(),
     }
 }
 
