@@ -840,7 +840,7 @@ async fn the_victim_is_the_borrowed_job_with_the_newest_checkpoint_and_it_resume
         .sagemaker
         .shared()
         .with(|emulator, _| emulator.checkpoint_progress(&second));
-    assert_eq!(progress.map(|p| p.0), Some(4_000));
+    assert_eq!(progress.map(|p| p.resumed_ms), Some(4_000));
     // The preempting cycle recorded what it saw and what the victim lost.
     let preempting: Vec<_> = w
         .decisions

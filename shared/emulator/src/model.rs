@@ -237,6 +237,22 @@ struct Writer {
     saved_ms: Option<i64>,
 }
 
+/// What a training job's checkpoints kept: milliseconds of training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointProgress {
+    /// Restored from its URI when it was created.
+    pub resumed_ms: i64,
+    /// In its newest checkpoint, once it stopped training (its `resumed_ms` if it wrote none).
+    pub saved_ms: Option<i64>,
+}
+
+impl CheckpointProgress {
+    /// The training its own checkpoints kept for the next attempt.
+    pub fn kept_ms(&self) -> i64 {
+        self.saved_ms.unwrap_or(self.resumed_ms) - self.resumed_ms
+    }
+}
+
 /// The newest checkpoint under a URI: training progress it holds, when it landed, and when the
 /// one before it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -728,12 +744,14 @@ impl Emulator {
         }
     }
 
-    /// A training job's checkpoint progress: what it resumed from and, once it stopped
-    /// training, what its newest checkpoint holds (milliseconds of training); `None` for a job
-    /// without a `CheckpointConfig` or not known.
-    pub fn checkpoint_progress(&self, name: &str) -> Option<(i64, Option<i64>)> {
+    /// A training job's checkpoint progress; `None` for a job without a `CheckpointConfig` or
+    /// not known.
+    pub fn checkpoint_progress(&self, name: &str) -> Option<CheckpointProgress> {
         let writer = self.jobs.get(&name.to_lowercase())?.checkpoints.as_ref()?;
-        Some((writer.resumed_ms, writer.saved_ms))
+        Some(CheckpointProgress {
+            resumed_ms: writer.resumed_ms,
+            saved_ms: writer.saved_ms,
+        })
     }
 
     /// The next time something happens by itself (a phase ends or an event becomes due).

@@ -1,6 +1,7 @@
 //! The model behind a lock with its clock: what the HTTP face, the driver and the
 //! [`TrainingBackend`](trainyard_app::ports::TrainingBackend) adapter share.
 
+#[cfg(feature = "http")]
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -21,6 +22,7 @@ pub struct SharedEmulator {
     /// the driver recomputes its sleep instead of oversleeping.
     changed: Arc<Notify>,
     /// Numbers `x-amzn-RequestId`, which botocore shows as `ResponseMetadata.RequestId`.
+    #[cfg(feature = "http")]
     requests: Arc<AtomicU64>,
 }
 
@@ -47,6 +49,7 @@ impl SharedEmulator {
             })),
             clock,
             changed: Arc::new(Notify::new()),
+            #[cfg(feature = "http")]
             requests: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -75,10 +78,12 @@ impl SharedEmulator {
 
     /// Resolves after the next [`notify_changed`](Self::notify_changed) (or at once if one
     /// happened since the last wait).
+    #[cfg(feature = "http")]
     pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
 
+    #[cfg(feature = "http")]
     pub(crate) fn next_request_id(&self) -> String {
         let n = self.requests.fetch_add(1, AtomicOrdering::Relaxed) + 1;
         format!("00000000-0000-4000-8000-{n:012x}")

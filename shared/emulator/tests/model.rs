@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::{Value, json};
-use trainyard_emulator::model::{CAPACITY_ERROR, Config, Emulator, SageMakerError, TimeFormat};
+use trainyard_emulator::model::{
+    CAPACITY_ERROR, CheckpointProgress, Config, Emulator, SageMakerError, TimeFormat,
+};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -476,7 +478,13 @@ fn checkpoint_writers_save_on_a_cadence_and_the_next_attempt_resumes() {
         (4_000, trained(4_000), Some(trained(2_000)))
     );
     e.stop_training_job("first", trained(5_000)).unwrap();
-    assert_eq!(e.checkpoint_progress("first"), Some((0, Some(4_000))));
+    assert_eq!(
+        e.checkpoint_progress("first"),
+        Some(CheckpointProgress {
+            resumed_ms: 0,
+            saved_ms: Some(4_000)
+        })
+    );
     // Stopping, it writes no more: the second after the stop counts for nothing.
     run(&mut e, trained(5_000), trained(7_000));
     assert_eq!(e.latest_checkpoint(uri, trained(7_000)), Some(newest));
@@ -491,7 +499,8 @@ fn checkpoint_writers_save_on_a_cadence_and_the_next_attempt_resumes() {
     assert_eq!(resumed.progress_ms, 6_000);
     run(&mut e, at + 400 + 5_950, at + 400 + 6_050);
     assert_eq!(status(&e, "second"), pair("InProgress", "Uploading"));
-    assert_eq!(e.checkpoint_progress("second"), Some((4_000, Some(10_000))));
+    let second = e.checkpoint_progress("second").unwrap();
+    assert_eq!((second.resumed_ms, second.kept_ms()), (4_000, 6_000));
 }
 
 /// A writer that saves when told to stop keeps all its progress; a job with a
@@ -529,7 +538,7 @@ fn a_writer_may_save_on_stop_and_one_without_a_cadence_publishes_nothing() {
     run(&mut e, T0 + 400 + 5_000, T0 + 400 + 9_000);
     e.stop_training_job("quiet", T0 + 400 + 9_000).unwrap();
     assert_eq!(e.latest_checkpoint("s3://b/quiet", T0 + 400 + 9_000), None);
-    assert_eq!(e.checkpoint_progress("quiet"), Some((0, Some(0))));
+    assert_eq!(e.checkpoint_progress("quiet").map(|p| p.kept_ms()), Some(0));
     assert_eq!(e.checkpoint_progress("saver-unknown"), None);
 
     for bad in ["0", "-1", "often"] {

@@ -50,7 +50,7 @@ use trainyard_app::service::scheduling::{
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_emulator::backend::EmulatedSageMaker;
-use trainyard_emulator::model::Config as EmulatorConfig;
+use trainyard_emulator::model::{CheckpointProgress, Config as EmulatorConfig};
 
 use crate::eta::{EtaSettings, Tracker};
 use crate::policies::{Policy, Route, Setup, TeamLoad};
@@ -828,12 +828,12 @@ fn never_started(p: &Planned<'_>) -> JobRecord {
     }
 }
 
-/// `job`'s record; `progress` gives a training job's checkpoint progress (resumed from, saved
-/// at its end; [`trainyard_emulator::model::Emulator::checkpoint_progress`]).
+/// `job`'s record; `progress` gives a training job's checkpoint progress
+/// ([`trainyard_emulator::model::Emulator::checkpoint_progress`]).
 fn job_record(
     p: &Planned<'_>,
     job: &ServiceJob,
-    progress: &dyn Fn(&str) -> Option<(i64, Option<i64>)>,
+    progress: &dyn Fn(&str) -> Option<CheckpointProgress>,
 ) -> JobRecord {
     let instances = f64::from(p.job.instances);
     // What each preempted attempt held its instances for, less the training its checkpoints
@@ -844,8 +844,7 @@ fn job_record(
         .filter(|a| a.failed_as == Some(trainyard_domain::job::Requeue::Preemption))
         .filter_map(|a| {
             let held_ms = a.stopped_at? - a.started_at?;
-            let kept_ms = progress(&a.training_job_name)
-                .map_or(0, |(resumed, saved)| saved.unwrap_or(resumed) - resumed);
+            let kept_ms = progress(&a.training_job_name).map_or(0, |p| p.kept_ms());
             Some((held_ms - kept_ms).max(0) as f64 / 1_000.0 * instances)
         })
         // From +0.0: `sum` of no floats is -0.0, which reports print as "-0.0".

@@ -35,13 +35,12 @@
 //!   everything from `n`.
 //! - **Longest wait** (starvation) is the largest wait, censored waits included.
 //! - **Wait after first start** is, for a preempted job that completed, the time from its
-//!   first start to its end less its run time and the time its preempted attempts held
-//!   instances (stop grace included): the time it spent waiting again after being preempted.
-//!   *Wait* above stops at the first start, so it does not count this; a policy that preempts
-//!   is judged on both.
-//! - **Preemption cost**: preemptions per job, and the instance-time of preempted attempts
-//!   (work thrown away, as nothing is checkpointed in the simulator) over all busy
-//!   instance-time.
+//!   first start to its end less its run time and the work its preempted attempts lost (their
+//!   time on the instances, stop grace included, less the training their checkpoints kept):
+//!   the time it spent waiting again after being preempted. *Wait* above stops at the first
+//!   start, so it does not count this; a policy that preempts is judged on both.
+//! - **Preemption cost**: preemptions per job, and the work preempted attempts threw away (their
+//!   instance-time less what their checkpoints kept) over all busy instance-time.
 
 use std::collections::BTreeMap;
 
@@ -244,7 +243,7 @@ impl PolicySummary {
 }
 
 /// How long a preempted job that completed waited again after its first start: its time from
-/// first start to end, less its run time and the time its preempted attempts held instances.
+/// first start to end, less its run time and the work its preempted attempts lost.
 fn wait_after_start_s(job: &JobRecord) -> Option<f64> {
     if job.preemptions == 0 {
         return None;

@@ -29,7 +29,8 @@ pub struct JobRecord {
     pub attempts: u32,
     /// Times it was preempted.
     pub preemptions: u32,
-    /// Instance-seconds lost to preemptions (work done by attempts that were preempted).
+    /// Instance-seconds lost to preemptions: the time its preempted attempts held their
+    /// instances, less the training their checkpoints kept for the next attempt.
     pub preempted_instance_s: f64,
     /// Why the job can never run under the policy (the planner's `MISCONFIGURATION:` reason),
     /// if it cannot: such a job is not replayed, and counts as never started.

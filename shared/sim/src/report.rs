@@ -683,7 +683,7 @@ const HOW_TO_READ: &str = "## How to read this
   falls when there is simply no work, which no policy can fix.
 - **Wait** is submission to *first* start. A preempted job waits again after that; that time is
   under Preemption as *wait after first start* (first start to end, less its run time and the
-  time its preempted attempts held instances), so a policy cannot hide waits behind preemption.
+  work its preempted attempts lost), so a policy cannot hide waits behind preemption.
 - **Waits per queue** show whether high-priority work jumps the line; **waits per share** show
   whether any team is starved. Compare the tails (p95, p99) as much as the means. A job that never
   started counts with the time it had waited when the run ended (a lower bound), so starving a
@@ -693,9 +693,11 @@ const HOW_TO_READ: &str = "## How to read this
 - **Jain's index** compares each share's allocation with its entitlement, in windows where
   shares are backlogged: 1 is proportional, 1/n is one of n shares taking everything. Shares that
   neither waited nor held more than their entitlement in a window were satisfied and do not count.
-- **Preemption** cost is the work thrown away by preempted attempts (nothing is checkpointed in
-  the simulator, so a preempted attempt's whole run is lost), as instance-hours and as a share of
-  all busy instance-time; a policy that buys short waits with preemption pays for them here.
+- **Preemption** cost is the work thrown away by preempted attempts: the time each held its
+  instances less the training its checkpoints kept for the next attempt (all of it for a job
+  that does not checkpoint), as instance-hours and as a share of all busy instance-time; a
+  policy that buys short waits with preemption pays for them here. Reclaims are the preemptions
+  that took back capacity another quota share borrowed; the rest are in-share, by priority.
 - **Jobs that can never run** under a policy (the planner's `MISCONFIGURATION:` reasons, such as
   an instance type its environment does not offer) are not replayed: they count as never started
   and are named under Warnings.

@@ -80,6 +80,7 @@ fn measure(summary: &PolicySummary, name: &str) -> f64 {
         "max_wait_s" => get(summary.max_wait_s),
         "jain_fairness" => get(summary.jain_fairness),
         "preemptions" => summary.preemptions as f64,
+        "preempted_fraction" => get(summary.preempted_fraction),
         "jobs_completed" => summary.jobs_completed as f64,
         "jobs_never_started" => summary.jobs_never_started as f64,
         other => match other.strip_prefix("wait_s_by_queue.") {
