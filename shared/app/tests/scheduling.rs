@@ -841,6 +841,17 @@ async fn the_victim_is_the_borrowed_job_with_the_newest_checkpoint_and_it_resume
         .shared()
         .with(|emulator, _| emulator.checkpoint_progress(&second));
     assert_eq!(progress.map(|p| p.resumed_ms), Some(4_000));
+    // It was launched under the same checkpoint URI, told it is attempt 2 after a preemption.
+    let described = w.sagemaker.shared().with(|emulator, _| {
+        emulator
+            .describe_training_job(&second, trainyard_emulator::model::TimeFormat::EpochSeconds)
+            .unwrap()
+    });
+    assert_eq!(described["CheckpointConfig"]["S3Uri"], "s3://ckpt/b3");
+    let environment = &described["Environment"];
+    assert_eq!(environment["TRAINYARD_ATTEMPT"], "2", "{described}");
+    assert_eq!(environment["TRAINYARD_PREEMPTIONS"], "1");
+    assert_eq!(environment["TRAINYARD_JOB_ID"], ids[3].as_str());
     // The preempting cycle recorded what it saw and what the victim lost.
     let preempting: Vec<_> = w
         .decisions

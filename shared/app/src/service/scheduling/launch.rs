@@ -27,7 +27,14 @@ enum Recorded {
 /// How many preempted attempts a job's `preemptionSummary` lists (a sliding window).
 const RECENT_PREEMPTIONS: usize = 5;
 
-/// The CreateTrainingJob request of an attempt: the submitted payload under the attempt's name.
+/// SageMaker's limit on `Environment` entries.
+const MAX_ENVIRONMENT_ENTRIES: usize = 100;
+
+/// The CreateTrainingJob request of an attempt: the submitted payload under the attempt's name,
+/// with `Environment` entries telling the container which job and attempt it is and how often
+/// the job was preempted (`TRAINYARD_JOB_ID`, `TRAINYARD_ATTEMPT`, `TRAINYARD_PREEMPTIONS`), so
+/// a resumed attempt knows to load its checkpoint. They replace entries of the same names, and
+/// are left out when they would take the payload past SageMaker's 100 entries.
 fn launch_request(job: &ServiceJob, name: &str) -> Result<Value, AppError> {
     let mut request: Value = serde_json::from_str(&job.service_request_payload).map_err(|e| {
         AppError::Internal(StoreError::Corrupt {
@@ -37,6 +44,29 @@ fn launch_request(job: &ServiceJob, name: &str) -> Result<Value, AppError> {
     })?;
     if let Value::Object(map) = &mut request {
         map.insert("TrainingJobName".into(), Value::String(name.to_owned()));
+        let preemptions = job
+            .preemption_summary
+            .as_ref()
+            .map_or(0, |s| s.preempted_attempt_count);
+        let ours = [
+            ("TRAINYARD_JOB_ID", job.job_id.clone()),
+            ("TRAINYARD_ATTEMPT", job.attempts.len().to_string()),
+            ("TRAINYARD_PREEMPTIONS", preemptions.to_string()),
+        ];
+        let environment = map
+            .entry("Environment")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(entries) = environment {
+            let added = ours
+                .iter()
+                .filter(|(k, _)| !entries.contains_key(*k))
+                .count();
+            if entries.len() + added <= MAX_ENVIRONMENT_ENTRIES {
+                for (k, v) in ours {
+                    entries.insert(k.to_owned(), Value::String(v));
+                }
+            }
+        }
     }
     Ok(request)
 }
@@ -304,5 +334,68 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
             loaded.usage.insert(environment.to_owned(), fresh);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::{Value, json};
+    use trainyard_domain::job::{PreemptionSummary, ServiceJob};
+    use trainyard_domain::payload::TrainingRequest;
+
+    use super::{MAX_ENVIRONMENT_ENTRIES, launch_request};
+
+    fn job(environment: Option<Value>) -> ServiceJob {
+        let mut payload = json!({"TrainingJobName": "t", "HyperParameters": {"lr": "0.1"}});
+        if let Some(environment) = environment {
+            payload["Environment"] = environment;
+        }
+        let training = TrainingRequest::single("t", "ml.g5.xlarge", 1);
+        ServiceJob::submitted(
+            "job-1".into(),
+            "t".into(),
+            "q".into(),
+            payload.to_string(),
+            training,
+            0,
+        )
+    }
+
+    #[test]
+    fn an_attempt_is_told_its_job_attempt_and_preemptions_in_its_environment() {
+        let mut preempted = job(Some(json!({"MY_VAR": "x", "TRAINYARD_ATTEMPT": "forged"})));
+        preempted.preemption_summary = Some(PreemptionSummary {
+            preempted_attempt_count: 2,
+            ..PreemptionSummary::default()
+        });
+        let request = launch_request(&preempted, "t-a3").unwrap();
+        assert_eq!(request["TrainingJobName"], "t-a3");
+        assert_eq!(
+            request["Environment"],
+            json!({
+                "MY_VAR": "x",
+                "TRAINYARD_JOB_ID": "job-1",
+                "TRAINYARD_ATTEMPT": "0",
+                "TRAINYARD_PREEMPTIONS": "2"
+            })
+        );
+        assert_eq!(
+            request["HyperParameters"],
+            json!({"lr": "0.1"}),
+            "the rest as submitted"
+        );
+
+        // A payload without an Environment gets one.
+        let fresh = launch_request(&job(None), "t-a1").unwrap();
+        assert_eq!(fresh["Environment"]["TRAINYARD_PREEMPTIONS"], "0");
+
+        // Never past SageMaker's 100 entries: then the payload goes as submitted.
+        let full: serde_json::Map<String, Value> = (0..MAX_ENVIRONMENT_ENTRIES - 2)
+            .map(|i| (format!("V{i}"), json!("v")))
+            .collect();
+        let request = launch_request(&job(Some(Value::Object(full.clone()))), "t-a1").unwrap();
+        assert_eq!(request["Environment"], Value::Object(full));
     }
 }
