@@ -115,6 +115,24 @@ pub fn borrowed_jobs<'a>(
     shares: &[QuotaShareState],
     running: impl IntoIterator<Item = &'a RunningJob>,
 ) -> BTreeSet<&'a str> {
+    borrowed(shares, running)
+        .into_iter()
+        .map(|job| job.job_id.as_str())
+        .collect()
+}
+
+/// A running job's identity within one cycle: the address of its id's text, which every copy
+/// of the snapshot's [`SharedStr`] shares. Sets of jobs are kept by it, so that looking a job
+/// up compares a number rather than 36 characters with a long common prefix.
+fn key(job: &RunningJob) -> usize {
+    job.job_id.as_str().as_ptr() as usize
+}
+
+/// [`borrowed_jobs`], as the jobs themselves.
+fn borrowed<'a>(
+    shares: &[QuotaShareState],
+    running: impl IntoIterator<Item = &'a RunningJob>,
+) -> Vec<&'a RunningJob> {
     let known: BTreeMap<&str, &QuotaShareState> =
         shares.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut by_share: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
@@ -123,7 +141,7 @@ pub fn borrowed_jobs<'a>(
             by_share.entry(share).or_default().push(job);
         }
     }
-    let mut borrowed = BTreeSet::new();
+    let mut borrowed = Vec::new();
     for (name, mut jobs) in by_share {
         jobs.sort_by(|a, b| {
             (Reverse(a.started_at_ms), a.priority, Reverse(&a.job_id)).cmp(&(
@@ -148,7 +166,7 @@ pub fn borrowed_jobs<'a>(
                 }
                 if let Some(n) = job.instances.get(ty).filter(|n| **n > 0) {
                     marked += u64::from(*n);
-                    borrowed.insert(job.job_id.as_str());
+                    borrowed.push(*job);
                 }
             }
         }
@@ -165,9 +183,9 @@ struct Quota<'a> {
     /// Running attempts of the queue.
     running: Vec<&'a RunningJob>,
     /// Jobs being preempted in this cycle.
-    victims: BTreeSet<&'a str>,
+    victims: BTreeSet<usize>,
     /// Borrowed running jobs, recomputed after each preemption.
-    borrowed: BTreeSet<&'a str>,
+    borrowed: BTreeSet<usize>,
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
     /// candidates preemption ever looks at (see [`Quota::make_room`]).
     preemptible: BTreeMap<&'a str, Vec<&'a RunningJob>>,
@@ -181,7 +199,10 @@ struct Quota<'a> {
     /// [`Quota::bound`] per (share, instance type), worked out once a cycle.
     bounds: BTreeMap<(&'a str, &'a str), (u64, u64, QuotaLimitCause)>,
     /// What preempting each preemptible job would cost now, by job id (see the module docs).
-    costs: BTreeMap<&'a str, Loss>,
+    costs: BTreeMap<usize, Loss>,
+    /// [`Quota::lent`] per (share, instance type), until the borrowed jobs change (a few
+    /// entries: shares × types).
+    lent_cache: Vec<(&'a str, String, Option<LentTo>)>,
 }
 
 /// What preempting a running attempt now loses (see the module docs).
@@ -251,14 +272,15 @@ fn median_interval(running: &[&RunningJob]) -> Option<i64> {
 
 impl<'a> Quota<'a> {
     /// Recomputes which running jobs are borrowed (after a preemption, from those left).
-    fn set_borrowed(&mut self, borrowed: BTreeSet<&'a str>) {
-        self.borrowed = borrowed;
+    fn set_borrowed(&mut self, borrowed: Vec<&'a RunningJob>) {
+        self.borrowed = borrowed.into_iter().map(key).collect();
+        self.lent_cache.clear();
         self.preemptible_borrowed = self
             .preemptible
             .values()
             .flatten()
             .copied()
-            .filter(|r| self.borrowed.contains(&*r.job_id))
+            .filter(|r| self.borrowed.contains(&key(r)))
             .collect();
     }
 
@@ -410,6 +432,27 @@ impl<'a> Quota<'a> {
     /// share, and when the first of those jobs may be preempted if that is still ahead; `None`
     /// when nothing of the type is lent.
     fn lent(
+        &mut self,
+        share: &'a QuotaShareState,
+        unit: &str,
+        now_ms: i64,
+        config: &Config,
+    ) -> Option<LentTo> {
+        let known = self
+            .lent_cache
+            .iter()
+            .find(|(s, u, _)| *s == share.name && u == unit);
+        if let Some((_, _, lent)) = known {
+            return lent.clone();
+        }
+        let found = self.find_lent(share, unit, now_ms, config);
+        self.lent_cache
+            .push((&share.name, unit.to_owned(), found.clone()));
+        found
+    }
+
+    /// [`Quota::lent`], worked out.
+    fn find_lent(
         &self,
         share: &QuotaShareState,
         unit: &str,
@@ -423,8 +466,8 @@ impl<'a> Quota<'a> {
             let Some(n) = r.instances.get(unit) else {
                 continue;
             };
-            if !self.borrowed.contains(&*r.job_id)
-                || self.victims.contains(&*r.job_id)
+            if !self.borrowed.contains(&key(r))
+                || self.victims.contains(&key(r))
                 || theirs.is_none_or(|t| **t == *share.name)
             {
                 continue;
@@ -460,7 +503,7 @@ impl<'a> Quota<'a> {
         // the job needs. Ordered below by a total order, so the order they are gathered in does
         // not matter.
         let usable = |r: &&RunningJob| {
-            !self.victims.contains(&*r.job_id)
+            !self.victims.contains(&key(r))
                 && r.instances.keys().any(|ty| job.instances.contains_key(ty))
         };
         let others = self
@@ -479,8 +522,8 @@ impl<'a> Quota<'a> {
             .copied()
             .filter(|r| r.priority < job.priority)
             .filter(usable)
-            .map(|r| (r, self.borrowed.contains(&*r.job_id)));
-        let mut candidates: Vec<(&RunningJob, bool)> = others.chain(own).collect();
+            .map(|r| (r, self.borrowed.contains(&key(r))));
+        let candidates: Vec<(&RunningJob, bool)> = others.chain(own).collect();
         if candidates.is_empty() {
             return None;
         }
@@ -493,11 +536,14 @@ impl<'a> Quota<'a> {
                 .filter_map(|ty| r.instances.get(ty))
                 .map(|n| u64::from(*n))
                 .sum();
-            let cost = self.costs.get(&*r.job_id).map_or(0, |l| l.instance_s);
+            let cost = self.costs.get(&key(r)).map_or(0, |l| l.instance_s);
             (u128::from(cost), u128::from(freed.max(1)))
         };
-        candidates.sort_by(|(a, ab), (b, bb)| {
-            let ((ca, fa), (cb, fb)) = (per_freed(a), per_freed(b));
+        let mut candidates: Vec<(&RunningJob, bool, (u128, u128))> = candidates
+            .into_iter()
+            .map(|(r, borrowed)| (r, borrowed, per_freed(r)))
+            .collect();
+        candidates.sort_by(|(a, ab, (ca, fa)), (b, bb, (cb, fb))| {
             (!ab, a.priority)
                 .cmp(&(!bb, b.priority))
                 .then((ca * fb).cmp(&(cb * fa)))
@@ -536,7 +582,7 @@ impl<'a> Quota<'a> {
                 })
         };
         let mut chosen: Vec<&RunningJob> = Vec::new();
-        for (candidate, _) in candidates {
+        for (candidate, _, _) in candidates {
             if fits_now(&pool, &leaving) {
                 break;
             }
@@ -600,7 +646,7 @@ pub(crate) fn plan_quota_queue<'a>(
             && now_ms >= preemptible_from(job, config)
         {
             preemptible.entry(share).or_default().push(job);
-            costs.insert(&*job.job_id, Loss::of(job, now_ms, median, config));
+            costs.insert(key(job), Loss::of(job, now_ms, median, config));
         }
     }
     let mut quota = Quota {
@@ -615,8 +661,9 @@ pub(crate) fn plan_quota_queue<'a>(
         no_room: BTreeMap::new(),
         bounds: BTreeMap::new(),
         costs,
+        lent_cache: Vec::new(),
     };
-    quota.set_borrowed(borrowed_jobs(shares, quota.running.iter().copied()));
+    quota.set_borrowed(borrowed(shares, quota.running.iter().copied()));
     for job in quota.running.clone() {
         if let Some(name) = job.share.as_deref() {
             quota.add(name, &job.instances);
@@ -745,7 +792,7 @@ fn decide<'a>(
     let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s);
     // No room to be made: an entitled job waiting for a full environment is told who holds
     // its share's lent capacity, when there is any.
-    let no_room = |plan: &mut Plan, quota: &Quota<'a>, reason: SkipReason| match reason {
+    let no_room = |plan: &mut Plan, quota: &mut Quota<'a>, reason: SkipReason| match reason {
         SkipReason::InsufficientCapacity {
             environment,
             unit,
@@ -790,7 +837,7 @@ fn decide<'a>(
                 *c = c.saturating_sub(*n);
             }
         }
-        quota.victims.insert(&*victim.job_id);
+        quota.victims.insert(key(victim));
         let theirs = victim.share.as_deref().unwrap_or_default();
         let reason = if theirs == share.name {
             PreemptionReason::InSharePriority {
@@ -804,7 +851,7 @@ fn decide<'a>(
                 victim_quota_share: theirs.to_owned(),
             }
         };
-        let loss = quota.costs.get(&*victim.job_id);
+        let loss = quota.costs.get(&key(victim));
         plan.preemptions.push(Preemption {
             victim_job_id: victim.job_id.clone(),
             for_job_id: job.job_id.clone(),
@@ -819,8 +866,8 @@ fn decide<'a>(
         .running
         .iter()
         .copied()
-        .filter(|r| !quota.victims.contains(&*r.job_id));
-    let borrowed = borrowed_jobs(quota.all, left);
+        .filter(|r| !quota.victims.contains(&key(r)));
+    let borrowed = borrowed(quota.all, left);
     quota.set_borrowed(borrowed);
     let victims = victims.iter().map(|v| v.job_id.clone()).collect();
     skip(plan, SkipReason::WaitingForPreemptedCapacity { victims })

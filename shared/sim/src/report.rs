@@ -128,7 +128,7 @@ pub fn best_per_measure(summaries: &BTreeMap<String, PolicySummary>) -> Vec<Stri
         fn(&PolicySummary) -> Option<f64>,
         fn(Option<f64>) -> String,
     );
-    let measures: [Measure; 7] = [
+    let measures: [Measure; 8] = [
         (
             "utilization while work waits",
             true,
@@ -139,6 +139,12 @@ pub fn best_per_measure(summaries: &BTreeMap<String, PolicySummary>) -> Vec<Stri
         ("p95 wait", false, |s| s.wait_s.p95, duration),
         ("longest wait", false, |s| s.max_wait_s, duration),
         ("Jain's fairness", true, |s| s.jain_fairness, ratio),
+        (
+            "preemptions per job",
+            false,
+            |s| s.preemptions_per_job,
+            |v| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.3}")),
+        ),
         (
             "work lost to preemption",
             false,
