@@ -194,6 +194,40 @@ def test_the_table_has_exactly_the_indexes_the_store_queries(sam):
     assert {g["IndexName"] for g in table["Properties"]["GlobalSecondaryIndexes"]} == names
 
 
+def test_each_index_projects_exactly_what_the_store_reads_from_it(sam):
+    """The projections in schema.rs (`INDEXES`: each index's keys and the attributes it
+    projects), which `create_table` gives the tests' tables, are the deployed table's: an
+    attribute the store reads from an index but the template does not project would be missing
+    from every entry in a real account, while the tests pass."""
+    import re
+
+    schema = (ROOT / "shared" / "aws" / "src" / "dynamodb" / "schema.rs").read_text()
+    consts = dict(re.findall(r'pub\(crate\) const (\w+): &str = "([^"]+)";', schema))
+    arrays = {
+        name: [consts[a] for a in re.findall(r"\w+", body)]
+        for name, body in re.findall(r"pub\(crate\) const (\w+): &\[&str\] = &\[(.*?)\];", schema, re.S)
+    }
+    block = re.search(r"pub\(crate\) const INDEXES: .*? = \[(.*?)\n\];", schema, re.S)
+    assert block, "no INDEXES in schema.rs"
+    entries = re.findall(r"\(\s*index::(\w+),\s*(\w+),\s*(\w+),\s*(\w+),?\s*\)", block.group(1))
+    assert len(entries) == 3, entries
+    expected = {
+        consts[index]: (consts[hash_key], consts[range_key], sorted(arrays[projected]))
+        for index, hash_key, range_key, projected in entries
+    }
+    (table,) = by_type(sam, "AWS::DynamoDB::Table").values()
+    deployed = {
+        g["IndexName"]: (
+            g["KeySchema"][0]["AttributeName"],
+            g["KeySchema"][1]["AttributeName"],
+            sorted(g["Projection"]["NonKeyAttributes"]),
+        )
+        for g in table["Properties"]["GlobalSecondaryIndexes"]
+    }
+    assert deployed == expected
+    assert "ck" in expected["by-queue-status"][2], "checkpoint URIs reach the planner"
+
+
 def test_every_function_gets_the_same_configuration_in_both_templates(sam, cdk):
     def variables(template):
         found = set()

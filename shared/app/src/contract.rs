@@ -1292,13 +1292,21 @@ pub async fn runnable_shares_and_dispatched_jobs_follow_status<S: Store>(store: 
 /// The capacity holders are the dispatched jobs, summarised, in the same order, and follow
 /// every update (a changed priority, a job that ended, one newly dispatched).
 pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S) {
+    // g resumes from checkpoints and was preempted twice: the planner's anti-thrash rule and
+    // checkpoint listing read both from its summary.
+    let mut g = job("g")
+        .quota_share("qs")
+        .status(JobStatus::Starting)
+        .build();
+    g.training.checkpoint_s3_uri = Some("s3://bucket/checkpoints/g".into());
+    g.preemption_summary = Some(trainyard_domain::job::PreemptionSummary {
+        preempted_attempt_count: 2,
+        ..Default::default()
+    });
     for j in [
         job("e").share("s3").status(JobStatus::Running).build(),
         job("f").status(JobStatus::Scheduled).build(),
-        job("g")
-            .quota_share("qs")
-            .status(JobStatus::Starting)
-            .build(),
+        g,
         job("h").status(JobStatus::Succeeded).build(),
         job("i").build(),
     ] {
@@ -1317,6 +1325,20 @@ pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S)
     assert_eq!(holders, expected(store).await);
     assert_eq!(holders[0].share, "s3");
     assert_eq!(holders[2].share, "qs");
+    assert_eq!(
+        (
+            holders[2].checkpoint_s3_uri.as_deref(),
+            holders[2].preemptions
+        ),
+        (Some("s3://bucket/checkpoints/g"), 2)
+    );
+    assert_eq!(
+        (
+            holders[0].checkpoint_s3_uri.as_deref(),
+            holders[0].preemptions
+        ),
+        (None, 0)
+    );
 
     let update = |id: &'static str, change: fn(&mut ServiceJob)| async move {
         let mut stored = store.get_job(id).await.unwrap().unwrap();
