@@ -108,6 +108,15 @@ pub struct UpArgs {
     /// deferred.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     min_wait_before_in_share_preemption_s: u64,
+    /// Seconds a resumable job (one with a CheckpointConfig) that was preempted before runs, or
+    /// until it saves a checkpoint, before it may be preempted again (doubling with each
+    /// further preemption, at most a day).
+    #[arg(long, default_value_t = 3_600, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    min_runtime_after_preemption_s: u64,
+    /// Seconds of work a restart costs a preempted attempt, per instance, when victims are
+    /// chosen by the work they would lose.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    restart_overhead_s: u64,
     /// Accept jobs but dispatch none: they wait RUNNABLE (to inspect or build up a backlog).
     #[arg(long)]
     no_dispatch: bool,
@@ -352,6 +361,8 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.planner.strict_fifo = args.strict_fifo;
         cycle.planner.min_wait_before_in_share_preemption_s =
             args.min_wait_before_in_share_preemption_s;
+        cycle.planner.min_runtime_after_preemption_s = args.min_runtime_after_preemption_s;
+        cycle.planner.restart_overhead_s = args.restart_overhead_s;
         let scale = |ms: i64| ((ms as f64) * args.backoff_scale).round() as i64;
         cycle.retry.capacity_base_ms = scale(cycle.retry.capacity_base_ms);
         cycle.retry.capacity_cap_ms = scale(cycle.retry.capacity_cap_ms);

@@ -45,6 +45,12 @@ pub const STRICT_FIFO: &str = "TRAINYARD_STRICT_FIFO";
 /// behaviour).
 pub const MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION: &str =
     "TRAINYARD_MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION_SECONDS";
+/// `TRAINYARD_MIN_RUNTIME_AFTER_PREEMPTION_SECONDS`: anti-thrash protection of a resumable job
+/// preempted before (0 to 86,400; default 3,600).
+pub const MIN_RUNTIME_AFTER_PREEMPTION: &str = "TRAINYARD_MIN_RUNTIME_AFTER_PREEMPTION_SECONDS";
+/// `TRAINYARD_RESTART_OVERHEAD_SECONDS`: what restarting a preempted attempt costs, per instance,
+/// when victims are chosen (0 to 86,400; default 300).
+pub const RESTART_OVERHEAD: &str = "TRAINYARD_RESTART_OVERHEAD_SECONDS";
 
 /// `TRAINYARD_STACK_NAME`: the `Stack` dimension of metrics (default: the function name less
 /// its `-<function>` suffix, as the template names functions `<stack>-<function>`).
@@ -106,6 +112,10 @@ pub struct Config {
     pub strict_fifo: bool,
     /// The planner's `min_wait_before_in_share_preemption_s`.
     pub min_wait_before_in_share_preemption_s: u64,
+    /// The planner's `min_runtime_after_preemption_s`.
+    pub min_runtime_after_preemption_s: u64,
+    /// The planner's `restart_overhead_s`.
+    pub restart_overhead_s: u64,
     /// Days audit records are kept.
     pub audit_retention_days: u32,
     /// Requests per second per caller per instance (0: no limit).
@@ -224,6 +234,18 @@ impl Config {
             1_000_000,
         );
         let in_share_wait_s = number(MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, 0, 86_400);
+        let planner = CycleConfig::default().planner;
+        let default_s = |s: u64| u32::try_from(s).unwrap_or(u32::MAX);
+        let after_preemption_s = number(
+            MIN_RUNTIME_AFTER_PREEMPTION,
+            default_s(planner.min_runtime_after_preemption_s),
+            86_400,
+        );
+        let restart_overhead_s = number(
+            RESTART_OVERHEAD,
+            default_s(planner.restart_overhead_s),
+            86_400,
+        );
         if audit_retention_days == 0 {
             problems.push(format!("{AUDIT_RETENTION_DAYS} must be at least 1"));
         }
@@ -295,6 +317,8 @@ impl Config {
             rate_limit,
             strict_fifo,
             min_wait_before_in_share_preemption_s: u64::from(in_share_wait_s),
+            min_runtime_after_preemption_s: u64::from(after_preemption_s),
+            restart_overhead_s: u64::from(restart_overhead_s),
             stack,
         })
     }
@@ -305,6 +329,8 @@ impl Config {
         cycle.planner.strict_fifo = self.strict_fifo;
         cycle.planner.min_wait_before_in_share_preemption_s =
             self.min_wait_before_in_share_preemption_s;
+        cycle.planner.min_runtime_after_preemption_s = self.min_runtime_after_preemption_s;
+        cycle.planner.restart_overhead_s = self.restart_overhead_s;
         let scale = |ms: i64| ((ms as f64) * self.backoff_scale).round() as i64;
         let retry = &mut cycle.retry;
         retry.capacity_base_ms = scale(retry.capacity_base_ms);
@@ -458,12 +484,16 @@ mod tests {
                     (INITIAL_QUEUE_PRIORITY, "-1"),
                     (AUDIT_RETENTION_DAYS, "401"),
                     (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "86401"),
+                    (MIN_RUNTIME_AFTER_PREEMPTION, "86401"),
+                    (RESTART_OVERHEAD, "-5"),
                 ],
                 &[
                     INITIAL_MAX_INSTANCES,
                     INITIAL_QUEUE_PRIORITY,
                     AUDIT_RETENTION_DAYS,
                     MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION,
+                    MIN_RUNTIME_AFTER_PREEMPTION,
+                    RESTART_OVERHEAD,
                 ],
             ),
             (
@@ -533,6 +563,8 @@ mod tests {
             (RECONCILE_QUIET_SECONDS, "5"),
             (STRICT_FIFO, "true"),
             (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "900"),
+            (MIN_RUNTIME_AFTER_PREEMPTION, "7200"),
+            (RESTART_OVERHEAD, "60"),
         ]))
         .unwrap();
         assert_eq!(config.arns.account, "000000000000");
@@ -543,6 +575,8 @@ mod tests {
         let cycle = config.cycle();
         assert!(cycle.planner.strict_fifo);
         assert_eq!(cycle.planner.min_wait_before_in_share_preemption_s, 900);
+        assert_eq!(cycle.planner.min_runtime_after_preemption_s, 7_200);
+        assert_eq!(cycle.planner.restart_overhead_s, 60);
         assert_eq!(cycle.retry.retry_base_ms, 100, "10 s scaled by 0.01");
     }
 }
