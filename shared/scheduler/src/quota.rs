@@ -52,8 +52,10 @@
 //! - *in-share* (if `S` enables it): jobs of `S` with priority strictly below `J`'s.
 //!
 //! An attempt is preemptible once it has run `Config::min_runtime_before_preemption_s`. Anti-
-//! thrash, for a job whose attempts resume from checkpoints (`RunningJob::resumable`) and that
-//! was preempted before (`RunningJob::preemptions = k > 0`): once it has also run
+//! thrash protects from *in-share* preemption only (a borrower runs on lent capacity at the
+//! lender's pleasure, so reclaiming it is never delayed by it), for a job whose attempts resume
+//! from checkpoints (`RunningJob::resumable`) and that was preempted before
+//! (`RunningJob::preemptions = k > 0`): once it has also run
 //! `Config::min_runtime_after_preemption_s` or saved a checkpoint since it started, for `k = 1`;
 //! once it has run that × 2^(k−1) (at most a day), checkpoint or not, for `k ≥ 2`. A resumed job
 //! makes progress before it can lose it again, and no job is stopped over and over. A job that
@@ -189,6 +191,9 @@ struct Quota<'a> {
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
     /// candidates preemption ever looks at (see [`Quota::make_room`]).
     preemptible: BTreeMap<&'a str, Vec<&'a RunningJob>>,
+    /// Running jobs old enough to be reclaimed from a borrowing share (anti-thrash protects
+    /// from in-share preemption only), in `running` order.
+    reclaimable: Vec<&'a RunningJob>,
     /// Of those, the borrowed ones (all shares), recomputed with `borrowed`.
     preemptible_borrowed: Vec<&'a RunningJob>,
     /// Demands for which [`Quota::make_room`] found no room in this cycle, per (share,
@@ -237,10 +242,17 @@ impl Loss {
 /// The longest a job's attempt is protected for by its past preemptions.
 const MAX_PROTECTION_S: u64 = 86_400;
 
-/// When `job` becomes preemptible (see the module docs).
+/// When `job`'s capacity may be reclaimed, if it runs on borrowed capacity: once it has run
+/// `min_runtime_before_preemption_s`, whatever its past preemptions.
+fn reclaimable_from(job: &RunningJob, config: &Config) -> i64 {
+    job.started_at_ms
+        .saturating_add(seconds_ms(config.min_runtime_before_preemption_s))
+}
+
+/// When `job` becomes preemptible by a job of its own share (see the module docs).
 fn preemptible_from(job: &RunningJob, config: &Config) -> i64 {
     let after = |s: u64| job.started_at_ms.saturating_add(seconds_ms(s));
-    let first = after(config.min_runtime_before_preemption_s);
+    let first = reclaimable_from(job, config);
     let saved = job.checkpoint_ms.is_some_and(|c| c > job.started_at_ms);
     match job.preemptions {
         _ if !job.resumable => first,
@@ -276,9 +288,8 @@ impl<'a> Quota<'a> {
         self.borrowed = borrowed.into_iter().map(key).collect();
         self.lent_cache.clear();
         self.preemptible_borrowed = self
-            .preemptible
-            .values()
-            .flatten()
+            .reclaimable
+            .iter()
             .copied()
             .filter(|r| self.borrowed.contains(&key(r)))
             .collect();
@@ -475,7 +486,7 @@ impl<'a> Quota<'a> {
             if let Some(t) = theirs {
                 *lent.entry(t.clone()).or_insert(0) += u64::from(*n);
             }
-            let from = preemptible_from(r, config);
+            let from = reclaimable_from(r, config);
             reclaim_from = Some(reclaim_from.map_or(from, |f| f.min(from)));
         }
         if lent.is_empty() {
@@ -640,13 +651,18 @@ pub(crate) fn plan_quota_queue<'a>(
 ) {
     let median = median_interval(running);
     let mut preemptible: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
+    let mut reclaimable = Vec::new();
     let mut costs = BTreeMap::new();
     for job in running {
-        if let Some(share) = job.share.as_deref()
-            && now_ms >= preemptible_from(job, config)
-        {
-            preemptible.entry(share).or_default().push(job);
+        let Some(share) = job.share.as_deref() else {
+            continue;
+        };
+        if now_ms >= reclaimable_from(job, config) {
+            reclaimable.push(*job);
             costs.insert(key(job), Loss::of(job, now_ms, median, config));
+        }
+        if now_ms >= preemptible_from(job, config) {
+            preemptible.entry(share).or_default().push(job);
         }
     }
     let mut quota = Quota {
@@ -655,6 +671,7 @@ pub(crate) fn plan_quota_queue<'a>(
         used: BTreeMap::new(),
         borrowed: BTreeSet::new(),
         preemptible,
+        reclaimable,
         preemptible_borrowed: Vec::new(),
         victims: BTreeSet::new(),
         running: running.to_vec(),

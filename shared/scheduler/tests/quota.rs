@@ -669,29 +669,31 @@ fn a_job_that_publishes_nothing_is_assumed_to_checkpoint_at_the_queue_median() {
     assert_eq!(preempted(&plan), [("b-saver", "a1")], "{plan:#?}");
 }
 
-/// Anti-thrash: a resumable job preempted before is not preempted again until it has run
-/// `min_runtime_after_preemption_s` or saved a checkpoint since it started; from its second
-/// preemption on, only after a protection that doubles with each one, checkpoint or not.
+/// Anti-thrash: a resumable job preempted before is not preempted again by its own share until
+/// it has run `min_runtime_after_preemption_s` or saved a checkpoint since it started; from its
+/// second preemption on, only after a protection that doubles with each one, checkpoint or not.
+/// Reclaiming lent capacity is never held up by it.
 #[test]
 fn a_preempted_job_is_protected_until_it_has_run_a_while_or_saved_a_checkpoint() {
-    let shares = vec![share("a", 1, Lend), share("b", 1, LendAndBorrow)];
     let config = Config::default(); // 600 s, then 3,600 s after a preemption
-    let borrowed = |victim: RunningJob| {
+    // Share a (in-share preemption on) is full with the running job; a higher-priority job of
+    // a waits.
+    let in_share = |victim: RunningJob| {
         snapshot(
-            2,
-            shares.clone(),
-            vec![run("b-own", "b", 1, 9), victim],
-            vec![job("a1", "a", 1)],
+            1,
+            vec![share("a", 1, Lend).in_share()],
+            vec![victim],
+            vec![prio(job("a1", "a", 1), 7)],
         )
     };
     let resumed = |minutes: i64, preemptions: u32| RunningJob {
         started_at_ms: NOW - minutes * 60_000,
         preemptions,
         resumable: true,
-        ..run("b-again", "b", 1, 0)
+        ..run("a-again", "a", 1, 0)
     };
     let victims = |r: RunningJob| {
-        let plan = plan_cycle(&borrowed(r), NOW, &config);
+        let plan = plan_cycle(&in_share(r), NOW, &config);
         preempted(&plan)
             .into_iter()
             .map(|(v, _)| v.to_owned())
@@ -699,18 +701,18 @@ fn a_preempted_job_is_protected_until_it_has_run_a_while_or_saved_a_checkpoint()
     };
     assert_eq!(
         victims(resumed(30, 0)),
-        ["b-again"],
+        ["a-again"],
         "never preempted: 600 s"
     );
     assert!(victims(resumed(30, 1)).is_empty(), "preempted once, 30 min");
-    assert_eq!(victims(resumed(60, 1)), ["b-again"], "preempted once, 1 h");
+    assert_eq!(victims(resumed(60, 1)), ["a-again"], "preempted once, 1 h");
     let saved = RunningJob {
         checkpoint_ms: Some(NOW - 60_000),
         ..resumed(30, 1)
     };
     assert_eq!(
         victims(saved.clone()),
-        ["b-again"],
+        ["a-again"],
         "saved since it resumed"
     );
     let stale = RunningJob {
@@ -726,7 +728,7 @@ fn a_preempted_job_is_protected_until_it_has_run_a_while_or_saved_a_checkpoint()
         preemptions: 2,
         ..saved
     };
-    assert!(victims(RunningJob { ..twice.clone() }).is_empty());
+    assert!(victims(twice.clone()).is_empty());
     assert!(
         victims(RunningJob {
             started_at_ms: NOW - 119 * 60_000,
@@ -739,23 +741,48 @@ fn a_preempted_job_is_protected_until_it_has_run_a_while_or_saved_a_checkpoint()
             started_at_ms: NOW - 120 * 60_000,
             ..twice
         }),
-        ["b-again"]
+        ["a-again"]
     );
     assert!(victims(resumed(239, 3)).is_empty());
-    assert_eq!(victims(resumed(240, 3)), ["b-again"]);
+    assert_eq!(victims(resumed(240, 3)), ["a-again"]);
     // A job that starts over after a preemption is not protected: it has little to lose.
     let restarted = RunningJob {
         resumable: false,
         ..resumed(30, 3)
     };
-    assert_eq!(victims(restarted), ["b-again"]);
+    assert_eq!(victims(restarted), ["a-again"]);
 
-    // While it is protected, the lender is told when the capacity can be reclaimed.
-    let plan = plan_cycle(&borrowed(resumed(30, 1)), NOW, &config);
+    // The same job running on capacity b borrowed from a is reclaimed at once.
+    let borrowed = RunningJob {
+        share: Some("b".into()),
+        ..resumed(30, 3)
+    };
+    let reclaim = snapshot(
+        2,
+        vec![share("a", 1, Lend), share("b", 1, LendAndBorrow)],
+        vec![run("b-own", "b", 1, 9), borrowed],
+        vec![job("a1", "a", 1)],
+    );
+    let plan = plan_cycle(&reclaim, NOW, &config);
+    assert_eq!(preempted(&plan), [("a-again", "a1")], "{plan:#?}");
+    // Until its minimum runtime, the lender is told when it can reclaim.
+    let young = snapshot(
+        2,
+        vec![share("a", 1, Lend), share("b", 1, LendAndBorrow)],
+        vec![
+            run("b-own", "b", 1, 9),
+            RunningJob {
+                started_at_ms: NOW - 5 * 60_000,
+                ..run("b-young", "b", 1, 0)
+            },
+        ],
+        vec![job("a1", "a", 1)],
+    );
+    let plan = plan_cycle(&young, NOW, &config);
     match reason(&plan, "a1") {
         SkipReason::QuotaLent {
             reclaim_from_ms, ..
-        } => assert_eq!(*reclaim_from_ms, Some(NOW + 30 * 60_000)),
+        } => assert_eq!(*reclaim_from_ms, Some(NOW + 5 * 60_000)),
         other => panic!("{other:?}"),
     }
 }

@@ -592,6 +592,8 @@ pub fn run_with_estimates(
     let mut dirty = false;
     let mut idle_due_passes = 0u32;
     let mut reclaims = 0u64;
+    // Jobs for which a cycle reclaimed lent capacity.
+    let mut reclaimed_for: BTreeSet<String> = BTreeSet::new();
 
     loop {
         // The next instant something happens.
@@ -735,6 +737,7 @@ pub fn run_with_estimates(
         for cycle in &pass.cycles {
             done += cycle.rejected;
             reclaims += cycle.reclaims as u64;
+            reclaimed_for.extend(cycle.reclaimed_for.iter().map(|id| id.to_string()));
             if cycle.dispatched > 0 {
                 idle_due_passes = 0;
             }
@@ -791,6 +794,7 @@ pub fn run_with_estimates(
             *slot = Some(JobRecord {
                 eta_p50_s,
                 eta_p90_s,
+                reclaimed: reclaimed_for.contains(id.as_str()),
                 ..job_record(p, &stored.value, &progress)
             });
         }
@@ -823,6 +827,7 @@ fn never_started(p: &Planned<'_>) -> JobRecord {
         preemptions: 0,
         preempted_instance_s: 0.0,
         never_runs: None,
+        reclaimed: false,
         eta_p50_s: None,
         eta_p90_s: None,
     }

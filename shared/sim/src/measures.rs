@@ -124,6 +124,10 @@ pub struct PolicySummary {
     /// in-share, by priority).
     #[serde(default)]
     pub reclaims: u64,
+    /// Waits of the jobs for which lent capacity was reclaimed: how long owners waited to get
+    /// it back (submission to first start).
+    #[serde(default)]
+    pub reclaim_wait_s: Distribution,
     /// Instance-seconds of work lost to preemptions.
     pub preempted_instance_s: f64,
     /// Preemptions per job.
@@ -217,6 +221,13 @@ impl PolicySummary {
             max_wait_s: waits.iter().copied().max_by(f64::total_cmp),
             preemptions,
             reclaims: run.reclaims,
+            reclaim_wait_s: Distribution::of(
+                &run.jobs
+                    .iter()
+                    .filter(|j| j.reclaimed)
+                    .filter_map(JobRecord::wait_s)
+                    .collect::<Vec<_>>(),
+            ),
             preempted_instance_s,
             preemptions_per_job: (!run.jobs.is_empty())
                 .then(|| preemptions as f64 / run.jobs.len() as f64),

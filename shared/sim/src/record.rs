@@ -36,6 +36,10 @@ pub struct JobRecord {
     /// if it cannot: such a job is not replayed, and counts as never started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub never_runs: Option<String>,
+    /// Whether capacity another quota share borrowed was reclaimed (by preemption) for it: its
+    /// wait is how long an owner waited to get its lent capacity back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reclaimed: bool,
     /// Its start-time estimate at submission, p50 and p90, as waits in seconds (runs with
     /// estimates only; `None` also when the estimate was beyond the horizon).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -651,6 +651,13 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
             row("of which reclaims of borrowed capacity", &|s| {
                 s.reclaims.to_string()
             }),
+            row("owners' wait when reclaiming, mean / p95", &|s| {
+                format!(
+                    "{} / {}",
+                    duration(s.reclaim_wait_s.mean),
+                    duration(s.reclaim_wait_s.p95)
+                )
+            }),
             row("preemptions per job", &|s| {
                 s.preemptions_per_job
                     .map_or_else(|| "—".to_owned(), |v| format!("{v:.3}"))

@@ -32,6 +32,7 @@ fn job(id: &str, submit_s: f64, wait_s: f64, duration_s: f64) -> JobRecord {
         preemptions: 0,
         preempted_instance_s: 0.0,
         never_runs: None,
+        reclaimed: false,
         eta_p50_s: None,
         eta_p90_s: None,
     }
@@ -494,7 +495,15 @@ fn a_preempted_job_waits_again_after_its_first_start_and_its_lost_work_is_a_shar
     preempted.end_s = Some(300.0);
     let run = RunRecord {
         policy: "quota".to_owned(),
-        jobs: vec![preempted, job("q", 0.0, 0.0, 100.0)],
+        jobs: vec![
+            preempted,
+            job("q", 0.0, 0.0, 100.0),
+            // An owner that reclaimed lent capacity, started 90 s after its submission.
+            JobRecord {
+                reclaimed: true,
+                ..job("owner", 10.0, 90.0, 50.0)
+            },
+        ],
         usage: vec![usage(0.0, 300.0, 2, 4, true)],
         shares: vec![],
         end_s: 300.0,
@@ -502,9 +511,12 @@ fn a_preempted_job_waits_again_after_its_first_start_and_its_lost_work_is_a_shar
         eta: None,
     };
     let s = PolicySummary::of(&run);
+    assert_eq!(s.reclaims, 1);
+    assert_eq!(s.reclaim_wait_s.count, 1, "only the owner");
+    assert!(close(s.reclaim_wait_s.mean, Some(90.0)));
     assert_eq!(s.wait_after_start_s.count, 1, "only the preempted job");
     assert!(close(s.wait_after_start_s.mean, Some(50.0)));
-    assert!(close(s.preemptions_per_job, Some(1.0)));
+    assert!(close(s.preemptions_per_job, Some(2.0 / 3.0)));
     // 240 instance-seconds lost of 2 × 300 busy.
     assert!(close(s.preempted_fraction, Some(0.4)));
     let empty = PolicySummary::of(&RunRecord::default());

@@ -21,7 +21,7 @@ const REQUIRED: [&str; 10] = [
 ];
 
 /// The keys added beyond the required ones (documented on `PolicySummary`).
-const EXTRA: [&str; 13] = [
+const EXTRA: [&str; 14] = [
     "jct_s",
     "slowdown",
     "fairness_windows",
@@ -35,6 +35,7 @@ const EXTRA: [&str; 13] = [
     "preempted_fraction",
     "wait_after_start_s",
     "reclaims",
+    "reclaim_wait_s",
 ];
 
 fn job(
@@ -59,6 +60,7 @@ fn job(
         preemptions: 0,
         preempted_instance_s: 0.0,
         never_runs: None,
+        reclaimed: false,
         eta_p50_s: None,
         eta_p90_s: None,
     }

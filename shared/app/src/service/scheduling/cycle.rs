@@ -205,6 +205,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 report.preemptions += 1;
                 if matches!(preemption.reason, PreemptionReason::ReclaimBorrowed { .. }) {
                     report.reclaims += 1;
+                    if !report.reclaimed_for.contains(&preemption.for_job_id) {
+                        report.reclaimed_for.push(preemption.for_job_id.clone());
+                    }
                 }
                 tracing::info!(victim = %preemption.victim_job_id, for_job = %preemption.for_job_id,
                     reason = ?preemption.reason, "preempting");

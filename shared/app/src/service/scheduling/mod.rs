@@ -124,6 +124,9 @@ pub struct CycleReport {
     /// Of `preemptions`, those reclaiming capacity another quota share borrowed (the rest are
     /// in-share, by priority).
     pub reclaims: usize,
+    /// The jobs those reclaims are for (each once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reclaimed_for: Vec<trainyard_scheduler::SharedStr>,
     /// Whether the cycle stood aside (dispatching nothing more, preempting nothing) for a pass
     /// holding a newer scheduler lease.
     pub fenced: bool,
