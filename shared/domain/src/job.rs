@@ -432,6 +432,13 @@ impl ServiceJob {
     pub fn latest_attempt(&self) -> Option<&Attempt> {
         self.attempts.last()
     }
+
+    /// How many of its attempts were preempted (`preemptionSummary.preemptedAttemptCount`).
+    pub fn preemptions(&self) -> u32 {
+        self.preemption_summary
+            .as_ref()
+            .map_or(0, |s| s.preempted_attempt_count)
+    }
 }
 
 #[cfg(test)]

@@ -222,7 +222,7 @@ struct Loss {
 impl Loss {
     fn of(job: &RunningJob, now_ms: i64, median_interval_ms: Option<i64>, config: &Config) -> Self {
         let ran_ms = now_ms.saturating_sub(job.started_at_ms).max(0);
-        let checkpoint_ms = job.checkpoint_ms.filter(|c| *c > job.started_at_ms);
+        let checkpoint_ms = job.checkpoint_since_start();
         let since_ms = match (checkpoint_ms, median_interval_ms) {
             (Some(c), _) => now_ms.saturating_sub(c).clamp(0, ran_ms),
             (None, Some(m)) => ran_ms.min(m.max(0)),
@@ -253,7 +253,7 @@ fn reclaimable_from(job: &RunningJob, config: &Config) -> i64 {
 fn preemptible_from(job: &RunningJob, config: &Config) -> i64 {
     let after = |s: u64| job.started_at_ms.saturating_add(seconds_ms(s));
     let first = reclaimable_from(job, config);
-    let saved = job.checkpoint_ms.is_some_and(|c| c > job.started_at_ms);
+    let saved = job.checkpoint_since_start().is_some();
     match job.preemptions {
         _ if !job.resumable => first,
         0 => first,

@@ -546,11 +546,7 @@ pub fn decide_after_failure(
                 .preemption_configuration
                 .as_ref()
                 .and_then(|c| c.preemption_retries_before_termination);
-            let preempted = job
-                .preemption_summary
-                .as_ref()
-                .map_or(0, |s| s.preempted_attempt_count)
-                .saturating_add(1);
+            let preempted = job.preemptions().saturating_add(1);
             match allowed {
                 Some(allowed) if preempted > allowed => AfterFailure::Failed {
                     status_reason: format!(

@@ -250,6 +250,14 @@ pub struct RunningJob {
     pub resumable: bool,
 }
 
+impl RunningJob {
+    /// Its newest observed checkpoint, if this attempt saved it (one older than the attempt's
+    /// start was left by an earlier attempt, and is what this one resumed from).
+    pub fn checkpoint_since_start(&self) -> Option<i64> {
+        self.checkpoint_ms.filter(|c| *c > self.started_at_ms)
+    }
+}
+
 /// A RUNNABLE job. Like [`RunningJob`], its text and instances are shared with the host's
 /// summary, so building a snapshot copies no strings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -864,10 +864,7 @@ fn job_record(
             .map(seconds),
         status: job.status.to_string(),
         attempts: job.attempts.len() as u32,
-        preemptions: job
-            .preemption_summary
-            .as_ref()
-            .map_or(0, |s| s.preempted_attempt_count),
+        preemptions: job.preemptions(),
         preempted_instance_s,
         ..never_started(p)
     }

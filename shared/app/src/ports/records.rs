@@ -468,15 +468,8 @@ impl CapacityHolder {
             instances: std::sync::Arc::new(job.training.instances.clone()),
             max_runtime_s: job.training.max_runtime_s,
             checkpoint_s3_uri: job.training.checkpoint_s3_uri.as_deref().map(Into::into),
-            preemptions: Self::preemptions_of(job),
+            preemptions: job.preemptions(),
         }
-    }
-
-    /// [`preemptions`](Self::preemptions) of a job.
-    pub fn preemptions_of(job: &ServiceJob) -> u32 {
-        job.preemption_summary
-            .as_ref()
-            .map_or(0, |s| s.preempted_attempt_count)
     }
 
     /// [`started_at`](Self::started_at) of a dispatched job: when its latest attempt started,

@@ -390,7 +390,7 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
     if let Some(uri) = &job.training.checkpoint_s3_uri {
         put(CHECKPOINT_S3_URI, s(uri));
     }
-    let preemptions = CapacityHolder::preemptions_of(job);
+    let preemptions = job.preemptions();
     if preemptions > 0 {
         put(PREEMPTIONS, n(preemptions));
     }

@@ -44,14 +44,10 @@ fn launch_request(job: &ServiceJob, name: &str) -> Result<Value, AppError> {
     })?;
     if let Value::Object(map) = &mut request {
         map.insert("TrainingJobName".into(), Value::String(name.to_owned()));
-        let preemptions = job
-            .preemption_summary
-            .as_ref()
-            .map_or(0, |s| s.preempted_attempt_count);
         let ours = [
             ("TRAINYARD_JOB_ID", job.job_id.clone()),
             ("TRAINYARD_ATTEMPT", job.attempts.len().to_string()),
-            ("TRAINYARD_PREEMPTIONS", preemptions.to_string()),
+            ("TRAINYARD_PREEMPTIONS", job.preemptions().to_string()),
         ];
         let environment = map
             .entry("Environment")
