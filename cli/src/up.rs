@@ -26,7 +26,8 @@ use trainyard_domain::environment::{
     CapacityLimit, NUM_INSTANCES, ServiceEnvironment, ServiceEnvironmentType,
 };
 use trainyard_domain::queue::{
-    AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG, JobQueue, JobQueueType, ServiceEnvironmentOrder,
+    AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG, JobQueue, JobQueueType, RESERVE_AFTER_HOURS_TAG,
+    SHORTER_FIRST_HOURS_TAG, ServiceEnvironmentOrder,
 };
 use trainyard_domain::{ResourceStatus, State, Tags};
 use trainyard_emulator::backend::EmulatedSageMaker;
@@ -68,6 +69,14 @@ pub const DEMO_QUEUES: [(&str, u32); 3] = [("production", 900), ("research", 500
 /// so a sweep that has waited 200 hours goes before fresh research, never before production.
 pub const DEMO_SWEEPS_AGING: [(&str, &str); 2] =
     [(AGING_PER_HOUR_TAG, "2"), (AGING_MAX_PRIORITY_TAG, "899")];
+/// Every demo queue puts shorter jobs first within a day (`trainyard:shorter-first-hours`), and
+/// research and sweeps jobs that do not fit hold the backfill reservation only after 150 hours
+/// (`trainyard:reserve-after-hours`): the `trainyard` policy as the simulator measures it
+/// (docs/scheduling.md#shorter-jobs-first-and-late-reservations).
+pub const DEMO_LINE_RULES: [(&str, &str); 2] = [
+    (SHORTER_FIRST_HOURS_TAG, "24"),
+    (RESERVE_AFTER_HOURS_TAG, "150"),
+];
 
 /// Arguments of `trainyard up`.
 #[derive(Debug, Args)]
@@ -609,12 +618,18 @@ pub fn demo_setup(now_ms: i64) -> (ServiceEnvironment, Vec<JobQueue>) {
             }],
             job_state_time_limit_actions: Vec::new(),
             job_queue_type: JobQueueType::SagemakerTraining,
-            tags: if *name == "sweeps" {
+            tags: {
                 let mut tags = tags.clone();
-                tags.extend(DEMO_SWEEPS_AGING.map(|(k, v)| (k.to_owned(), v.to_owned())));
+                let [shorter_first, reserve_after] = DEMO_LINE_RULES;
+                let mut extra = vec![shorter_first];
+                if *name != "production" {
+                    extra.push(reserve_after);
+                }
+                if *name == "sweeps" {
+                    extra.extend(DEMO_SWEEPS_AGING);
+                }
+                tags.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
                 tags
-            } else {
-                tags.clone()
             },
             created_at: now_ms,
         })
@@ -624,9 +639,12 @@ pub fn demo_setup(now_ms: i64) -> (ServiceEnvironment, Vec<JobQueue>) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
     use trainyard_app::memory::MemoryStore;
     use trainyard_app::ports::ConfigStore;
     use trainyard_app::ports::Versioned;
+
+    use trainyard_domain::queue::LineRules;
 
     use super::*;
 
@@ -675,6 +693,37 @@ mod tests {
         );
         assert!(queues.iter().all(|q| q.value.scheduling_policy.is_none()
             && q.value.service_environment() == Some(DEMO_ENVIRONMENT)));
+        let rules: BTreeMap<&str, LineRules> = queues
+            .iter()
+            .map(|q| (q.value.job_queue_name.as_str(), q.value.line_rules()))
+            .collect();
+        let day = Some(86_400);
+        assert_eq!(
+            rules,
+            BTreeMap::from([
+                (
+                    "production",
+                    LineRules {
+                        shorter_first_max_s: day,
+                        reserve_after_s: 0
+                    }
+                ),
+                (
+                    "research",
+                    LineRules {
+                        shorter_first_max_s: day,
+                        reserve_after_s: 540_000
+                    }
+                ),
+                (
+                    "sweeps",
+                    LineRules {
+                        shorter_first_max_s: day,
+                        reserve_after_s: 540_000
+                    }
+                ),
+            ])
+        );
         let environments: Vec<Versioned<ServiceEnvironment>> =
             store.list_resources().await.expect("list");
         assert_eq!(environments.len(), 1);

@@ -29,7 +29,7 @@ const sqs = require('aws-cdk-lib/aws-sqs');
 const HEADS = {
   projectionType: 'INCLUDE',
   nonKeyAttributes: [
-    'job_id', 'version', 'share_identifier', 'quota_share_name', 'prio', 'sr', 'nb', 'ins', 'mrt',
+    'job_id', 'version', 'share_identifier', 'quota_share_name', 'prio', 'sr', 'nb', 'ins', 'mrt', 'lo',
   ],
 };
 const LISTING = {

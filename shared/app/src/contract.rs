@@ -95,6 +95,7 @@ contract_cases!($;
     commit_applies_every_write_or_none,
     documents_are_created_at_version_1_and_checked,
     runnable_jobs_come_in_dispatch_order,
+    a_line_offset_moves_a_job_back_in_its_line,
     runnable_shares_and_dispatched_jobs_follow_status,
     capacity_holders_summarise_the_dispatched_jobs,
     runnable_heads_summarise_the_runnable_jobs,
@@ -163,6 +164,11 @@ impl JobBuilder {
     /// Sets when the job became RUNNABLE.
     pub fn runnable_at(mut self, ms: i64) -> Self {
         self.0.runnable_at = Some(ms);
+        self
+    }
+    /// Sets how much later than its runnable time the job stands in line.
+    pub fn line_offset(mut self, ms: i64) -> Self {
+        self.0.line_offset_ms = ms;
         self
     }
     /// Sets the creation (and last update) time.
@@ -1356,6 +1362,64 @@ pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S)
     assert_eq!(ids, ["e", "g", "i"]);
     assert_eq!(holders[0].priority, 7);
     assert_eq!(holders, expected(store).await);
+}
+
+/// A job's line offset (a queue that puts shorter jobs first) places it at its runnable time plus
+/// the offset, in a share's line and in a FIFO queue's, while its runnable time reads back
+/// unchanged, in the job and in its head; priority still comes first.
+pub async fn a_line_offset_moves_a_job_back_in_its_line<S: Store>(store: &S) {
+    let jobs = [
+        // In line at 10 + 100 = 110: after b (50) and c (60), before d (200).
+        job("a")
+            .runnable_at(10)
+            .line_offset(100)
+            .share("s1")
+            .build(),
+        job("b").runnable_at(50).share("s1").build(),
+        job("c").runnable_at(20).line_offset(40).share("s1").build(),
+        job("d").runnable_at(200).share("s1").build(),
+        // A higher priority goes first whatever its offset.
+        job("e")
+            .runnable_at(90)
+            .line_offset(1_000)
+            .priority(5)
+            .share("s1")
+            .build(),
+        job("w")
+            .runnable_at(10)
+            .line_offset(100)
+            .queue("fifo")
+            .build(),
+        job("x").runnable_at(50).queue("fifo").build(),
+    ];
+    for j in &jobs {
+        insert(store, j).await;
+    }
+    let ids =
+        |v: &[Versioned<ServiceJob>]| v.iter().map(|j| j.value.job_id.clone()).collect::<Vec<_>>();
+    let share = store.runnable_jobs("q", "s1", 10).await.unwrap();
+    assert_eq!(ids(&share), ["e", "b", "c", "a", "d"]);
+    assert_eq!(
+        (share[3].value.runnable_at, share[3].value.line_offset_ms),
+        (Some(10), 100),
+        "read back as written"
+    );
+    let fifo = store.runnable_jobs("fifo", "", 10).await.unwrap();
+    assert_eq!(ids(&fifo), ["x", "w"]);
+    for (queue, share) in [("q", "s1"), ("fifo", "")] {
+        let heads = store.runnable_heads(queue, share, 10).await.unwrap();
+        let expected: Vec<RunnableHead> = store
+            .runnable_jobs(queue, share, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|j| RunnableHead::of(&j.value, j.version))
+            .collect();
+        assert_eq!(heads, expected, "{queue}");
+    }
+    let heads = store.runnable_heads("q", "s1", 10).await.unwrap();
+    let a = heads.iter().find(|h| h.job_id.as_str() == "a").unwrap();
+    assert_eq!((a.runnable_at, a.line_offset_ms), (10, 100));
 }
 
 /// The runnable heads are [`Store::runnable_jobs`], summarised, in the same order and with the

@@ -207,6 +207,18 @@ impl World {
     }
 
     async fn queue_with_policy(&self, name: &str, priority: u32, env: &str, policy: Option<&str>) {
+        self.queue_tagged(name, priority, env, policy, BTreeMap::new())
+            .await;
+    }
+
+    async fn queue_tagged(
+        &self,
+        name: &str,
+        priority: u32,
+        env: &str,
+        policy: Option<&str>,
+        tags: BTreeMap<String, String>,
+    ) {
         let queue = JobQueue {
             job_queue_name: name.into(),
             state: State::Enabled,
@@ -220,7 +232,7 @@ impl World {
             }],
             job_state_time_limit_actions: vec![],
             job_queue_type: JobQueueType::SagemakerTraining,
-            tags: BTreeMap::new(),
+            tags,
             created_at: T0,
         };
         self.service.store().create_resource(&queue).await.unwrap();
@@ -444,6 +456,55 @@ async fn jobs_run_to_success_in_queue_priority_order_as_capacity_frees() {
     });
     assert_eq!(order, sorted, "dispatched by queue priority");
     assert_every_cycle_replays(&w.decisions);
+}
+
+#[tokio::test]
+async fn a_queue_that_puts_shorter_jobs_first_starts_a_short_job_before_an_older_long_one() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 1).await;
+    let tags = BTreeMap::from([(
+        trainyard_domain::queue::SHORTER_FIRST_HOURS_TAG.to_owned(),
+        "24".to_owned(),
+    )]);
+    w.queue_tagged("q", 1, "local", None, tags).await;
+    w.queue("plain", 1, "local").await;
+    let runtime = |seconds: u32| {
+        move |cmd: &mut SubmitJob| {
+            cmd.service_request_payload = cmd.service_request_payload.replace(
+                "\"MaxRuntimeInSeconds\":3600",
+                &format!("\"MaxRuntimeInSeconds\":{seconds}"),
+            );
+        }
+    };
+    // Holds the only instance while the other two arrive.
+    let first = w.submit_with("first", "q", 1, quick(2), runtime(60)).await;
+    w.tick().await;
+    let long = w
+        .submit_with("long", "q", 1, quick(2), runtime(172_800))
+        .await;
+    w.clock.advance(1_000);
+    let short = w
+        .submit_with("short", "q", 1, quick(2), runtime(1_800))
+        .await;
+    // The offset is the job's own runtime, at most a day; a queue without the tag sets none.
+    assert_eq!(w.job(&long).await.line_offset_ms, 86_400_000);
+    assert_eq!(w.job(&short).await.line_offset_ms, 1_800_000);
+    let plain = w
+        .submit_with("plain", "plain", 1, quick(2), runtime(1_800))
+        .await;
+    assert_eq!(w.job(&plain).await.line_offset_ms, 0);
+    w.run_until_done(250, 120_000).await;
+    let order: Vec<&str> = w
+        .dispatched
+        .iter()
+        .filter_map(|id| {
+            [(&first, "first"), (&short, "short"), (&long, "long")]
+                .into_iter()
+                .find(|(j, _)| *j == id)
+                .map(|(_, n)| n)
+        })
+        .collect();
+    assert_eq!(order, ["first", "short", "long"]);
 }
 
 #[tokio::test]

@@ -328,6 +328,11 @@ pub struct ServiceJob {
     /// accepted together keep their submission order), the time of entry after a requeue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runnable_at: Option<i64>,
+    /// How much later than `runnable_at` the job stands in its share's line: set at submission
+    /// by a queue that puts shorter jobs first (`trainyard:shorter-first-hours`), from the job's
+    /// `MaxRuntimeInSeconds`; 0 otherwise. See [`ServiceJob::line_at`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub line_offset_ms: i64,
     /// First dispatch to SageMaker (SCHEDULED).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_at: Option<i64>,
@@ -378,6 +383,7 @@ impl ServiceJob {
             preemption_summary: None,
             created_at: now,
             runnable_at: None,
+            line_offset_ms: 0,
             scheduled_at: None,
             started_at: None,
             stopped_at: None,
@@ -388,6 +394,14 @@ impl ServiceJob {
     /// The job's scheduling priority, 0 when unset.
     pub fn priority(&self) -> u32 {
         self.scheduling_priority.unwrap_or(0)
+    }
+
+    /// Where the job stands in its share's line, as a time: when it became RUNNABLE (its
+    /// submission before that), plus its [`line_offset_ms`](Self::line_offset_ms).
+    pub fn line_at(&self) -> i64 {
+        self.runnable_at
+            .unwrap_or(self.created_at)
+            .saturating_add(self.line_offset_ms)
     }
 
     /// Moves the job to `next`, stamping the timestamps that status implies.
@@ -439,6 +453,10 @@ impl ServiceJob {
             .as_ref()
             .map_or(0, |s| s.preempted_attempt_count)
     }
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -8,19 +8,16 @@ use crate::job::ServiceJob;
 
 /// Where a RUNNABLE job stands in its share's line, as a sort key: total (it ends on the job id),
 /// smallest first. Priority counts only within a share: `schedulingPriority` descending, then
-/// when the job became RUNNABLE, then id. A job without a share (every job of a FIFO queue, and
-/// only those: submission checks it) is ranked by time alone, which is FIFO.
+/// [`ServiceJob::line_at`] (when the job became RUNNABLE, later by its line offset in a queue that
+/// puts shorter jobs first), then id. A job without a share (every job of a FIFO queue, and only
+/// those: submission checks it) is ranked by time alone, which is FIFO.
 pub fn runnable_rank(job: &ServiceJob) -> (Reverse<u32>, i64, &str) {
     let priority = if share_key(job).is_empty() {
         0
     } else {
         job.priority()
     };
-    (
-        Reverse(priority),
-        job.runnable_at.unwrap_or(job.created_at),
-        &job.job_id,
-    )
+    (Reverse(priority), job.line_at(), &job.job_id)
 }
 
 /// The share a job is counted in for ordering: its fair-share identifier or its quota share

@@ -157,23 +157,89 @@ impl JobQueue {
     pub fn aging(&self) -> Result<Option<Aging>, String> {
         aging_of(&self.tags)
     }
+
+    /// How the queue orders and reserves for its jobs beyond Batch's rules, from its tags (see
+    /// [`LineRules`]); the defaults when the tags are absent or not valid (they are checked when
+    /// set).
+    pub fn line_rules(&self) -> LineRules {
+        line_rules_of(&self.tags).unwrap_or_default()
+    }
+}
+
+/// Tag on a job queue that puts shorter jobs first within a bound of this many hours (1–720):
+/// a job submitted to it stands in its share's line as if it had become RUNNABLE
+/// `min(MaxRuntimeInSeconds, hours)` later. A job can so be overtaken only by jobs that ask for
+/// less time and arrive less than that bound after it.
+pub const SHORTER_FIRST_HOURS_TAG: &str = "trainyard:shorter-first-hours";
+
+/// Tag on a job queue: a job of it that does not fit holds its environment's backfill
+/// reservation only once it has waited this many hours (0–8760; default 0, every blocked job may).
+/// Before that, jobs behind it start whenever they fit.
+pub const RESERVE_AFTER_HOURS_TAG: &str = "trainyard:reserve-after-hours";
+
+/// A queue's line rules beyond Batch's (`trainyard:shorter-first-hours`,
+/// `trainyard:reserve-after-hours`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineRules {
+    /// The most a job's line offset can be, in seconds; `None`: jobs line up by time alone.
+    pub shorter_first_max_s: Option<u64>,
+    /// How long a blocked job waits before it may hold the backfill reservation, in seconds.
+    pub reserve_after_s: u64,
+}
+
+/// SageMaker's `MaxRuntimeInSeconds` when a payload sets none: one day.
+pub const DEFAULT_MAX_RUNTIME_S: u64 = 86_400;
+
+impl LineRules {
+    /// The line offset of a job asking for `max_runtime_s` (SageMaker's default of a day when
+    /// unset), in milliseconds: 0 unless the queue puts shorter jobs first.
+    pub fn line_offset_ms(&self, max_runtime_s: Option<u64>) -> i64 {
+        let Some(bound) = self.shorter_first_max_s else {
+            return 0;
+        };
+        let seconds = max_runtime_s.unwrap_or(DEFAULT_MAX_RUNTIME_S).min(bound);
+        i64::try_from(seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
+    }
+}
+
+/// Line rules as `tags` configure them; see [`JobQueue::line_rules`].
+pub fn line_rules_of(tags: &Tags) -> Result<LineRules, String> {
+    let hours =
+        |key: &str, range| number_tag(tags, key, range).map(|h| h.map(|h| u64::from(h) * 3_600));
+    Ok(LineRules {
+        shorter_first_max_s: hours(SHORTER_FIRST_HOURS_TAG, 1..=720)?,
+        reserve_after_s: hours(RESERVE_AFTER_HOURS_TAG, 0..=8_760)?.unwrap_or(0),
+    })
+}
+
+/// Every Trainyard tag of a job queue checked: aging and line rules.
+pub fn check_queue_tags(tags: &Tags) -> Result<(), String> {
+    aging_of(tags)?;
+    line_rules_of(tags).map(drop)
+}
+
+/// A whole-number tag within `range`; `Ok(None)` when absent.
+fn number_tag(
+    tags: &Tags,
+    key: &str,
+    range: std::ops::RangeInclusive<u32>,
+) -> Result<Option<u32>, String> {
+    let Some(text) = tags.get(key) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u32>() {
+        Ok(n) if range.contains(&n) => Ok(Some(n)),
+        _ => Err(format!(
+            "tag {key} must be a whole number from {} to {}, not {text:?}",
+            range.start(),
+            range.end()
+        )),
+    }
 }
 
 /// Aging as `tags` configure it; see [`JobQueue::aging`].
 pub fn aging_of(tags: &Tags) -> Result<Option<Aging>, String> {
-    let number = |key: &str, range: std::ops::RangeInclusive<u32>| -> Result<Option<u32>, String> {
-        let Some(text) = tags.get(key) else {
-            return Ok(None);
-        };
-        match text.trim().parse::<u32>() {
-            Ok(n) if range.contains(&n) => Ok(Some(n)),
-            _ => Err(format!(
-                "tag {key} must be a whole number from {} to {}, not {text:?}",
-                range.start(),
-                range.end()
-            )),
-        }
-    };
+    let number = |key: &str, range| number_tag(tags, key, range);
     let per_hour = number(AGING_PER_HOUR_TAG, 1..=1000)?;
     let max_priority = number(AGING_MAX_PRIORITY_TAG, 0..=1000)?;
     match (per_hour, max_priority) {
@@ -194,6 +260,13 @@ mod tests {
     use super::*;
 
     const HOUR: i64 = 3_600_000;
+
+    fn tags(pairs: &[(&str, &str)]) -> Tags {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
 
     #[test]
     fn a_job_ages_linearly_up_to_the_ceiling_and_is_overdue_there() {
@@ -219,13 +292,34 @@ mod tests {
     }
 
     #[test]
+    fn line_rules_are_read_bounded_and_bad_ones_explained() {
+        assert_eq!(line_rules_of(&tags(&[])), Ok(LineRules::default()));
+        let rules = line_rules_of(&tags(&[
+            (SHORTER_FIRST_HOURS_TAG, "24"),
+            (RESERVE_AFTER_HOURS_TAG, " 150 "),
+        ]))
+        .unwrap();
+        assert_eq!(rules.shorter_first_max_s, Some(86_400));
+        assert_eq!(rules.reserve_after_s, 540_000);
+        // Offsets: the job's own runtime up to the bound; a day when it names none.
+        assert_eq!(rules.line_offset_ms(Some(3_600)), 3_600_000);
+        assert_eq!(rules.line_offset_ms(Some(2_419_200)), 86_400_000);
+        assert_eq!(rules.line_offset_ms(None), 86_400_000);
+        assert_eq!(LineRules::default().line_offset_ms(Some(3_600)), 0);
+        for (key, bad) in [
+            (SHORTER_FIRST_HOURS_TAG, "0"),
+            (SHORTER_FIRST_HOURS_TAG, "721"),
+            (RESERVE_AFTER_HOURS_TAG, "-1"),
+            (RESERVE_AFTER_HOURS_TAG, "1.5"),
+        ] {
+            let err = line_rules_of(&tags(&[(key, bad)])).unwrap_err();
+            assert!(err.contains(key) && err.contains(bad), "{err}");
+            assert_eq!(check_queue_tags(&tags(&[(key, bad)])), Err(err));
+        }
+    }
+
+    #[test]
     fn aging_tags_are_read_and_bad_ones_explained() {
-        let tags = |pairs: &[(&str, &str)]| -> Tags {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
         assert_eq!(aging_of(&tags(&[])), Ok(None));
         assert_eq!(
             aging_of(&tags(&[(AGING_PER_HOUR_TAG, "20")])),

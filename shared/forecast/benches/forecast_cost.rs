@@ -47,6 +47,7 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
             instances: one(1 + (i % 4) as u32).into(),
             max_runtime_s: Some(86_400),
             not_before_ms: None,
+            line_offset_ms: 0,
         })
         .collect();
     let snapshot = Snapshot {
@@ -64,6 +65,7 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
             environment: Some("gpu".into()),
             policy: QueuePolicy::FairShare(FairsharePolicy::default()),
             aging: None,
+            reserve_after_ms: 0,
         }],
         running,
         pending,

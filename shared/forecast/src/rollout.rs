@@ -341,6 +341,7 @@ impl<'a> Rollout<'a> {
             instances: job.instances,
             max_runtime_s,
             not_before_ms: None,
+            line_offset_ms: 0,
         });
     }
 
@@ -419,6 +420,7 @@ impl<'a> Rollout<'a> {
                     instances: Arc::clone(&like.instances),
                     max_runtime_s: like.max_runtime_s,
                     not_before_ms: None,
+                    line_offset_ms: 0,
                 };
                 self.arrived += 1;
                 self.enqueue(job);

@@ -22,6 +22,7 @@ fn queue(name: &str, priority: u32) -> QueueState {
         environment: Some("env".into()),
         policy: QueuePolicy::Fifo,
         aging: None,
+        reserve_after_ms: 0,
     }
 }
 
@@ -51,6 +52,7 @@ fn pending(id: &str, queue: &str, runnable_at_ms: i64) -> PendingJob {
         instances: instances(1),
         max_runtime_s: Some(24 * 3_600),
         not_before_ms: None,
+        line_offset_ms: 0,
     }
 }
 

@@ -311,8 +311,8 @@ impl SqliteStore {
         }
         tx.prepare_cached(
             "INSERT INTO jobs (job_id, job_queue, status, share_identifier, quota_share_name, \
-             name_lower, created_at, version, doc, priority, runnable_at, share_key) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11)",
+             name_lower, created_at, version, doc, priority, runnable_at, share_key, line_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?12)",
         )
         .and_then(|mut stmt| {
             stmt.execute(params![
@@ -327,6 +327,7 @@ impl SqliteStore {
                 job.priority(),
                 job.runnable_at.unwrap_or(job.created_at),
                 share_key(job),
+                job.line_at(),
             ])
         })
         .map_err(classify)?;
@@ -450,10 +451,10 @@ impl SqliteStore {
         // The order of `runnable_rank`: priority counts only within a share.
         let sql = if share.is_empty() {
             "SELECT job_id, version, doc FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
-             AND share_key = ?3 ORDER BY runnable_at, job_id LIMIT ?2"
+             AND share_key = ?3 ORDER BY line_at, job_id LIMIT ?2"
         } else {
             "SELECT job_id, version, doc FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
-             AND share_key = ?3 ORDER BY priority DESC, runnable_at, job_id LIMIT ?2"
+             AND share_key = ?3 ORDER BY priority DESC, line_at, job_id LIMIT ?2"
         };
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.query_jobs(sql, params![queue, limit, share])
@@ -712,7 +713,7 @@ fn update_job_in(
         .prepare_cached(
             "UPDATE jobs SET job_queue = ?2, status = ?3, share_identifier = ?4, \
              quota_share_name = ?5, name_lower = ?6, created_at = ?7, doc = ?8, \
-             priority = ?10, runnable_at = ?11, share_key = ?12, \
+             priority = ?10, runnable_at = ?11, share_key = ?12, line_at = ?13, \
              version = version + 1 WHERE job_id = ?1 AND version = ?9",
         )
         .and_then(|mut stmt| {
@@ -729,6 +730,7 @@ fn update_job_in(
                 job.priority(),
                 job.runnable_at.unwrap_or(job.created_at),
                 share_key(job),
+                job.line_at(),
             ])
         })
         .map_err(classify)?;

@@ -27,6 +27,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(FairsharePolicy::default()),
         aging: None,
+        reserve_after_ms: 0,
     };
     let env = EnvironmentState {
         name: "gpu".into(),
@@ -62,6 +63,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
             instances: one(1 + (i % 4) as u32).into(),
             max_runtime_s: Some(600 + (i as u64 * 104_729) % 86_400),
             not_before_ms: None,
+            line_offset_ms: 0,
         })
         .collect();
     let usage = (0..shares)

@@ -56,18 +56,19 @@ impl EnvPlan<'_> {
     }
 }
 
-/// Rule 3: within a share (or a FIFO queue), priority desc, then age, then id.
+/// Rule 3: within a share, priority desc, then place in line (age, later by the job's line
+/// offset), then id.
 pub(crate) fn within_share(a: &&PendingJob, b: &&PendingJob) -> Ordering {
-    (Reverse(a.priority), a.runnable_at_ms, &a.job_id).cmp(&(
+    (Reverse(a.priority), a.line_at_ms(), &a.job_id).cmp(&(
         Reverse(b.priority),
-        b.runnable_at_ms,
+        b.line_at_ms(),
         &b.job_id,
     ))
 }
 
-/// Rule 3: FIFO order.
+/// Rule 3: FIFO order (by place in line).
 pub(crate) fn fifo(a: &&PendingJob, b: &&PendingJob) -> Ordering {
-    (a.runnable_at_ms, &a.job_id).cmp(&(b.runnable_at_ms, &b.job_id))
+    (a.line_at_ms(), &a.job_id).cmp(&(b.line_at_ms(), &b.job_id))
 }
 
 /// Dispatches a job that fits the pool, unless that would delay the environment's waiting head

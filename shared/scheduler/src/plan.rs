@@ -566,8 +566,10 @@ fn consider<'a>(
             Outcome::Passed
         }
         Fit::NotNow { unit, needed, free } => {
-            // Rule 4: the first job that does not fit holds a reservation (backfill mode).
-            if env.head.is_none() && !config.strict_fifo {
+            // Rule 4: the first job that does not fit holds a reservation (backfill mode), if
+            // it has waited as long as its queue asks (`reserve_after_ms`).
+            let may_reserve = now_ms.saturating_sub(job.runnable_at_ms) >= queue.reserve_after_ms;
+            if env.head.is_none() && !config.strict_fifo && may_reserve {
                 let (shadow_ms, extra) = env.reserve(&job.instances);
                 env.head = Some(Head {
                     job_id: job.job_id.clone(),
@@ -674,6 +676,7 @@ mod tests {
                     job.share_identifier = shared.then(|| "team".to_owned());
                     job.scheduling_priority = (rng.below(3) > 0).then(|| rng.below(3) as u32);
                     job.runnable_at = (rng.below(2) == 0).then(|| created + rng.below(3) as i64);
+                    job.line_offset_ms = rng.below(3) as i64;
                     job
                 })
                 .collect();
@@ -691,6 +694,7 @@ mod tests {
                     instances: Arc::new(job.training.instances.clone()),
                     max_runtime_s: None,
                     not_before_ms: None,
+                    line_offset_ms: job.line_offset_ms,
                 })
                 .collect();
             let mut by_planner: Vec<&PendingJob> = pending.iter().collect();

@@ -207,6 +207,10 @@ pub struct QueueState {
     pub policy: QueuePolicy,
     /// Aging, from the queue's tags: how its jobs' priority grows while they wait.
     pub aging: Option<Aging>,
+    /// How long a job of it that does not fit waits before it may hold its environment's
+    /// backfill reservation (`trainyard:reserve-after-hours`; 0: at once, EASY backfill).
+    #[serde(default)]
+    pub reserve_after_ms: i64,
 }
 
 /// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.
@@ -278,6 +282,17 @@ pub struct PendingJob {
     pub max_runtime_s: Option<u64>,
     /// Not to be dispatched before this time (retry backoff).
     pub not_before_ms: Option<i64>,
+    /// How much later than `runnable_at_ms` it stands in its share's line (a queue that puts
+    /// shorter jobs first sets it at submission; see [`PendingJob::line_at_ms`]).
+    #[serde(default)]
+    pub line_offset_ms: i64,
+}
+
+impl PendingJob {
+    /// Where it stands in its share's line, as a time (`trainyard_domain::order`).
+    pub fn line_at_ms(&self) -> i64 {
+        self.runnable_at_ms.saturating_add(self.line_offset_ms)
+    }
 }
 
 /// A share within a queue. Shared names: a cycle keys every share's usage by it.

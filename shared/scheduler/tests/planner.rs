@@ -35,6 +35,7 @@ fn queue(name: &str, priority: u32, env: &str, policy: QueuePolicy) -> QueueStat
         environment: Some(env.into()),
         policy,
         aging: None,
+        reserve_after_ms: 0,
     }
 }
 
@@ -49,6 +50,7 @@ fn job(id: &str, queue: &str, instances: u32) -> PendingJob {
         instances: BTreeMap::from([(GPU.to_owned(), instances)]).into(),
         max_runtime_s: Some(3600),
         not_before_ms: None,
+        line_offset_ms: 0,
     }
 }
 
@@ -372,6 +374,40 @@ fn backfill_never_delays_the_waiting_head() {
 }
 
 #[test]
+fn a_job_holds_the_reservation_only_once_it_has_waited_as_long_as_its_queue_asks() {
+    // As above, in a queue whose blocked jobs reserve only after 2 h: a head that has waited an
+    // hour holds nothing, so the 2 h job behind it starts; at 2 h it holds the reservation.
+    let rules = |mut q: QueueState| {
+        q.reserve_after_ms = 7_200_000;
+        q
+    };
+    let plan = |waited_ms: i64| {
+        let s = one_env(
+            5,
+            vec![rules(queue("q", 1, "gpu", QueuePolicy::Fifo))],
+            vec![
+                job("head", "q", 5).at(NOW - waited_ms),
+                job("long", "q", 1).at(NOW - waited_ms + 1).runtime(7200),
+            ],
+            vec![running("r", "q", 3, 3600)],
+        );
+        plan_cycle(&s, NOW, &Config::default())
+    };
+    let young = plan(3_600_000);
+    assert_eq!(dispatched(&young), ["long"]);
+    assert!(matches!(
+        reason(&young, "head"),
+        SkipReason::InsufficientCapacity { .. }
+    ));
+    let old = plan(7_200_000);
+    assert_eq!(dispatched(&old), Vec::<&str>::new());
+    assert!(matches!(
+        reason(&old, "long"),
+        SkipReason::ReservedForHead { head_job_id, .. } if head_job_id.as_str() == "head"
+    ));
+}
+
+#[test]
 fn backfill_may_use_capacity_the_head_will_not_need() {
     // 8 instances, 6 held until +1h; head needs 4 → at +1h 8 are free, 4 left over. A long 2-instance
     // job fits in the leftover, so it may start now.
@@ -466,6 +502,7 @@ fn backoff_and_disabled_environments_are_reasons_not_errors() {
         vec![
             PendingJob {
                 not_before_ms: Some(NOW + 5000),
+                line_offset_ms: 0,
                 ..job("later", "q", 1).at(1)
             },
             job("now", "q", 1).at(2),
@@ -565,6 +602,24 @@ fn within_a_share_higher_scheduling_priority_goes_first() {
     assert_eq!(
         dispatched(&plan_cycle(&s, NOW, &Config::default())),
         ["urgent"]
+    );
+}
+
+#[test]
+fn within_a_share_a_line_offset_lets_shorter_jobs_arriving_later_go_first() {
+    // A queue that puts shorter jobs first gave the long job an offset of 10 s: it stands in line
+    // at 11, after the short job that arrived at 5, before the one that arrived at 20.
+    let mut long = job("long", "q", 1).share("a").at(1);
+    long.line_offset_ms = 10;
+    let pending = vec![
+        long,
+        job("short", "q", 1).share("a").at(5),
+        job("later", "q", 1).share("a").at(20),
+    ];
+    let s = one_env(2, vec![queue("q", 1, "gpu", fair(&[]))], pending, vec![]);
+    assert_eq!(
+        dispatched(&plan_cycle(&s, NOW, &Config::default())),
+        ["short", "long"]
     );
 }
 

@@ -47,6 +47,7 @@ fn generate(seed: u64) -> Snapshot {
                 })
             },
             aging: None,
+            reserve_after_ms: 0,
         })
         .collect();
     let mut used = 0;
@@ -86,6 +87,7 @@ fn generate(seed: u64) -> Snapshot {
                 Some(60 + rng.below(20_000))
             },
             not_before_ms: None,
+            line_offset_ms: 0,
         })
         .collect();
     let mut usage = BTreeMap::new();
@@ -280,6 +282,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(policy),
         aging: None,
+        reserve_after_ms: 0,
     };
     let env = EnvironmentState {
         name: "gpu".into(),
@@ -311,6 +314,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
                     instances: instances(1).into(),
                     max_runtime_s: Some(job_ms as u64 / 1000),
                     not_before_ms: None,
+                    line_offset_ms: 0,
                 })
             })
             .collect();

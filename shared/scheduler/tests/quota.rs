@@ -52,6 +52,7 @@ fn job(id: &str, share: &str, n: u32) -> PendingJob {
         instances: BTreeMap::from([(GPU.to_owned(), n)]).into(),
         max_runtime_s: Some(3600),
         not_before_ms: None,
+        line_offset_ms: 0,
     }
 }
 
@@ -112,6 +113,7 @@ fn snapshot(
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
             aging: None,
+            reserve_after_ms: 0,
         }],
         running,
         pending,

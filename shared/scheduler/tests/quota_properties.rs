@@ -69,6 +69,7 @@ fn world(seed: u64) -> (Snapshot, bool) {
                 instances: instances.into(),
                 max_runtime_s: Some(600 + rng.below(20_000)),
                 not_before_ms: None,
+                line_offset_ms: 0,
             }
         })
         .collect();
@@ -92,6 +93,7 @@ fn world(seed: u64) -> (Snapshot, bool) {
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
             aging: None,
+            reserve_after_ms: 0,
         }],
         running: vec![],
         pending,
@@ -260,6 +262,7 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
                 instances: victim.instances,
                 max_runtime_s: Some(3600),
                 not_before_ms: None,
+                line_offset_ms: 0,
             });
         }
         now += STEP_MS;

@@ -290,6 +290,7 @@ impl<'a> Probe<'a> {
             instances: Arc::new([(instance_type.to_owned(), instances)].into()),
             max_runtime_s: None,
             not_before_ms: None,
+            line_offset_ms: 0,
         };
         let mut snapshot = self.snapshot.clone();
         snapshot.pending = vec![job];

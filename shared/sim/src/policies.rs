@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | `fifo` | one queue, no scheduling policy, `strict_fifo` (Batch's FIFO) |
 //! | `batch-fair-share` | one queue with a fair-share policy, teams as shares (`weightFactor` = 1/weight), tiers as `schedulingPriority`, `strict_fifo` |
-//! | `trainyard` | one queue per tier (queue priority), each with the fair-share policy and the tier's aging; backfill |
+//! | `trainyard` | one queue per tier (queue priority), each with the fair-share policy and the tier's aging and line rules (shorter first, reserve after); backfill |
 //! | `quota-shares` | one quota-managed queue, a quota share per team sized by weight, `LEND_AND_BORROW` without a borrow limit, in-share preemption; tiers as `schedulingPriority` |
 //! | `static-partition` | the same with `RESERVE`: each team's slice proportional to its offered load (instances × duration in the trace) unless the scenario sets it; teams without load get none (see [`static_slices`]) |
 
@@ -240,7 +240,7 @@ impl Setup {
                     .tiers
                     .iter()
                     .map(|t| JobQueue {
-                        tags: t.aging_tags(),
+                        tags: t.queue_tags(),
                         ..queue(&t.name, t.priority, Some(POLICY_NAME), &env_name)
                     })
                     .collect(),

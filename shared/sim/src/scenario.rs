@@ -57,20 +57,33 @@ pub struct Tier {
     /// 1000).
     #[serde(default)]
     pub aging_max_priority: Option<u32>,
+    /// Under the `trainyard` policy, the tier's queue puts shorter jobs first within this many
+    /// hours (`trainyard:shorter-first-hours`; unset, by time alone).
+    #[serde(default)]
+    pub shorter_first_hours: Option<u32>,
+    /// Under the `trainyard` policy, a job of the tier's queue that does not fit holds the
+    /// backfill reservation only after waiting this many hours (`trainyard:reserve-after-hours`;
+    /// unset, at once).
+    #[serde(default)]
+    pub reserve_after_hours: Option<u32>,
 }
 
 impl Tier {
-    /// The tags that give the tier's queue its aging.
-    pub fn aging_tags(&self) -> trainyard_domain::Tags {
-        use trainyard_domain::queue::{AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG};
-        let mut tags = trainyard_domain::Tags::new();
-        if let Some(rate) = self.aging_per_hour {
-            tags.insert(AGING_PER_HOUR_TAG.into(), rate.to_string());
-        }
-        if let Some(max) = self.aging_max_priority {
-            tags.insert(AGING_MAX_PRIORITY_TAG.into(), max.to_string());
-        }
-        tags
+    /// The tags that give the tier's queue its aging and line rules under the `trainyard` policy.
+    pub fn queue_tags(&self) -> trainyard_domain::Tags {
+        use trainyard_domain::queue::{
+            AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG, RESERVE_AFTER_HOURS_TAG,
+            SHORTER_FIRST_HOURS_TAG,
+        };
+        [
+            (AGING_PER_HOUR_TAG, self.aging_per_hour),
+            (AGING_MAX_PRIORITY_TAG, self.aging_max_priority),
+            (SHORTER_FIRST_HOURS_TAG, self.shorter_first_hours),
+            (RESERVE_AFTER_HOURS_TAG, self.reserve_after_hours),
+        ]
+        .into_iter()
+        .filter_map(|(tag, value)| Some((tag.to_owned(), value?.to_string())))
+        .collect()
     }
 }
 
@@ -291,7 +304,7 @@ impl Scenario {
                     tier.name
                 ));
             }
-            if let Err(problem) = trainyard_domain::queue::aging_of(&tier.aging_tags()) {
+            if let Err(problem) = trainyard_domain::queue::check_queue_tags(&tier.queue_tags()) {
                 problems.push(format!("tier {}: {problem}", tier.name));
             }
             if !(0.0..=1.0).contains(&tier.fraction) {
@@ -460,7 +473,7 @@ impl Scenario {
             out.push((
                 format!("tier.{}", tier.name),
                 format!(
-                    "priority={} scheduling_priority={} fraction={}{}{}",
+                    "priority={} scheduling_priority={} fraction={}{}{}{}{}",
                     tier.priority,
                     tier.scheduling_priority,
                     tier.fraction,
@@ -469,7 +482,11 @@ impl Scenario {
                     tier.aging_per_hour.map_or_else(String::new, |rate| format!(
                         " aging={rate}/h up to {}",
                         tier.aging_max_priority.unwrap_or(1000)
-                    ))
+                    )),
+                    tier.shorter_first_hours
+                        .map_or_else(String::new, |h| format!(" shorter_first={h}h")),
+                    tier.reserve_after_hours
+                        .map_or_else(String::new, |h| format!(" reserve_after={h}h")),
                 ),
             ));
         }

@@ -397,6 +397,9 @@ pub struct RunnableHead {
     pub priority: u32,
     /// Its place in line: its submission, or its last requeue (its creation if never recorded).
     pub runnable_at: i64,
+    /// How much later than `runnable_at` it stands in its share's line
+    /// ([`ServiceJob::line_offset_ms`]).
+    pub line_offset_ms: i64,
     /// Instances it needs, per instance type.
     pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
     /// `MaxRuntimeInSeconds` of the request, if given.
@@ -418,6 +421,7 @@ impl RunnableHead {
             share: share_key(job).into(),
             priority: job.priority(),
             runnable_at: job.runnable_at.unwrap_or(job.created_at),
+            line_offset_ms: job.line_offset_ms,
             instances: std::sync::Arc::new(job.training.instances.clone()),
             max_runtime_s: job.training.max_runtime_s,
             not_before: job.not_before,

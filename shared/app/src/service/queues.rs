@@ -12,7 +12,7 @@ use trainyard_domain::limits::{MAX_ENVIRONMENTS_PER_QUEUE, MAX_JOB_QUEUES};
 use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::{
     JobQueue, JobQueueType, JobStateTimeLimitAction, ServiceEnvironmentOrder, TimeLimitAction,
-    aging_of,
+    check_queue_tags,
 };
 use trainyard_domain::quota_share::QuotaShare;
 use trainyard_domain::{ResourceStatus, State, Tags};
@@ -192,7 +192,7 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
             )));
         }
         check_time_limit_actions(&new.job_state_time_limit_actions)?;
-        aging_of(&new.tags).map_err(AppError::Invalid)?;
+        check_queue_tags(&new.tags).map_err(AppError::Invalid)?;
         let existing = self.store.list_resources::<JobQueue>().await?;
         if existing.iter().any(|q| q.value.job_queue_name == new.name) {
             return Err(AppError::AlreadyExists);

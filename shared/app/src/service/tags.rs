@@ -7,7 +7,7 @@ use trainyard_domain::arn::{ArnError, ResourceKind};
 use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::limits::MAX_TAGS;
 use trainyard_domain::policy::SchedulingPolicy;
-use trainyard_domain::queue::{JobQueue, aging_of};
+use trainyard_domain::queue::{JobQueue, check_queue_tags};
 use trainyard_domain::quota_share::QuotaShare;
 
 use super::Service;
@@ -37,7 +37,7 @@ impl Tagged for JobQueue {
     }
 
     fn check_tags(tags: &Tags) -> Result<(), String> {
-        aging_of(tags).map(drop)
+        check_queue_tags(tags)
     }
 }
 

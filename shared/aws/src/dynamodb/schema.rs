@@ -81,14 +81,18 @@ pub(crate) const CHECKPOINT_S3_URI: &str = "ck";
 /// How many of the job's attempts were preempted (N; absent when none): a copy of
 /// `preemptionSummary.preemptedAttemptCount` for the planner's anti-thrash rule.
 pub(crate) const PREEMPTIONS: &str = "pre";
+/// `lineOffsetMs` (N; absent when 0): a RUNNABLE job's place in line is its runnable time plus
+/// this, and the runnable sort key holds that sum ([`runnable_key`]).
+pub(crate) const LINE_OFFSET: &str = "lo";
 
 /// The job's JSON fields kept as attributes of the job item rather than in its `doc` (the head
 /// attributes above that the job owns; the two copies of the request are written beside it):
 /// (JSON field, attribute). Moved, not copied, so the item does not grow by them.
-const ATTRIBUTE_FIELDS: [(&str, &str); 3] = [
+const ATTRIBUTE_FIELDS: [(&str, &str); 4] = [
     ("schedulingPriority", PRIORITY),
     ("statusReason", STATUS_REASON),
     ("notBefore", NOT_BEFORE),
+    ("lineOffsetMs", LINE_OFFSET),
 ];
 
 /// Runnable index: partition attribute (the queue; present only while RUNNABLE).
@@ -130,6 +134,7 @@ pub(crate) const HEAD_ATTRIBUTES: &[&str] = &[
     NOT_BEFORE,
     INSTANCES,
     MAX_RUNTIME_S,
+    LINE_OFFSET,
 ];
 
 /// The attributes `list_jobs` filters on, projected into the `by-queue` index. None of them
@@ -209,14 +214,15 @@ fn parse_sortable_time(text: &str) -> Option<i64> {
 
 /// A RUNNABLE job's place in the runnable index, in the order of
 /// [`runnable_rank`](trainyard_domain::order::runnable_rank) within its share:
-/// `{share}#{invPriority}#{runnableAt}#{jobId}`, or `#{runnableAt}#{jobId}` for a job without a
-/// share (a FIFO queue's: priority does not count there). Grouped by share first, so a share's
+/// `{share}#{invPriority}#{lineAt}#{jobId}`, or `#{lineAt}#{jobId}` for a job without a
+/// share (a FIFO queue's: priority does not count there). `lineAt` is
+/// [`ServiceJob::line_at`]: its runnable time plus its [`LINE_OFFSET`]. Grouped by share first, so a share's
 /// line is one key prefix (`{share}#`) and [`runnable_shares`] can skip from share to share.
 ///
 /// [`runnable_shares`]: trainyard_app::ports::Store::runnable_shares
 pub(crate) fn runnable_key(job: &ServiceJob) -> String {
     let share = share_key(job);
-    let time = sortable_time(job.runnable_at.unwrap_or(job.created_at));
+    let time = sortable_time(job.line_at());
     let id = &job.job_id;
     if share.is_empty() {
         format!("{SEP}{time}{SEP}{id}")
@@ -361,6 +367,9 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
     if let Some(not_before) = job.not_before {
         put(NOT_BEFORE, n(not_before));
     }
+    if job.line_offset_ms != 0 {
+        put(LINE_OFFSET, n(job.line_offset_ms));
+    }
     put(
         INSTANCES,
         AttributeValue::M(
@@ -487,14 +496,16 @@ pub(crate) fn runnable_head(item: &Item) -> Result<RunnableHead, StoreError> {
         Some(AttributeValue::S(value)) => Ok(Some(value.clone())),
         Some(other) => Err(corrupt(format!("{name} is not a string: {other:?}"))),
     };
-    // The runnable sort key ends `{runnableAt}#{jobId}` (ids and the fields before never
-    // contain the separator), and `runnableAt` there already falls back to `createdAt`.
+    // The runnable sort key ends `{lineAt}#{jobId}` (ids and the fields before never contain
+    // the separator); `lineAt` is the runnable time (which already falls back to `createdAt`)
+    // plus the line offset.
     let sort_key = text(&key, item, RUNNABLE_SK)?;
-    let runnable_at = sort_key
+    let line_at = sort_key
         .rsplit(SEP)
         .nth(1)
         .and_then(parse_sortable_time)
         .ok_or_else(|| corrupt(format!("{RUNNABLE_SK} {sort_key} has no runnable time")))?;
+    let line_offset_ms = optional_number(&key, item, LINE_OFFSET)?.unwrap_or(0);
     Ok(RunnableHead {
         job_id: text(&key, item, JOB_ID)?.into(),
         job_queue: text(&key, item, RUNNABLE_QUEUE)?.into(),
@@ -503,7 +514,8 @@ pub(crate) fn runnable_head(item: &Item) -> Result<RunnableHead, StoreError> {
             .unwrap_or_default()
             .into(),
         priority: optional_number(&key, item, PRIORITY)?.unwrap_or(0),
-        runnable_at,
+        runnable_at: line_at.saturating_sub(line_offset_ms),
+        line_offset_ms,
         instances: std::sync::Arc::new(instances),
         max_runtime_s: optional_number(&key, item, MAX_RUNTIME_S)?,
         not_before: optional_number(&key, item, NOT_BEFORE)?,
@@ -807,6 +819,7 @@ mod tests {
         job.service_request_payload = r#"{"TrainingJobName":"x","Hyper":"y"}"#.to_owned();
         job.status_reason = Some("CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting".to_owned());
         job.not_before = Some(-7);
+        job.line_offset_ms = 86_400_000;
         job.scheduling_priority = Some(42);
         let items = job_items(&job, 3).unwrap();
         let own = text("j1", &items.job, DOC).unwrap();
@@ -862,6 +875,7 @@ mod tests {
         bare.training.instances.clear();
         let mut detailed = job("detailed")
             .runnable_at(1_700_000_000_000)
+            .line_offset(3_600_000)
             .priority(9_999)
             .quota_share("team-a")
             .build();
@@ -902,6 +916,9 @@ mod tests {
             job("f").runnable_at(30).build(),
             job("g").runnable_at(20).priority(9).build(),
             job("h").runnable_at(-20).build(),
+            // Line offsets: in line at 5 + 20 = 25, among the others.
+            job("i").runnable_at(5).line_offset(20).share("s1").build(),
+            job("j").runnable_at(5).line_offset(20).build(),
         ];
         for x in &jobs {
             for y in &jobs {

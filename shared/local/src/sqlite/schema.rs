@@ -113,6 +113,19 @@ const MIGRATIONS: &[&str] = &[
         doc          TEXT    NOT NULL
     );
     ",
+    // 5: a RUNNABLE job's place in line is its runnable time plus its line offset (a queue that
+    // puts shorter jobs first sets one at submission): the runnable indexes order by that sum.
+    r"
+    ALTER TABLE jobs ADD COLUMN line_at INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET line_at = runnable_at + COALESCE(json_extract(doc, '$.lineOffsetMs'), 0);
+    DROP INDEX jobs_runnable_fifo;
+    DROP INDEX jobs_runnable_priority;
+    CREATE INDEX jobs_runnable_fifo
+        ON jobs (job_queue, line_at, job_id) WHERE status = 'RUNNABLE';
+    CREATE INDEX jobs_runnable_priority
+        ON jobs (job_queue, share_key, priority DESC, line_at, job_id)
+        WHERE status = 'RUNNABLE';
+    ",
 ];
 
 /// The schema version this code writes: the number of migration steps it knows.
@@ -197,6 +210,15 @@ mod tests {
             row,
             (42, 5000, "team-a".to_owned(), 3),
             "backfilled, version kept"
+        );
+        let line_at: i64 = conn
+            .query_row("SELECT line_at FROM jobs WHERE job_id = 'j1'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(
+            line_at, 5000,
+            "step 5: no offset, in line at its runnable time"
         );
         let heads: i64 = conn
             .query_row(

@@ -176,7 +176,9 @@ impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             job_id: job_id.clone(),
             created_at: now,
         });
+        let line_offset_ms = queue.line_rules().line_offset_ms(training.max_runtime_s);
         let job = ServiceJob {
+            line_offset_ms,
             service_job_type: cmd.service_job_type,
             share_identifier: cmd.share_identifier,
             quota_share_name: cmd.quota_share_name,

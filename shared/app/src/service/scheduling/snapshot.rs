@@ -121,6 +121,7 @@ pub(crate) fn pending(head: RunnableHead, time_limits: bool) -> (PendingJob, Wai
         instances: head.instances,
         max_runtime_s: head.max_runtime_s,
         not_before_ms: head.not_before,
+        line_offset_ms: head.line_offset_ms,
     };
     (job, waiting)
 }
@@ -195,7 +196,8 @@ fn with_fresh(
     // `runnable_rank`'s order: priority counts only within a share.
     let rank = |h: &RunnableHead| {
         let priority = if h.share.is_empty() { 0 } else { h.priority };
-        (std::cmp::Reverse(priority), h.runnable_at, h.job_id.clone())
+        let line_at = h.runnable_at.saturating_add(h.line_offset_ms);
+        (std::cmp::Reverse(priority), line_at, h.job_id.clone())
     };
     for head in fresh.iter().filter(|h| &*h.job_queue == queue) {
         if lines.iter().flatten().any(|h| h.job_id == head.job_id) {
@@ -458,6 +460,8 @@ pub fn queue_state(
         environment: queue.service_environment().map(str::to_owned),
         policy,
         aging: queue.aging().ok().flatten(),
+        reserve_after_ms: i64::try_from(queue.line_rules().reserve_after_s * 1_000)
+            .unwrap_or(i64::MAX),
     }
 }
 
