@@ -23,14 +23,18 @@
 //!    at the priority it has aged to (`p + per_hour × hours waited`, up to a ceiling); jobs at
 //!    their ceiling are *overdue* and go first among equals, oldest first, in their queue too
 //!    (ahead of the fair-share order). Quota-managed queues do not age.
-//! 3. **Order within a queue.** FIFO queues: `runnable_at` ascending, then job id. Fair-share
-//!    queues: shares are interleaved by [`fair_share`] score (lowest first, ties by share id);
-//!    within a share, `schedulingPriority` descending, then `runnable_at`, then job id.
+//! 3. **Order within a queue.** A job's place in line is `runnable_at` plus its line offset
+//!    (`PendingJob::line_at_ms`; 0 unless its queue puts shorter jobs first, which sets it at
+//!    submission to `min(MaxRuntimeInSeconds, bound)`). FIFO queues: place in line ascending, then
+//!    job id. Fair-share queues: shares are interleaved by [`fair_share`] score (lowest first,
+//!    ties by share id); within a share, `schedulingPriority` descending, then place in line, then
+//!    job id.
 //!    Quota-managed queues: [`quota`] documents reservation, lending, borrowing (FIFO),
 //!    `borrowLimit`, and cross-share and in-share preemption, with the proof that preemption
 //!    never loops. They are the only queues that preempt.
 //! 4. **Head of line.** When a job does not fit, it becomes the environment's *head*: the first
-//!    blocked job in evaluation order. With `Config::strict_fifo` (Batch's behaviour) nothing after
+//!    blocked job in evaluation order that has waited its queue's `QueueState::reserve_after_ms`
+//!    (0 unless the queue sets it: every blocked job may be the head). With `Config::strict_fifo` (Batch's behaviour) nothing after
 //!    it in the environment is dispatched. Otherwise (the default) later jobs may *backfill*
 //!    (EASY backfill): a job that fits now is dispatched only if it does not push back the head's
 //!    earliest start. That start, the *shadow time*, is when enough running attempts will have
