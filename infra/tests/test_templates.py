@@ -339,12 +339,13 @@ def load_deploy_stack():
     return module
 
 
-def deployed_role_grants(template):
+def deployed_role_grants(template, parameters=None):
     """{function: the set of (effect, actions, resources, condition) its role grants}, every
     intrinsic resolved for one stack by tests/stand/deploy_stack.py, the resolver that deploys
     the roles the end-to-end suite runs the functions as."""
     stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table",
-                               {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"})
+                               {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t",
+                                **(parameters or {})})
     grants = {}
     for function, role in stack.function_roles().items():
         granted = set()
@@ -380,6 +381,29 @@ def test_every_function_role_grants_the_same_in_both_templates(sam_source, cdk):
         only_sam = sam_grants[function] - cdk_grants.get(function, set())
         only_cdk = cdk_grants.get(function, set()) - sam_grants[function]
         assert not only_sam and not only_cdk, (function, only_sam, only_cdk)
+
+
+@pytest.mark.parametrize("which", ["sam_source", "cdk"])
+def test_only_the_scheduler_lists_checkpoints_and_only_in_the_buckets_the_stack_names(which, request):
+    template = request.getfixturevalue(which)
+    s3_grants = lambda grants: {f: {g for g in gs if any(a.startswith("s3:") for a in g[1])}
+                                for f, gs in grants.items()}
+    unnamed = s3_grants(deployed_role_grants(template))
+    assert all(not g for g in unnamed.values()), unnamed
+    buckets = "arn:aws:s3:::team-a-checkpoints,arn:aws:s3:::team-b-checkpoints"
+    named = s3_grants(deployed_role_grants(template, {"CheckpointBucketArns": buckets}))
+    assert named.pop("scheduler") == {("Allow", ("s3:ListBucket",), tuple(sorted(buckets.split(","))), "null")}
+    assert all(not g for g in named.values()), named
+    # The functions are told which object marks a checkpoint complete.
+    stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table",
+                                      {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"})
+    variables = [stack.resolve(r["Properties"]["Environment"]["Variables"])
+                 for r in stack.resources.values()
+                 if r["Type"] == "AWS::Lambda::Function" and "Environment" in r["Properties"]]
+    globals_ = template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables")
+    if globals_:
+        variables.append(stack.resolve(globals_))
+    assert variables and all(v["TRAINYARD_CHECKPOINT_MARKER"] == "_SUCCESS" for v in variables)
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])

@@ -224,7 +224,9 @@ run_lambda_e2e() {
     start_stand "$venv" "$log_dir/lambda-stand.log" 30
     export AWS_ENDPOINT_URL_DYNAMODB=$STAND_URL AWS_ENDPOINT_URL_EVENTBRIDGE=$STAND_URL
     export AWS_ENDPOINT_URL_SAGEMAKER=$STAND_URL AWS_ENDPOINT_URL_SQS=$STAND_URL
-    export AWS_ENDPOINT_URL_IAM=$STAND_URL
+    export AWS_ENDPOINT_URL_IAM=$STAND_URL AWS_ENDPOINT_URL_S3=$STAND_URL
+    # The stand serves buckets by path, as S3-compatible endpoints do.
+    export TRAINYARD_S3_FORCE_PATH_STYLE=true
     # Each function's role, from the template, created in the stand's IAM and assumed.
     local roles=$log_dir/lambda-roles
     rm -rf "$roles"

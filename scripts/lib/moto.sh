@@ -3,7 +3,8 @@
 # `run_dynamodb_contract` starts the AWS stand (tests/stand/aws_stand.py: moto in-process, behind
 # a layer that makes DynamoDB fail as DynamoDB does) from the conformance virtualenv on a free
 # loopback port, runs the AWS adapters' moto tests against it (the DynamoDB store's contract under
-# faults; its units per job and the EventBridge sink without), and stops it, whatever happened.
+# faults; its units per job, the EventBridge sink and the S3 checkpoint reader without), and
+# stops it, whatever happened.
 # `start_moto` (a bare moto server) is for scripts that want moto alone.
 # Nothing is installed here: moto is pinned in tests/conformance/requirements.txt, which
 # scripts/test's `python_env` phase installs. Uses VENV and WORK_DIR when scripts/test set them.
@@ -107,7 +108,7 @@ run_dynamodb_contract() {
     echo "faults injected: $(python3 -c 'import json,sys,urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1] + "/_stand/audit"))["faults"]["injected"])' "$MOTO_URL")"
     python3 -c 'import sys,urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/_stand/faults", data=b"{}", method="POST"))' "$MOTO_URL" || rc=1
     (export_stand_env && cargo test -p trainyard-aws --features moto-tests --locked \
-      --test dynamodb_units --test eventbridge -- --nocapture) || { [ "$rc" -ne 0 ] || rc=$?; }
+      --test dynamodb_units --test eventbridge --test s3_checkpoints -- --nocapture) || { [ "$rc" -ne 0 ] || rc=$?; }
   else
     rc=1
   fi

@@ -63,6 +63,10 @@ def load_template(path):
     return json.loads(text) if path.endswith(".json") else yaml.load(text, TemplateLoader)
 
 
+# What `Ref: AWS::NoValue` resolves to: removed from the list or map that holds it.
+NO_VALUE = object()
+
+
 class Stack:
     """The physical names and ARNs CloudFormation gives a template's resources in this stack."""
 
@@ -128,15 +132,42 @@ class Stack:
             raise SystemExit(f"Fn::GetAtt {logical}.Arn: no ARN rule for {kind}")
         return arns[kind]
 
+    def condition(self, name):
+        """The value of the template's condition `name` in this stack."""
+        return self.evaluate(self.template.get("Conditions", {})[name])
+
+    def evaluate(self, node):
+        """A condition expression (Fn::Not, Fn::Equals, Fn::And, Fn::Or, Condition) as a bool."""
+        (key, value), = node.items()
+        if key == "Condition":
+            return self.condition(value)
+        if key == "Fn::Not":
+            return not self.evaluate(value[0])
+        if key == "Fn::And":
+            return all(self.evaluate(v) for v in value)
+        if key == "Fn::Or":
+            return any(self.evaluate(v) for v in value)
+        if key == "Fn::Equals":
+            left, right = (self.resolve(v) for v in value)
+            return str(left) == str(right)
+        raise SystemExit(f"{key}: not a condition tests/stand/deploy_stack.py evaluates")
+
     def resolve(self, node):
+        """`node` with every intrinsic resolved; `Fn::If` branches that are `AWS::NoValue`
+        leave nothing behind (the item of a list, the key of a map)."""
         if isinstance(node, list):
-            return [self.resolve(v) for v in node]
+            return [r for r in (self.resolve(v) for v in node) if r is not NO_VALUE]
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
             (key, value), = node.items()
+            if key == "Ref" and value == "AWS::NoValue":
+                return NO_VALUE
             if key == "Ref":
                 return self.ref(value)
+            if key == "Fn::If":
+                name, when_true, when_false = value
+                return self.resolve(when_true if self.condition(name) else when_false)
             if key == "Fn::GetAtt":
                 logical, attribute = value if isinstance(value, list) else value.split(".", 1)
                 if attribute != "Arn":
@@ -149,7 +180,8 @@ class Stack:
                 return separator.join(str(p) for p in self.resolve(parts))
             if key.startswith("Fn::"):
                 raise SystemExit(f"{key}: not resolved by tests/stand/deploy_stack.py")
-        return {k: self.resolve(v) for k, v in node.items()}
+        resolved = {k: self.resolve(v) for k, v in node.items()}
+        return {k: v for k, v in resolved.items() if v is not NO_VALUE}
 
     def substitute(self, value):
         text, variables = (value, {}) if isinstance(value, str) else value

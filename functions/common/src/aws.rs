@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use trainyard_app::Service;
 use trainyard_app::ports::{RandomIds, SystemClock};
+use trainyard_aws::checkpoints::S3Checkpoints;
 use trainyard_aws::dynamodb::DynamoStore;
 use trainyard_aws::eventbridge::EventBridgeSink;
 use trainyard_aws::metrics::{MetricsSink, Recorder};
@@ -41,7 +42,15 @@ impl Adapters {
                 config.event_bus.clone(),
                 config.arns.clone(),
             ),
-            sagemaker: SageMakerBackend::new(aws_sdk_sagemaker::Client::new(&sdk)),
+            sagemaker: SageMakerBackend::new(aws_sdk_sagemaker::Client::new(&sdk))
+                .with_checkpoints(S3Checkpoints::new(
+                    aws_sdk_s3::Client::from_conf(
+                        aws_sdk_s3::config::Builder::from(&sdk)
+                            .force_path_style(config.s3_force_path_style)
+                            .build(),
+                    ),
+                    config.checkpoint_marker.clone(),
+                )),
             sdk,
         }
     }

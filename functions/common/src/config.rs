@@ -51,6 +51,12 @@ pub const MIN_RUNTIME_AFTER_PREEMPTION: &str = "TRAINYARD_MIN_RUNTIME_AFTER_PREE
 /// `TRAINYARD_RESTART_OVERHEAD_SECONDS`: what restarting a preempted attempt costs, per instance,
 /// when victims are chosen (0 to 86,400; default 300).
 pub const RESTART_OVERHEAD: &str = "TRAINYARD_RESTART_OVERHEAD_SECONDS";
+/// `TRAINYARD_CHECKPOINT_MARKER`: the object name that marks a checkpoint under a job's
+/// `CheckpointConfig.S3Uri` as complete (default `_SUCCESS`; 1–255 characters, no `/`).
+pub const CHECKPOINT_MARKER: &str = "TRAINYARD_CHECKPOINT_MARKER";
+/// `TRAINYARD_S3_FORCE_PATH_STYLE`: address S3 as `endpoint/bucket/key` rather than
+/// `bucket.endpoint/key` (default false; S3-compatible endpoints such as moto need it).
+pub const S3_FORCE_PATH_STYLE: &str = "TRAINYARD_S3_FORCE_PATH_STYLE";
 
 /// `TRAINYARD_STACK_NAME`: the `Stack` dimension of metrics (default: the function name less
 /// its `-<function>` suffix, as the template names functions `<stack>-<function>`).
@@ -120,6 +126,10 @@ pub struct Config {
     pub audit_retention_days: u32,
     /// Requests per second per caller per instance (0: no limit).
     pub rate_limit: u32,
+    /// The object name that marks a checkpoint complete.
+    pub checkpoint_marker: String,
+    /// Path-style S3 addressing.
+    pub s3_force_path_style: bool,
     /// The `Stack` dimension of metrics.
     pub stack: String,
 }
@@ -275,14 +285,24 @@ impl Config {
                 }
             },
         };
-        let strict_fifo = match get(STRICT_FIFO).as_deref() {
+        let mut flag = |name: &str| match get(name).as_deref() {
             None | Some("false") | Some("0") => false,
             Some("true") | Some("1") => true,
             Some(other) => {
-                problems.push(format!("{STRICT_FIFO} {other:?} must be true or false"));
+                problems.push(format!("{name} {other:?} must be true or false"));
                 false
             }
         };
+        let strict_fifo = flag(STRICT_FIFO);
+        let s3_force_path_style = flag(S3_FORCE_PATH_STYLE);
+        let checkpoint_marker = get(CHECKPOINT_MARKER)
+            .unwrap_or_else(|| trainyard_aws::checkpoints::DEFAULT_MARKER.to_owned());
+        if checkpoint_marker.len() > 255 || checkpoint_marker.contains('/') {
+            problems.push(format!(
+                "{CHECKPOINT_MARKER} {checkpoint_marker:?} must be an object name of 1-255 \
+                 characters without '/'"
+            ));
+        }
 
         let stack = get(STACK_NAME).unwrap_or_else(|| match get(FUNCTION_NAME) {
             Some(function) => FUNCTIONS
@@ -319,6 +339,8 @@ impl Config {
             min_wait_before_in_share_preemption_s: u64::from(in_share_wait_s),
             min_runtime_after_preemption_s: u64::from(after_preemption_s),
             restart_overhead_s: u64::from(restart_overhead_s),
+            checkpoint_marker,
+            s3_force_path_style,
             stack,
         })
     }
@@ -453,6 +475,8 @@ mod tests {
         assert_eq!(config.audit_retention_days, 90);
         assert_eq!(config.rate_limit, 200);
         assert!(!config.strict_fifo);
+        assert_eq!(config.checkpoint_marker, "_SUCCESS");
+        assert!(!config.s3_force_path_style);
         assert_eq!(config.stack, "trainyard");
         assert_eq!(config.cycle(), CycleConfig::default());
         assert!(config.allows_role(ROLE));
@@ -502,6 +526,8 @@ mod tests {
                     (INITIAL_QUEUE, "-queue"),
                     (INITIAL_ENVIRONMENT, "a b"),
                     (STRICT_FIFO, "yes"),
+                    (S3_FORCE_PATH_STYLE, "maybe"),
+                    (CHECKPOINT_MARKER, "ck/_SUCCESS"),
                     (BACKOFF_SCALE, "NaN"),
                     (AUDIT_RETENTION_DAYS, "0"),
                 ],
@@ -509,6 +535,8 @@ mod tests {
                     INITIAL_QUEUE,
                     INITIAL_ENVIRONMENT,
                     STRICT_FIFO,
+                    S3_FORCE_PATH_STYLE,
+                    CHECKPOINT_MARKER,
                     BACKOFF_SCALE,
                     AUDIT_RETENTION_DAYS,
                 ],
@@ -565,8 +593,12 @@ mod tests {
             (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "900"),
             (MIN_RUNTIME_AFTER_PREEMPTION, "7200"),
             (RESTART_OVERHEAD, "60"),
+            (CHECKPOINT_MARKER, "DONE"),
+            (S3_FORCE_PATH_STYLE, "1"),
         ]))
         .unwrap();
+        assert_eq!(config.checkpoint_marker, "DONE");
+        assert!(config.s3_force_path_style);
         assert_eq!(config.arns.account, "000000000000");
         assert_eq!(config.arns.partition, "aws-cn");
         assert_eq!(config.initial.max_instances, 16);

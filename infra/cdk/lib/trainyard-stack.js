@@ -96,6 +96,18 @@ class TrainyardStack extends cdk.Stack {
       description: 'How long the audit trail (every call that asked to change something: who, what, '
         + 'allowed or refused, by which policy) is kept in the table; DynamoDB\'s TTL deletes older records.',
     });
+    const checkpointBucketArns = param('CheckpointBucketArns', {
+      type: 'CommaDelimitedList', default: '',
+      description: "ARNs of the S3 buckets that jobs' CheckpointConfig.S3Uri point into "
+        + '(arn:aws:s3:::NAME). Before it preempts, the scheduler lists the running jobs\' checkpoint '
+        + 'prefixes there (s3:ListBucket) and spares the jobs that would lose least. Empty: it lists '
+        + 'nothing, and every job counts as publishing no checkpoint.',
+    });
+    const checkpointMarker = param('CheckpointMarker', {
+      type: 'String', default: '_SUCCESS', allowedPattern: '^[^/]{1,255}$',
+      description: 'The object name a training script writes after the files of a checkpoint '
+        + '(.../step-1000/_SUCCESS): only checkpoints with it count.',
+    });
     const alarmEmail = param('AlarmEmail', {
       type: 'String', default: '', description: 'Optional e-mail address subscribed to the alarm topic.',
     });
@@ -122,6 +134,9 @@ class TrainyardStack extends cdk.Stack {
     });
     const hasAlarmEmail = new cdk.CfnCondition(this, 'HasAlarmEmail', {
       expression: Fn.conditionNot(Fn.conditionEquals(alarmEmail.valueAsString, '')),
+    });
+    const hasCheckpointBuckets = new cdk.CfnCondition(this, 'HasCheckpointBuckets', {
+      expression: Fn.conditionNot(Fn.conditionEquals(Fn.join('', checkpointBucketArns.valueAsList), '')),
     });
     const reservesSchedulerConcurrency = new cdk.CfnCondition(this, 'ReservesSchedulerConcurrency', {
       expression: Fn.conditionEquals(schedulerReservedConcurrency.valueAsNumber, 1),
@@ -202,6 +217,7 @@ class TrainyardStack extends cdk.Stack {
       TRAINYARD_AUDIT_RETENTION_DAYS: auditRetentionDays.valueAsString,
       TRAINYARD_STACK_NAME: Aws.STACK_NAME,
       TRAINYARD_ACCOUNT_ID: Aws.ACCOUNT_ID,
+      TRAINYARD_CHECKPOINT_MARKER: checkpointMarker.valueAsString,
     };
 
     const fn = (prefix, dir, { statements, timeout = 30, memorySize = 256, dlq: deadLetters, reserved }) => {
@@ -278,6 +294,11 @@ class TrainyardStack extends cdk.Stack {
           Condition: { StringEquals: { 'iam:PassedToService': 'sagemaker.amazonaws.com' } },
         },
         { Sid: 'Events', Effect: 'Allow', Action: 'events:PutEvents', Resource: bus.attrArn },
+        // Checkpoints observed before a preemption, where the stack names their buckets.
+        Fn.conditionIf(hasCheckpointBuckets.logicalId, {
+          Sid: 'ListCheckpoints', Effect: 'Allow', Action: 's3:ListBucket',
+          Resource: checkpointBucketArns.valueAsList,
+        }, Aws.NO_VALUE),
       ],
     });
     const trainingEvents = fn('TrainingEvents', 'training-events', {

@@ -12,6 +12,7 @@
 //! - [`metrics`]: CloudWatch metrics as Embedded Metric Format log lines.
 //! - [`iam`]: callers' IAM tags, for the access policies.
 
+pub mod checkpoints;
 pub mod dynamodb;
 pub mod eventbridge;
 pub mod iam;

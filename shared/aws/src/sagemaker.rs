@@ -46,18 +46,35 @@ use aws_sdk_sagemaker::operation::describe_training_job::DescribeTrainingJobOutp
 use aws_sdk_sagemaker::types::{SortBy, SortOrder, TrainingJobStatus};
 use aws_smithy_types::body::SdkBody;
 use serde_json::Value;
-use trainyard_app::ports::{BackendError, TrainingBackend, TrainingJobState, TrainingStatus};
+use trainyard_app::ports::{
+    BackendError, ObservedCheckpoint, TrainingBackend, TrainingJobState, TrainingStatus,
+};
+
+use crate::checkpoints::S3Checkpoints;
 
 /// SageMaker's API, as a [`TrainingBackend`].
 #[derive(Debug, Clone)]
 pub struct SageMakerBackend {
     client: Client,
+    checkpoints: Option<S3Checkpoints>,
 }
 
 impl SageMakerBackend {
-    /// A backend over `client` (built once per process and shared).
+    /// A backend over `client` (built once per process and shared), that observes no
+    /// checkpoints until given [`with_checkpoints`](Self::with_checkpoints).
     pub fn new(client: Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            checkpoints: None,
+        }
+    }
+
+    /// The same backend, observing checkpoints in S3 with `checkpoints`.
+    pub fn with_checkpoints(self, checkpoints: S3Checkpoints) -> Self {
+        Self {
+            checkpoints: Some(checkpoints),
+            ..self
+        }
     }
 
     /// A backend over the standard AWS configuration: region, credentials and
@@ -154,6 +171,8 @@ pub enum Call {
     Stop,
     /// `ListTrainingJobs`.
     List,
+    /// S3 `ListObjectsV2` of a checkpoint prefix.
+    ListCheckpoints,
 }
 
 /// What [`classify`] needs to know about a failed call.
@@ -218,7 +237,9 @@ pub fn classify(call: Call, failure: Failure) -> BackendError {
 }
 
 /// Reads what [`classify`] needs from an SDK error.
-fn failure<E: ProvideErrorMetadata + std::error::Error + 'static>(error: &SdkError<E>) -> Failure {
+pub(crate) fn failure<E: ProvideErrorMetadata + std::error::Error + 'static>(
+    error: &SdkError<E>,
+) -> Failure {
     let status = error.raw_response().map(|r| r.status().as_u16());
     let described = aws_sdk_sagemaker::error::DisplayErrorContext(error).to_string();
     match error {
@@ -252,6 +273,16 @@ fn failure<E: ProvideErrorMetadata + std::error::Error + 'static>(error: &SdkErr
 }
 
 impl TrainingBackend for SageMakerBackend {
+    async fn latest_checkpoint(
+        &self,
+        s3_uri: &str,
+    ) -> Result<Option<ObservedCheckpoint>, BackendError> {
+        match &self.checkpoints {
+            Some(checkpoints) => checkpoints.latest(s3_uri).await,
+            None => Ok(None),
+        }
+    }
+
     async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
         let output = send_create_training_job(&self.client, &request)
             .await

@@ -199,6 +199,7 @@ impl<T> Forecaster<T> {
                     priority: p.priority,
                     instances: p.instances.clone(),
                     max_runtime_s: p.max_runtime_s,
+                    line_offset_ms: p.line_offset_ms,
                 };
                 ((p.queue.clone(), p.share.clone()), arrival)
             })
@@ -216,6 +217,8 @@ impl<T> Forecaster<T> {
                                 (r.expected_end_ms - r.started_at_ms) / 1_000,
                             )
                             .ok(),
+                            // Unknown once it runs; it no longer matters to its own line.
+                            line_offset_ms: 0,
                         };
                         ((r.queue.clone(), r.share.clone()), arrival)
                     }),

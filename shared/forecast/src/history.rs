@@ -47,6 +47,8 @@ pub struct Arrival {
     pub instances: Arc<Instances>,
     /// `MaxRuntimeInSeconds`, if set.
     pub max_runtime_s: Option<u64>,
+    /// How much later than its arrival it stood in line (`PendingJob::line_offset_ms`).
+    pub line_offset_ms: i64,
 }
 
 /// Runtimes per family and arrivals per line, newest kept.
@@ -267,6 +269,7 @@ mod tests {
                     priority: 0,
                     instances: Arc::new([("ml.a".to_owned(), 1)].into()),
                     max_runtime_s: None,
+                    line_offset_ms: 0,
                 },
             );
         }

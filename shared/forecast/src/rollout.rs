@@ -420,7 +420,7 @@ impl<'a> Rollout<'a> {
                     instances: Arc::clone(&like.instances),
                     max_runtime_s: like.max_runtime_s,
                     not_before_ms: None,
-                    line_offset_ms: 0,
+                    line_offset_ms: like.line_offset_ms,
                 };
                 self.arrived += 1;
                 self.enqueue(job);

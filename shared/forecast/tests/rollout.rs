@@ -149,6 +149,7 @@ fn arrivals_in_a_higher_priority_queue_push_a_waiting_job_back() {
                 priority: 0,
                 instances: instances(1),
                 max_runtime_s: Some(3_600),
+                line_offset_ms: 0,
             },
         );
     }

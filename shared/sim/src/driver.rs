@@ -654,6 +654,13 @@ pub fn run_with_estimates(
                 .or(cmd.share_identifier.as_deref());
             let line = (cmd.job_queue.as_str().into(), share.map(SharedStr::from));
             let priority = cmd.scheduling_priority.unwrap_or(0);
+            let max_runtime_s = requested_runtime_s(p.job.duration_s);
+            // What submitting sets: the queue's line offset for this runtime.
+            let line_offset_ms = setup
+                .queues
+                .iter()
+                .find(|q| q.job_queue_name == cmd.job_queue)
+                .map_or(0, |q| q.line_rules().line_offset_ms(Some(max_runtime_s)));
             let submitted_job =
                 ready(service.submit(cmd))?.map_err(app(&format!("submitting {}", p.job.id)))?;
             if let Some(tracker) = tracker.as_mut() {
@@ -666,7 +673,8 @@ pub fn run_with_estimates(
                     at_ms: now,
                     priority,
                     instances: Arc::new([(ty.to_owned(), p.job.instances)].into()),
-                    max_runtime_s: Some(requested_runtime_s(p.job.duration_s)),
+                    max_runtime_s: Some(max_runtime_s),
+                    line_offset_ms,
                 };
                 tracker.submitted(submitted_job.job_id.as_str().into(), line, arrival);
             }
