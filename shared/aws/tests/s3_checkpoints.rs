@@ -2,6 +2,8 @@
 //! the two newest give the checkpoint and its interval; a missing bucket is an error the cycle
 //! reports and plans past. The SageMaker backend observes through it once given it.
 #![cfg(feature = "moto-tests")]
+// Test support: a broken set-up should fail loudly where it broke.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
