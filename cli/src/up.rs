@@ -126,6 +126,9 @@ pub struct UpArgs {
     /// chosen by the work they would lose.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     restart_overhead_s: u64,
+    /// Seconds a preemption may wait for its victims' due checkpoints (0: never waits).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    checkpoint_alignment_s: u64,
     /// Accept jobs but dispatch none: they wait RUNNABLE (to inspect or build up a backlog).
     #[arg(long)]
     no_dispatch: bool,
@@ -372,6 +375,7 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
             args.min_wait_before_in_share_preemption_s;
         cycle.planner.min_runtime_after_preemption_s = args.min_runtime_after_preemption_s;
         cycle.planner.restart_overhead_s = args.restart_overhead_s;
+        cycle.planner.checkpoint_alignment_s = args.checkpoint_alignment_s;
         let scale = |ms: i64| ((ms as f64) * args.backoff_scale).round() as i64;
         cycle.retry.capacity_base_ms = scale(cycle.retry.capacity_base_ms);
         cycle.retry.capacity_cap_ms = scale(cycle.retry.capacity_cap_ms);

@@ -51,6 +51,9 @@ pub const MIN_RUNTIME_AFTER_PREEMPTION: &str = "TRAINYARD_MIN_RUNTIME_AFTER_PREE
 /// `TRAINYARD_RESTART_OVERHEAD_SECONDS`: what restarting a preempted attempt costs, per instance,
 /// when victims are chosen (0 to 86,400; default 300).
 pub const RESTART_OVERHEAD: &str = "TRAINYARD_RESTART_OVERHEAD_SECONDS";
+/// `TRAINYARD_CHECKPOINT_ALIGNMENT_SECONDS`: how long a preemption may wait for its victims'
+/// due checkpoints (0 to 3,600; default 0, never).
+pub const CHECKPOINT_ALIGNMENT: &str = "TRAINYARD_CHECKPOINT_ALIGNMENT_SECONDS";
 /// `TRAINYARD_CHECKPOINT_MARKER`: the object name that marks a checkpoint under a job's
 /// `CheckpointConfig.S3Uri` as complete (default `_SUCCESS`; 1–255 characters, no `/`).
 pub const CHECKPOINT_MARKER: &str = "TRAINYARD_CHECKPOINT_MARKER";
@@ -122,6 +125,8 @@ pub struct Config {
     pub min_runtime_after_preemption_s: u64,
     /// The planner's `restart_overhead_s`.
     pub restart_overhead_s: u64,
+    /// The planner's `checkpoint_alignment_s`.
+    pub checkpoint_alignment_s: u64,
     /// Days audit records are kept.
     pub audit_retention_days: u32,
     /// Requests per second per caller per instance (0: no limit).
@@ -256,6 +261,11 @@ impl Config {
             default_s(planner.restart_overhead_s),
             86_400,
         );
+        let checkpoint_alignment_s = number(
+            CHECKPOINT_ALIGNMENT,
+            default_s(planner.checkpoint_alignment_s),
+            3_600,
+        );
         if audit_retention_days == 0 {
             problems.push(format!("{AUDIT_RETENTION_DAYS} must be at least 1"));
         }
@@ -339,6 +349,7 @@ impl Config {
             min_wait_before_in_share_preemption_s: u64::from(in_share_wait_s),
             min_runtime_after_preemption_s: u64::from(after_preemption_s),
             restart_overhead_s: u64::from(restart_overhead_s),
+            checkpoint_alignment_s: u64::from(checkpoint_alignment_s),
             checkpoint_marker,
             s3_force_path_style,
             stack,
@@ -353,6 +364,7 @@ impl Config {
             self.min_wait_before_in_share_preemption_s;
         cycle.planner.min_runtime_after_preemption_s = self.min_runtime_after_preemption_s;
         cycle.planner.restart_overhead_s = self.restart_overhead_s;
+        cycle.planner.checkpoint_alignment_s = self.checkpoint_alignment_s;
         let scale = |ms: i64| ((ms as f64) * self.backoff_scale).round() as i64;
         let retry = &mut cycle.retry;
         retry.capacity_base_ms = scale(retry.capacity_base_ms);
@@ -510,6 +522,7 @@ mod tests {
                     (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "86401"),
                     (MIN_RUNTIME_AFTER_PREEMPTION, "86401"),
                     (RESTART_OVERHEAD, "-5"),
+                    (CHECKPOINT_ALIGNMENT, "3601"),
                 ],
                 &[
                     INITIAL_MAX_INSTANCES,
@@ -518,6 +531,7 @@ mod tests {
                     MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION,
                     MIN_RUNTIME_AFTER_PREEMPTION,
                     RESTART_OVERHEAD,
+                    CHECKPOINT_ALIGNMENT,
                 ],
             ),
             (
@@ -593,6 +607,7 @@ mod tests {
             (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "900"),
             (MIN_RUNTIME_AFTER_PREEMPTION, "7200"),
             (RESTART_OVERHEAD, "60"),
+            (CHECKPOINT_ALIGNMENT, "600"),
             (CHECKPOINT_MARKER, "DONE"),
             (S3_FORCE_PATH_STYLE, "1"),
         ]))
@@ -609,6 +624,7 @@ mod tests {
         assert_eq!(cycle.planner.min_wait_before_in_share_preemption_s, 900);
         assert_eq!(cycle.planner.min_runtime_after_preemption_s, 7_200);
         assert_eq!(cycle.planner.restart_overhead_s, 60);
+        assert_eq!(cycle.planner.checkpoint_alignment_s, 600);
         assert_eq!(cycle.retry.retry_base_ms, 100, "10 s scaled by 0.01");
     }
 }

@@ -854,8 +854,7 @@ async fn the_victim_is_the_borrowed_job_with_the_newest_checkpoint_and_it_resume
     w.config.planner.min_runtime_before_preemption_s = 2;
     w.config.record_decisions = true;
     w.lender_and_borrower().await;
-    // Four borrower jobs start in one cycle; the two with the greatest ids are the borrowed
-    // ones. Only b3 checkpoints (every 4 s of training); b2 publishes nothing.
+    // Four borrower jobs start, two within the share's limit and then two borrowed (b2, b3). Only b3 checkpoints (every 4 s of training); b2 publishes nothing.
     let mut ids = Vec::new();
     for i in 0..4 {
         let mut hyper = quick(30);
@@ -873,6 +872,9 @@ async fn the_victim_is_the_borrowed_job_with_the_newest_checkpoint_and_it_resume
             .await;
         ids.push(id);
     }
+    // The owner's share is within its limit first; it borrows from the next cycle on.
+    w.tick().await;
+    assert_eq!(w.dispatched_ids().await.len(), 2, "within the limit first");
     w.tick().await;
     assert_eq!(w.dispatched_ids().await.len(), 4, "idle capacity was lent");
     let place = w.job(&ids[3]).await.runnable_at;

@@ -237,6 +237,23 @@ pub enum SkipReason {
         /// The jobs being preempted.
         victims: Vec<SharedStr>,
     },
+    /// The job's quota share would have to borrow, and it borrows nothing in a cycle in which one
+    /// of its jobs starts, or reclaims lent capacity, within its limit: borrowed capacity is
+    /// counted on a share's jobs that started last, so a borrower must start after them.
+    BorrowingAfterEntitledStart {
+        /// The job's quota share.
+        quota_share: SharedStr,
+        /// The job starting (or reclaiming) within the share's limit.
+        entitled_job_id: SharedStr,
+    },
+    /// Running jobs will be preempted for this one once they have saved the checkpoint they are
+    /// due to save (`Config::checkpoint_alignment_s`).
+    WaitingForVictimCheckpoint {
+        /// The jobs to be preempted.
+        victims: Vec<SharedStr>,
+        /// When the last of their checkpoints is due.
+        due_ms: i64,
+    },
 }
 
 /// The kinds of wait, in the order a job's blockers are ranked: what must change first comes
@@ -265,7 +282,9 @@ impl SkipReason {
         match self {
             Self::EnvironmentDisabled { .. } => WaitKind::Held,
             Self::Backoff { .. } => WaitKind::Timed,
-            Self::WaitingForPreemptedCapacity { .. } => WaitKind::Preemption,
+            Self::WaitingForPreemptedCapacity { .. } | Self::WaitingForVictimCheckpoint { .. } => {
+                WaitKind::Preemption
+            }
             _ => WaitKind::Contention,
         }
     }
@@ -305,6 +324,8 @@ impl SkipReason {
             Self::ReservedByQuotaShares { .. } => "QUOTA:CAPACITY_RESERVED",
             Self::QuotaLent { .. } => "QUOTA:CAPACITY_LENT",
             Self::WaitingForPreemptedCapacity { .. } => "PREEMPTION:WAITING_FOR_PREEMPTED_CAPACITY",
+            Self::WaitingForVictimCheckpoint { .. } => "PREEMPTION:WAITING_FOR_VICTIM_CHECKPOINT",
+            Self::BorrowingAfterEntitledStart { .. } => "QUOTA:BORROWING_AFTER_ENTITLED_START",
         }
     }
 }
@@ -444,6 +465,23 @@ impl std::fmt::Display for SkipReason {
                     .map(SharedStr::as_str)
                     .collect::<Vec<_>>()
                     .join(", ")
+            ),
+            Self::BorrowingAfterEntitledStart {
+                quota_share,
+                entitled_job_id,
+            } => write!(
+                f,
+                "quota share {quota_share} borrows only after {entitled_job_id} has started within its limit"
+            ),
+            Self::WaitingForVictimCheckpoint { victims, due_ms } => write!(
+                f,
+                "will preempt {} once they save the checkpoints due by {} UTC",
+                victims
+                    .iter()
+                    .map(SharedStr::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                UtcTime(*due_ms)
             ),
         }
     }

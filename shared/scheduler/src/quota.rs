@@ -80,6 +80,23 @@
 //! victims' instances (and the free ones it needs), waits with `WaitingForPreemptedCapacity`,
 //! and starts once the victims' capacity is released.
 //!
+//! **Waiting for a due checkpoint.** With `Config::checkpoint_alignment_s = W > 0`, if every
+//! chosen victim saved a checkpoint since it started and its next one is due (that checkpoint
+//! plus its observed interval, or the queue's median `M`) within `W`, and sooner than the time
+//! since its last one (waiting costs `J` less than the victim would lose), nobody is preempted
+//! yet:
+//! `J` claims the same capacity and waits with `WaitingForVictimCheckpoint` until the last is
+//! due; a later cycle, which sees the new checkpoints, preempts them at the cost of what they did
+//! since. A victim whose checkpoint does not come stays a victim the same way once its due
+//! time has passed (nothing is waited for twice).
+//!
+//! **Borrowers start after entitled jobs.** Borrowed capacity is counted on a share's jobs that
+//! started last, so a share borrows nothing in a cycle in which one of its jobs starts, or
+//! reclaims lent capacity, within its limit (`BorrowingAfterEntitledStart`; hosts cycle again
+//! at once after a cycle that dispatched). Otherwise a borrower starting beside an entitled job,
+//! or before the job that reclaimed for the share, could leave that entitled job counted as
+//! borrowed, and reclaimed back by the share it took from.
+//!
 //! # Preemption never loops
 //!
 //! Suppose `J` preempts `V`. Either
@@ -186,6 +203,9 @@ struct Quota<'a> {
     running: Vec<&'a RunningJob>,
     /// Jobs being preempted in this cycle.
     victims: BTreeSet<usize>,
+    /// Shares with a job dispatched, or reclaiming lent capacity, within their limit in this
+    /// cycle, and that job: they borrow nothing more in it (see the module docs).
+    entitled_start: BTreeMap<&'a str, SharedStr>,
     /// Borrowed running jobs, recomputed after each preemption.
     borrowed: BTreeSet<usize>,
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
@@ -217,6 +237,9 @@ struct Loss {
     instance_s: u64,
     /// The newest observed checkpoint counted, if any.
     checkpoint_ms: Option<i64>,
+    /// When its next checkpoint is due: the newest observed one plus its observed interval (or
+    /// the queue's median), if it saved one since it started.
+    next_checkpoint_ms: Option<i64>,
 }
 
 impl Loss {
@@ -232,9 +255,13 @@ impl Loss {
         let seconds = u64::try_from(since_ms / 1000)
             .unwrap_or(0)
             .saturating_add(config.restart_overhead_s);
+        let interval_ms = job.checkpoint_interval_ms.or(median_interval_ms);
         Self {
             instance_s: instances.saturating_mul(seconds),
             checkpoint_ms,
+            next_checkpoint_ms: checkpoint_ms
+                .zip(interval_ms.filter(|i| *i > 0))
+                .map(|(c, i)| c.saturating_add(i)),
         }
     }
 }
@@ -674,6 +701,7 @@ pub(crate) fn plan_quota_queue<'a>(
         reclaimable,
         preemptible_borrowed: Vec::new(),
         victims: BTreeSet::new(),
+        entitled_start: BTreeMap::new(),
         running: running.to_vec(),
         no_room: BTreeMap::new(),
         bounds: BTreeMap::new(),
@@ -787,10 +815,30 @@ fn decide<'a>(
             },
         },
     };
+    // A borrower starts only after its share's entitled jobs of this cycle: borrowed capacity is
+    // counted on the jobs that started last, so one starting beside them (or before a job that
+    // reclaims within the limit) could make that entitled job the one counted as borrowed, and
+    // reclaimed back (see the module docs).
+    if waiting.is_none()
+        && !entitled
+        && let Some(entitled_job_id) = quota.entitled_start.get(share.name.as_str())
+    {
+        let reason = SkipReason::BorrowingAfterEntitledStart {
+            quota_share: share.name.as_str().into(),
+            entitled_job_id: entitled_job_id.clone(),
+        };
+        return skip(plan, reason);
+    }
     let Some(reason) = waiting else {
         return match dispatch(plan, queue, job, env, now_ms, config) {
             Ok(()) => {
                 quota.add(&share.name, &job.instances);
+                if entitled {
+                    quota
+                        .entitled_start
+                        .entry(share.name.as_str())
+                        .or_insert_with(|| job.job_id.clone());
+                }
                 Decision::Done
             }
             Err(reason) => skip(plan, reason),
@@ -846,7 +894,28 @@ fn decide<'a>(
         return no_room(plan, quota, reason);
     };
 
-    // Preempt: the job claims the victims' instances and the free ones it still needs.
+    // Wait for the victims' due checkpoints, when each lands within the alignment window.
+    let window_end = now_ms.saturating_add(seconds_ms(config.checkpoint_alignment_s));
+    let due_ms = (config.checkpoint_alignment_s > 0)
+        .then(|| {
+            victims
+                .iter()
+                .map(|v| {
+                    // Worth waiting for: due within the window, and sooner than the work it
+                    // saves took (so a job that has just saved is not waited for again).
+                    let loss = quota.costs.get(&key(v))?;
+                    let saved_ms = loss.checkpoint_ms?;
+                    loss.next_checkpoint_ms.filter(|due| {
+                        *due > now_ms && *due <= window_end && due - now_ms < now_ms - saved_ms
+                    })
+                })
+                .collect::<Option<Vec<i64>>>()
+        })
+        .flatten()
+        .and_then(|due| due.into_iter().max());
+
+    // Preempt (or, waiting for checkpoints, get ready to): the job claims the victims'
+    // instances and the free ones it still needs.
     let mut claim = (*job.instances).clone();
     for victim in &victims {
         for (ty, n) in victim.instances.iter() {
@@ -856,6 +925,12 @@ fn decide<'a>(
         }
         quota.victims.insert(key(victim));
         let theirs = victim.share.as_deref().unwrap_or_default();
+        if theirs != share.name {
+            quota
+                .entitled_start
+                .entry(share.name.as_str())
+                .or_insert_with(|| job.job_id.clone());
+        }
         let reason = if theirs == share.name {
             PreemptionReason::InSharePriority {
                 quota_share: share.name.clone(),
@@ -868,6 +943,9 @@ fn decide<'a>(
                 victim_quota_share: theirs.to_owned(),
             }
         };
+        if due_ms.is_some() {
+            continue;
+        }
         let loss = quota.costs.get(&key(victim));
         plan.preemptions.push(Preemption {
             victim_job_id: victim.job_id.clone(),
@@ -887,5 +965,11 @@ fn decide<'a>(
     let borrowed = borrowed(quota.all, left);
     quota.set_borrowed(borrowed);
     let victims = victims.iter().map(|v| v.job_id.clone()).collect();
-    skip(plan, SkipReason::WaitingForPreemptedCapacity { victims })
+    match due_ms {
+        Some(due_ms) => skip(
+            plan,
+            SkipReason::WaitingForVictimCheckpoint { victims, due_ms },
+        ),
+        None => skip(plan, SkipReason::WaitingForPreemptedCapacity { victims }),
+    }
 }

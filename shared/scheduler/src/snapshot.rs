@@ -379,6 +379,12 @@ pub struct Config {
     /// (provisioning, download, loading the checkpoint): added to every victim's cost. Default
     /// 300 s.
     pub restart_overhead_s: u64,
+    /// A preemption whose victims will each have saved their next checkpoint within this many
+    /// seconds waits for those checkpoints (so that they lose only what they did since): a
+    /// victim's next checkpoint is predicted from its newest observed one and its observed
+    /// interval (or the queue's median interval). Victims without an observed checkpoint since
+    /// their start, or whose next one is overdue, are not waited for. Default 0: off.
+    pub checkpoint_alignment_s: u64,
 }
 
 impl Default for Config {
@@ -390,6 +396,7 @@ impl Default for Config {
             min_wait_before_in_share_preemption_s: 0,
             min_runtime_after_preemption_s: 3_600,
             restart_overhead_s: 300,
+            checkpoint_alignment_s: 0,
         }
     }
 }

@@ -197,13 +197,30 @@ fn cases() -> Vec<Case> {
             snapshot: snapshot(
                 8,
                 vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
+                (0..4).map(|i| run(&format!("r{i}"), "b", 1, 1)).collect(),
+                many("b", "b", 2),
+            ),
+            min_runtime_s: 600,
+            dispatched: &["b0", "b1"],
+            preempted: &[],
+            skipped: vec![],
+        },
+        Case {
+            name: "a share borrows only after its entitled jobs of the cycle have started",
+            snapshot: snapshot(
+                8,
+                vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
                 vec![],
                 many("b", "b", 6),
             ),
             min_runtime_s: 600,
-            dispatched: &["b0", "b1", "b2", "b3", "b4", "b5"],
+            dispatched: &["b0", "b1", "b2", "b3"],
             preempted: &[],
-            skipped: vec![],
+            skipped: vec![("b4", |r| {
+                matches!(r, SkipReason::BorrowingAfterEntitledStart { entitled_job_id, .. } if entitled_job_id.as_str() == "b0")
+                    && r.to_string()
+                        == "QUOTA:BORROWING_AFTER_ENTITLED_START - quota share b borrows only after b0 has started within its limit"
+            })],
         },
         Case {
             name: "a lend-only share cannot borrow beyond its limit",
@@ -233,13 +250,13 @@ fn cases() -> Vec<Case> {
             snapshot: snapshot(
                 12,
                 vec![share("a", 8, Lend), share("b", 4, LendAndBorrow).borrow(50)],
-                vec![],
-                many("b", "b", 8),
+                (0..4).map(|i| run(&format!("r{i}"), "b", 1, 1)).collect(),
+                many("b", "b", 4),
             ),
             min_runtime_s: 600,
-            dispatched: &["b0", "b1", "b2", "b3", "b4", "b5"],
+            dispatched: &["b0", "b1"],
             preempted: &[],
-            skipped: vec![("b6", |r| {
+            skipped: vec![("b2", |r| {
                 matches!(
                     r,
                     SkipReason::BorrowLimitReached {
@@ -642,6 +659,61 @@ fn the_victim_is_the_job_that_loses_least_since_its_checkpoint() {
         assert_eq!(preempted(&plan), [("b-new", "a1")], "{plan:#?}");
         assert_eq!(plan.preemptions[0].lost_instance_s, 3600 + 300);
         assert_eq!(plan.preemptions[0].checkpoint_ms, None);
+    }
+}
+
+/// With `checkpoint_alignment_s`, a preemption waits for its victim's due checkpoint when that is
+/// within the window and sooner than the work it saves; the capacity stays claimed meanwhile.
+/// A victim that has just saved, or whose checkpoint is overdue or unknown, goes at once.
+#[test]
+fn a_preemption_waits_for_a_victims_checkpoint_due_within_the_window() {
+    let shares = vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)];
+    // b-old (borrowed, started 5 h ago) checkpoints every 30 minutes.
+    let with_victim = |saved_minutes_ago: Option<i64>| {
+        let mut old = run("b-old", "b", 1, 5);
+        if let Some(m) = saved_minutes_ago {
+            old = checkpointed(old, m);
+            old.checkpoint_interval_ms = Some(30 * 60_000);
+        }
+        snapshot(
+            3,
+            shares.clone(),
+            vec![run("b-own", "b", 2, 9), old],
+            vec![job("a1", "a", 1), job("a2", "a", 1)],
+        )
+    };
+    let window = Config {
+        checkpoint_alignment_s: 600,
+        ..Config::default()
+    };
+    // Saved 25 minutes ago: due in 5, within 10, sooner than the 25 it would lose. a1 waits
+    // (claiming the capacity, so a2 does not take another victim for it).
+    let plan = plan_cycle(&with_victim(Some(25)), NOW, &window);
+    assert!(plan.preemptions.is_empty(), "{plan:#?}");
+    assert_eq!(
+        reason(&plan, "a1"),
+        &SkipReason::WaitingForVictimCheckpoint {
+            victims: vec!["b-old".into()],
+            due_ms: NOW + 5 * 60_000
+        }
+    );
+    assert!(
+        reason(&plan, "a1")
+            .to_string()
+            .starts_with("PREEMPTION:WAITING_FOR_VICTIM_CHECKPOINT - will preempt b-old once")
+    );
+    // Without the window, or with the checkpoint 15 minutes away (outside it), or just saved
+    // (due in 29, later than the 1 it would lose), or overdue (saved 40 minutes ago), or never
+    // observed: preempted now.
+    for (saved, config) in [
+        (Some(25), Config::default()),
+        (Some(15), window.clone()),
+        (Some(1), window.clone()),
+        (Some(40), window.clone()),
+        (None, window.clone()),
+    ] {
+        let plan = plan_cycle(&with_victim(saved), NOW, &config);
+        assert_eq!(preempted(&plan), [("b-old", "a1")], "{saved:?} {plan:#?}");
     }
 }
 

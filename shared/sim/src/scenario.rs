@@ -178,6 +178,10 @@ pub struct Scenario {
     /// What a restart costs a victim, per instance, seconds (`Config::restart_overhead_s`).
     #[serde(default = "default_restart")]
     pub restart_overhead_s: u64,
+    /// How long a preemption may wait for its victims' due checkpoints, seconds
+    /// (`Config::checkpoint_alignment_s`; default 0, never).
+    #[serde(default)]
+    pub checkpoint_alignment_s: u64,
     /// Period of the due-work pass (timeouts, relaunches, reconciliation), seconds.
     #[serde(default = "default_due")]
     pub due_work_interval_s: u64,
@@ -537,6 +541,10 @@ impl Scenario {
                 self.min_runtime_after_preemption_s.to_string(),
             ),
             ("restart_overhead_s", self.restart_overhead_s.to_string()),
+            (
+                "checkpoint_alignment_s",
+                self.checkpoint_alignment_s.to_string(),
+            ),
             ("due_work_interval_s", self.due_work_interval_s.to_string()),
             ("reconcile_quiet_s", self.reconcile_quiet_s.to_string()),
             (
