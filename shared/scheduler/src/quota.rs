@@ -821,10 +821,10 @@ fn decide<'a>(
     // reclaimed back (see the module docs).
     if waiting.is_none()
         && !entitled
-        && let Some(entitled_job_id) = quota.entitled_start.get(share.name.as_str())
+        && let Some((entitled_share, entitled_job_id)) = quota.entitled_start.iter().next()
     {
         let reason = SkipReason::BorrowingAfterEntitledStart {
-            quota_share: share.name.as_str().into(),
+            quota_share: (*entitled_share).into(),
             entitled_job_id: entitled_job_id.clone(),
         };
         return skip(plan, reason);

@@ -718,7 +718,9 @@ pub fn run_with_estimates(
             accept_named: &[],
             changes: &changes,
             due_work: due_now.then_some(DueWork::all(quiet_ms)),
-            max_cycles: 1,
+            // Borrowers start a cycle after the entitled jobs of the cycle before (the hosts'
+            // passes cycle again at once after one that dispatched); only quota-shares borrows.
+            max_cycles: if policy == Policy::QuotaShares { 2 } else { 1 },
             cycle_gate: Some(&gate),
             deadline_ms: None,
             fence: None,
