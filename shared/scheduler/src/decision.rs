@@ -237,13 +237,13 @@ pub enum SkipReason {
         /// The jobs being preempted.
         victims: Vec<SharedStr>,
     },
-    /// The job's quota share would have to borrow, and it borrows nothing in a cycle in which one
-    /// of its jobs starts, or reclaims lent capacity, within its limit: borrowed capacity is
-    /// counted on a share's jobs that started last, so a borrower must start after them.
+    /// The job would borrow, and nothing is borrowed in a cycle in which a job starts, or
+    /// reclaims lent capacity, within its quota share's limit: borrowed capacity is counted on a
+    /// share's jobs that started last, so borrowers start after those jobs (the next cycle).
     BorrowingAfterEntitledStart {
-        /// The job's quota share.
+        /// The quota share of the job starting within its limit.
         quota_share: SharedStr,
-        /// The job starting (or reclaiming) within the share's limit.
+        /// The job starting (or reclaiming) within its share's limit.
         entitled_job_id: SharedStr,
     },
     /// Running jobs will be preempted for this one once they have saved the checkpoint they are
@@ -471,7 +471,7 @@ impl std::fmt::Display for SkipReason {
                 entitled_job_id,
             } => write!(
                 f,
-                "quota share {quota_share} borrows only after {entitled_job_id} has started within its limit"
+                "borrowing waits until {entitled_job_id} has started within the limit of quota share {quota_share}"
             ),
             Self::WaitingForVictimCheckpoint { victims, due_ms } => write!(
                 f,

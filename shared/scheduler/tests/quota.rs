@@ -206,7 +206,7 @@ fn cases() -> Vec<Case> {
             skipped: vec![],
         },
         Case {
-            name: "a share borrows only after its entitled jobs of the cycle have started",
+            name: "borrowers start only after the entitled jobs of the cycle have started",
             snapshot: snapshot(
                 8,
                 vec![share("a", 4, Lend), share("b", 4, LendAndBorrow)],
@@ -219,7 +219,7 @@ fn cases() -> Vec<Case> {
             skipped: vec![("b4", |r| {
                 matches!(r, SkipReason::BorrowingAfterEntitledStart { entitled_job_id, .. } if entitled_job_id.as_str() == "b0")
                     && r.to_string()
-                        == "QUOTA:BORROWING_AFTER_ENTITLED_START - quota share b borrows only after b0 has started within its limit"
+                        == "QUOTA:BORROWING_AFTER_ENTITLED_START - borrowing waits until b0 has started within the limit of quota share b"
             })],
         },
         Case {
