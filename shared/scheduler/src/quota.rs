@@ -204,9 +204,9 @@ struct Quota<'a> {
     running: Vec<&'a RunningJob>,
     /// Jobs being preempted in this cycle.
     victims: BTreeSet<usize>,
-    /// Shares with a job dispatched, or reclaiming lent capacity, within their limit in this
-    /// cycle, and that job: they borrow nothing more in it (see the module docs).
-    entitled_start: BTreeMap<&'a str, SharedStr>,
+    /// The first job dispatched, or reclaiming lent capacity, within its share's limit in this
+    /// cycle, with its share: nothing is borrowed after it in this cycle (see the module docs).
+    entitled_start: Option<(&'a str, SharedStr)>,
     /// Borrowed running jobs, recomputed after each preemption.
     borrowed: BTreeSet<usize>,
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
@@ -702,7 +702,7 @@ pub(crate) fn plan_quota_queue<'a>(
         reclaimable,
         preemptible_borrowed: Vec::new(),
         victims: BTreeSet::new(),
-        entitled_start: BTreeMap::new(),
+        entitled_start: None,
         running: running.to_vec(),
         no_room: BTreeMap::new(),
         bounds: BTreeMap::new(),
@@ -823,7 +823,7 @@ fn decide<'a>(
     // it would have been in this one.
     if waiting.is_none()
         && !entitled
-        && let Some((entitled_share, entitled_job_id)) = quota.entitled_start.iter().next()
+        && let Some((entitled_share, entitled_job_id)) = &quota.entitled_start
     {
         let reason = SkipReason::BorrowingAfterEntitledStart {
             quota_share: (*entitled_share).into(),
@@ -838,8 +838,7 @@ fn decide<'a>(
                 if entitled {
                     quota
                         .entitled_start
-                        .entry(share.name.as_str())
-                        .or_insert_with(|| job.job_id.clone());
+                        .get_or_insert_with(|| (share.name.as_str(), job.job_id.clone()));
                 }
                 Decision::Done
             }
@@ -930,8 +929,7 @@ fn decide<'a>(
         if theirs != share.name {
             quota
                 .entitled_start
-                .entry(share.name.as_str())
-                .or_insert_with(|| job.job_id.clone());
+                .get_or_insert_with(|| (share.name.as_str(), job.job_id.clone()));
         }
         let reason = if theirs == share.name {
             PreemptionReason::InSharePriority {

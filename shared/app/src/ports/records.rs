@@ -413,6 +413,11 @@ pub struct RunnableHead {
 }
 
 impl RunnableHead {
+    /// Where it stands in its share's line, as a time ([`ServiceJob::line_at`]).
+    pub fn line_at(&self) -> i64 {
+        self.runnable_at.saturating_add(self.line_offset_ms)
+    }
+
     /// The summary of a RUNNABLE job stored at `version`.
     pub fn of(job: &ServiceJob, version: u64) -> Self {
         Self {

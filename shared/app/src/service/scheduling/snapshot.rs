@@ -196,8 +196,7 @@ fn with_fresh(
     // `runnable_rank`'s order: priority counts only within a share.
     let rank = |h: &RunnableHead| {
         let priority = if h.share.is_empty() { 0 } else { h.priority };
-        let line_at = h.runnable_at.saturating_add(h.line_offset_ms);
-        (std::cmp::Reverse(priority), line_at, h.job_id.clone())
+        (std::cmp::Reverse(priority), h.line_at(), h.job_id.clone())
     };
     for head in fresh.iter().filter(|h| &*h.job_queue == queue) {
         if lines.iter().flatten().any(|h| h.job_id == head.job_id) {
