@@ -34,9 +34,9 @@ use trainyard_domain::quota_share::{
 use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
-    AuditCursor, AuditQuery, AuditRecord, CapacityHolder, ClientTokenRecord, Document,
-    EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery, NameFilter, Resource, RunnableHead,
-    ShareUsageRecord, Store, StoreError, Versioned, Write, quota_share_key,
+    AuditCursor, AuditQuery, AuditRecord, CapacityHolder, CapacityRelease, ClientTokenRecord,
+    Document, EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery, NameFilter, Resource,
+    RunnableHead, ShareUsageRecord, Store, StoreError, Versioned, Write, quota_share_key,
 };
 
 /// Defines, from one list of cases, both the exported `store_contract_tests!` and [`run_all`],
@@ -94,6 +94,7 @@ contract_cases!($;
     quota_shares_are_keyed_by_queue_and_name,
     commit_applies_every_write_or_none,
     documents_are_created_at_version_1_and_checked,
+    a_release_is_folded_by_deleting_it_with_the_usage_write,
     runnable_jobs_come_in_dispatch_order,
     a_line_offset_moves_a_job_back_in_its_line,
     runnable_shares_and_dispatched_jobs_follow_status,
@@ -1192,6 +1193,96 @@ pub async fn documents_are_created_at_version_1_and_checked<S: Store>(store: &S)
     let shares = store.list_documents::<ShareUsageRecord>().await.unwrap();
     assert_eq!(shares.len(), 1);
     assert_eq!(shares[0].value.key(), "q/a");
+}
+
+/// A job's end creates its capacity release in the same commit as the job; the capacity in use
+/// is the usage less the releases; a fold writes the usage and deletes the releases in one
+/// commit, each delete checked against its version, all or nothing.
+pub async fn a_release_is_folded_by_deleting_it_with_the_usage_write<S: Store>(store: &S) {
+    let mut running = job("r").status(JobStatus::Running).build();
+    running.training = TrainingRequest::single("t", "ml.g5.xlarge", 1);
+    running.job_queue = "research".into();
+    running.quota_share_name = Some("vision".into());
+    store.insert_job(&running, None).await.unwrap();
+    let held = usage("gpu", 4);
+    store
+        .commit(&[Write::document(&held, 0).unwrap()])
+        .await
+        .unwrap();
+    let mut ended = running.clone();
+    ended.status = JobStatus::Succeeded;
+    let release = CapacityRelease::of("gpu", &ended, 1);
+    store
+        .commit(&[
+            Write::job(ended.clone(), 1),
+            Write::document(&release, 0).unwrap(),
+        ])
+        .await
+        .unwrap();
+    let net = store.capacity_in_use().await.unwrap();
+    assert_eq!(
+        net["gpu"].value.total(),
+        3,
+        "the release is given back at once"
+    );
+    assert_eq!(net["gpu"].version, 1, "with the version stored");
+    assert_eq!(
+        net["gpu"].value.quota_shares[&quota_share_key("research", "vision")]["ml.g5.xlarge"],
+        3
+    );
+    // A second release of the same attempt cannot be created.
+    assert!(matches!(
+        store.commit(&[Write::document(&release, 0).unwrap()]).await,
+        Err(StoreError::Conflict)
+    ));
+
+    let mut folded = held.clone();
+    folded.remove(&release);
+    let fold = |usage_version, release_version| {
+        [
+            Write::document(&folded, usage_version).unwrap(),
+            Write::delete_document::<CapacityRelease>(release.key(), release_version),
+        ]
+    };
+    // A stale release version: nothing is written, not even the usage.
+    assert!(matches!(
+        store.commit(&fold(1, 2)).await,
+        Err(StoreError::Conflict)
+    ));
+    assert_eq!(
+        store
+            .get_document::<EnvironmentUsage>("gpu")
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        1
+    );
+    assert_eq!(
+        store
+            .list_documents::<CapacityRelease>()
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    store.commit(&fold(1, 1)).await.unwrap();
+    assert!(
+        store
+            .list_documents::<CapacityRelease>()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let net = store.capacity_in_use().await.unwrap();
+    assert_eq!((net["gpu"].value.total(), net["gpu"].version), (3, 2));
+    // Deleting what is gone is a conflict.
+    assert!(matches!(
+        store
+            .commit(&[Write::delete_document::<CapacityRelease>(release.key(), 1)])
+            .await,
+        Err(StoreError::Conflict)
+    ));
 }
 
 /// RUNNABLE jobs of a share of a queue, in line: by priority then runnable time within a share,

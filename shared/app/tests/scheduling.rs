@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, Clock, EnvironmentUsage, Fence, LineWaits, NoEvents, ShareUsageRecord,
-    TrainingBackend, TrainingJobState, Versioned, Write, quota_share_key,
+    BackendError, CapacityRelease, Clock, EnvironmentUsage, Fence, LineWaits, NoEvents,
+    ShareUsageRecord, TrainingBackend, TrainingJobState, Versioned, Write, quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -21,6 +21,7 @@ use trainyard_app::service::queues::JobQueueUpdate;
 use trainyard_app::service::scheduling::{
     Accept, CycleConfig, CycleReport, DecisionRecord, DueWork, PassInput, StateOutcome,
 };
+use trainyard_app::testing::Interleaving;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{CapacityLimit, ServiceEnvironment, ServiceEnvironmentType};
 use trainyard_domain::job::{
@@ -180,10 +181,11 @@ impl World {
         self.quota_queue("teams", 4, &shares).await;
     }
 
-    /// The environment's usage document as stored.
+    /// The environment's usage document, net of the releases not folded into it yet (with
+    /// the version stored).
     async fn usage(&self, environment: &str) -> Versioned<EnvironmentUsage> {
-        let stored = self.service.store().get_document(environment).await;
-        stored.unwrap().expect("a usage document")
+        let mut net = self.service.store().capacity_in_use().await.unwrap();
+        net.remove(environment).expect("a usage document")
     }
 
     /// Stores a usage document over the one at `version` (0: none yet).
@@ -351,13 +353,16 @@ impl World {
             .map(|j| j.value.training.total_instances())
             .sum();
         let usage: u64 = store
-            .list_documents::<EnvironmentUsage>()
+            .capacity_in_use()
             .await
             .unwrap()
-            .iter()
+            .values()
             .map(|u| u.value.total())
             .sum();
-        assert_eq!(held, usage, "usage documents match the dispatched jobs");
+        assert_eq!(
+            held, usage,
+            "usage documents, net of releases, match the dispatched jobs"
+        );
         let limit: u64 = store
             .list_resources::<ServiceEnvironment>()
             .await
@@ -1017,10 +1022,86 @@ impl TrainingBackend for CountingSageMaker {
     }
 }
 
+type Interleaved = Arc<Interleaving<MemoryStore>>;
+
+/// A service over `store` on the shared clock and ids.
+fn interleaved_service(
+    store: &Interleaved,
+    clock: &Arc<ManualClock>,
+    ids: &Arc<SequentialIds>,
+) -> Service<Interleaved, NoEvents> {
+    Service::new(
+        store.clone(),
+        NoEvents,
+        clock.clone(),
+        ids.clone(),
+        ArnContext::default(),
+    )
+}
+
+/// A store that interleaves joined use-cases, holding an environment `local` of `capacity`
+/// instances, a FIFO queue `q` on it, and `jobs` one-instance jobs RUNNABLE there.
+async fn interleaved_backlog(
+    capacity: u32,
+    jobs: usize,
+) -> (Interleaved, Arc<ManualClock>, Arc<SequentialIds>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(Interleaving::new(MemoryStore::new()));
+    let ids = Arc::new(SequentialIds::default());
+    let service = interleaved_service(&store, &clock, &ids);
+    let world = World::new(EmulatorConfig::default());
+    let env = ServiceEnvironment {
+        service_environment_name: "local".into(),
+        service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+        state: State::Enabled,
+        status: ResourceStatus::Valid,
+        capacity_limits: vec![CapacityLimit {
+            max_capacity: capacity,
+            capacity_unit: "NUM_INSTANCES".into(),
+        }],
+        tags: BTreeMap::new(),
+        created_at: T0,
+    };
+    store.create_resource(&env).await.unwrap();
+    world.queue("q", 1, "local").await;
+    let queue = world
+        .service
+        .store()
+        .get_resource::<JobQueue>("q")
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    store.create_resource(&queue).await.unwrap();
+    for i in 0..jobs {
+        let cmd = SubmitJob {
+            job_name: format!("j{i}"),
+            job_queue: "q".into(),
+            service_job_type: Default::default(),
+            service_request_payload: json!({
+                "TrainingJobName": format!("j{i}"),
+                "RoleArn": "arn:aws:iam::000000000000:role/R",
+                "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+                "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
+            })
+            .to_string(),
+            share_identifier: None,
+            quota_share_name: None,
+            scheduling_priority: None,
+            retry_strategy: None,
+            timeout_config: None,
+            preemption_configuration: None,
+            tags: BTreeMap::new(),
+            client_token: None,
+        };
+        service.submit(cmd).await.unwrap();
+    }
+    service.accept_submitted(100, 0).await.unwrap();
+    (store, clock, ids)
+}
+
 #[tokio::test]
 async fn two_cycles_at_once_never_overrun_capacity_or_launch_twice() {
-    use trainyard_app::testing::Interleaving;
-
     // The second cycle starts `lag` store calls after the first, so that across the lags its
     // snapshot straddles the first cycle's commits in every possible way.
     let mut raced = 0;
@@ -1028,68 +1109,10 @@ async fn two_cycles_at_once_never_overrun_capacity_or_launch_twice() {
         .into_iter()
         .flat_map(|c| (0..24).map(move |l| (c, l)))
     {
-        let clock = Arc::new(ManualClock::new(T0));
-        let store = Arc::new(Interleaving::new(MemoryStore::new()));
-        let ids = Arc::new(SequentialIds::default());
-        let service = |store: Arc<Interleaving<MemoryStore>>| {
-            Service::new(
-                store,
-                NoEvents,
-                clock.clone(),
-                ids.clone(),
-                ArnContext::default(),
-            )
-        };
-        let (a, b) = (service(store.clone()), service(store.clone()));
         // The environment and queue, and ten one-instance jobs waiting.
-        let world = World::new(EmulatorConfig::default());
-        let env = ServiceEnvironment {
-            service_environment_name: "local".into(),
-            service_environment_type: ServiceEnvironmentType::SagemakerTraining,
-            state: State::Enabled,
-            status: ResourceStatus::Valid,
-            capacity_limits: vec![CapacityLimit {
-                max_capacity: capacity,
-                capacity_unit: "NUM_INSTANCES".into(),
-            }],
-            tags: BTreeMap::new(),
-            created_at: T0,
-        };
-        store.create_resource(&env).await.unwrap();
-        world.queue("q", 1, "local").await;
-        let queue = world
-            .service
-            .store()
-            .get_resource::<JobQueue>("q")
-            .await
-            .unwrap()
-            .unwrap()
-            .value;
-        store.create_resource(&queue).await.unwrap();
-        for i in 0..10 {
-            let cmd = SubmitJob {
-                job_name: format!("j{i}"),
-                job_queue: "q".into(),
-                service_job_type: Default::default(),
-                service_request_payload: json!({
-                    "TrainingJobName": format!("j{i}"),
-                    "RoleArn": "arn:aws:iam::000000000000:role/R",
-                    "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
-                    "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
-                })
-                .to_string(),
-                share_identifier: None,
-                quota_share_name: None,
-                scheduling_priority: None,
-                retry_strategy: None,
-                timeout_config: None,
-                preemption_configuration: None,
-                tags: BTreeMap::new(),
-                client_token: None,
-            };
-            a.submit(cmd).await.unwrap();
-        }
-        a.accept_submitted(100, 0).await.unwrap();
+        let (store, clock, ids) = interleaved_backlog(capacity, 10).await;
+        let a = interleaved_service(&store, &clock, &ids);
+        let b = interleaved_service(&store, &clock, &ids);
 
         let backend = CountingSageMaker::default();
         let config = CycleConfig::default();
@@ -1123,6 +1146,79 @@ async fn two_cycles_at_once_never_overrun_capacity_or_launch_twice() {
         );
     }
     assert!(raced > 0, "the cycles really raced");
+}
+
+/// A burst of job endings, all at once: each ending writes its own release beside its job, so
+/// none waits for or conflicts with another (on one versioned usage document, more endings at
+/// once than a use-case's retries failed), the capacity is free for whoever reads it at once,
+/// and the next cycle folds every release into the usage document.
+#[tokio::test]
+async fn a_burst_of_job_endings_never_conflicts_and_the_next_cycle_folds_it() {
+    const JOBS: usize = 16;
+    let (store, clock, ids) = interleaved_backlog(JOBS as u32, JOBS).await;
+    let service = interleaved_service(&store, &clock, &ids);
+    let backend = CountingSageMaker::default();
+    let config = CycleConfig::default();
+    assert_eq!(
+        service
+            .run_cycle(&backend, &config)
+            .await
+            .unwrap()
+            .dispatched,
+        JOBS
+    );
+    let names: Vec<String> = store
+        .dispatched_jobs()
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.value.attempts[0].training_job_name.clone())
+        .collect();
+    assert_eq!(names.len(), JOBS);
+
+    clock.advance(60_000);
+    let endings = names.iter().map(|name| {
+        let state = TrainingJobState {
+            name: name.clone(),
+            arn: String::new(),
+            status: trainyard_app::ports::TrainingStatus::Completed,
+            secondary: "Completed".into(),
+            failure_reason: None,
+        };
+        let service = &service;
+        let config = &config;
+        async move { service.on_training_state(&state, config).await }
+    });
+    let outcomes = futures::future::join_all(endings).await;
+    for outcome in outcomes {
+        assert_eq!(
+            outcome.unwrap(),
+            StateOutcome::Applied(JobStatus::Succeeded)
+        );
+    }
+    assert!(store.dispatched_jobs().await.unwrap().is_empty());
+    let net = store.capacity_in_use().await.unwrap();
+    assert_eq!(
+        net["local"].value.total(),
+        0,
+        "free as soon as the jobs ended"
+    );
+    let releases = store.list_documents::<CapacityRelease>().await.unwrap();
+    assert_eq!(
+        releases.len(),
+        JOBS,
+        "one release per ending, not yet folded"
+    );
+
+    service.run_cycle(&backend, &config).await.unwrap();
+    let usage = store
+        .get_document::<EnvironmentUsage>("local")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(usage.value.total(), 0, "folded into the usage document");
+    let releases = store.list_documents::<CapacityRelease>().await.unwrap();
+    assert!(releases.is_empty(), "and deleted: {releases:?}");
 }
 
 #[tokio::test]

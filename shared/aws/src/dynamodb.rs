@@ -160,6 +160,19 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
+    /// A transaction's delete of the item `pk`/`sk` at version `expected`.
+    fn delete(&self, pk: String, sk: &str, expected: u64) -> Result<TransactWriteItem, StoreError> {
+        let delete = Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(schema::key(pk, sk)))
+            .condition_expression("version = :expected")
+            .expression_attribute_values(":expected", n(expected))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| unavailable("cannot build a transaction item", e))?;
+        Ok(TransactWriteItem::builder().delete(delete).build())
+    }
+
     /// One `TransactWriteItems`; `Err(Cancelled(reasons))` when a condition failed.
     async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<(), Cancelled> {
         if items.len() > MAX_TRANSACTION_ITEMS {
@@ -474,6 +487,11 @@ impl DynamoStore {
                         )?
                     });
                 }
+                Write::DeleteDocument {
+                    kind,
+                    key,
+                    expected_version,
+                } => items.push(self.delete(schema::document_pk(kind), key, *expected_version)?),
             }
         }
         items.extend(requests);
@@ -1120,17 +1138,8 @@ impl ConfigStore for DynamoStore {
     ) -> Result<(), StoreError> {
         // A transaction of one, not a `DeleteItem`: its client token (the SDK's, reused when it
         // retries) makes a retry after a lost answer succeed instead of finding the item gone.
-        let delete = Delete::builder()
-            .table_name(&self.table)
-            .set_key(Some(schema::key(schema::resource_pk(R::KIND), key)))
-            .condition_expression("version = :expected")
-            .expression_attribute_values(":expected", n(expected_version))
-            .build()
-            .map_err(|e| unavailable("cannot build a transaction item", e))?;
-        match self
-            .transact(vec![TransactWriteItem::builder().delete(delete).build()])
-            .await
-        {
+        let delete = self.delete(schema::resource_pk(R::KIND), key, expected_version)?;
+        match self.transact(vec![delete]).await {
             Ok(()) => Ok(()),
             Err(Cancelled::Conditions(_)) => Err(StoreError::Conflict),
             Err(Cancelled::Failed(e)) => Err(e),

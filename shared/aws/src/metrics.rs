@@ -331,10 +331,10 @@ pub struct Gauges {
 /// RUNNABLE job of each queue's shares (one index item per share).
 pub async fn gauges<S: Store>(store: &S, now_ms: i64) -> Result<Gauges, StoreError> {
     let usage: BTreeMap<String, EnvironmentUsage> = store
-        .list_documents::<EnvironmentUsage>()
+        .capacity_in_use()
         .await?
         .into_iter()
-        .map(|u| (u.value.environment.clone(), u.value))
+        .map(|(env, u)| (env, u.value))
         .collect();
     let mut environments = Vec::new();
     for env in store.list_resources::<ServiceEnvironment>().await? {

@@ -16,8 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::broadcast;
 use trainyard_app::ports::{
-    Clock, EnvironmentUsage, Event, JobQuery, LineWaits, StartEstimates, Store, StoreError,
-    SystemClock,
+    Clock, Event, JobQuery, LineWaits, StartEstimates, Store, StoreError, SystemClock,
 };
 use trainyard_app::service::why::{every_line_waits, shown_reason_code};
 use trainyard_domain::environment::{NUM_INSTANCES, ServiceEnvironment};
@@ -241,10 +240,10 @@ pub async fn render<S: Store>(metrics: &Metrics, store: &S) -> Result<String, St
     }
     let environments: Vec<_> = store.list_resources::<ServiceEnvironment>().await?;
     let usage: BTreeMap<String, u64> = store
-        .list_documents::<EnvironmentUsage>()
+        .capacity_in_use()
         .await?
         .into_iter()
-        .map(|u| (u.value.environment.clone(), u.value.total()))
+        .map(|(env, u)| (env, u.value.total()))
         .collect();
 
     let counts = metrics.counts();

@@ -395,6 +395,11 @@ impl SqliteStore {
                     let doc = encode(key, doc)?;
                     put_document_in(&tx, kind, key, &doc, *expected_version)?
                 }
+                Write::DeleteDocument {
+                    kind,
+                    key,
+                    expected_version,
+                } => delete_document_in(&tx, kind, key, *expected_version)?,
             };
             if !applied {
                 // Dropping the transaction rolls back whatever was written before.
@@ -762,6 +767,23 @@ fn put_document_in(
         .and_then(|mut stmt| stmt.execute(params![kind, key, doc, expected]))
     }
     .map_err(classify)?;
+    Ok(changed == 1)
+}
+
+/// Deletes a document at `expected_version`; whether there was one.
+fn delete_document_in(
+    conn: &Connection,
+    kind: &str,
+    key: &str,
+    expected_version: u64,
+) -> Result<bool, StoreError> {
+    let Ok(expected) = i64::try_from(expected_version) else {
+        return Ok(false);
+    };
+    let changed = conn
+        .prepare_cached("DELETE FROM documents WHERE kind = ?1 AND key = ?2 AND version = ?3")
+        .and_then(|mut stmt| stmt.execute(params![kind, key, expected]))
+        .map_err(classify)?;
     Ok(changed == 1)
 }
 

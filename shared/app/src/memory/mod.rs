@@ -417,6 +417,11 @@ impl SchedulingStore for MemoryStore {
                     key,
                     expected_version,
                     ..
+                }
+                | Write::DeleteDocument {
+                    kind,
+                    key,
+                    expected_version,
                 } => {
                     let stored = inner
                         .documents
@@ -452,6 +457,11 @@ impl SchedulingStore for MemoryStore {
                         None => {
                             docs.insert(key.clone(), stored);
                         }
+                    }
+                }
+                Write::DeleteDocument { kind, key, .. } => {
+                    if let Some(docs) = inner.documents.get_mut(kind) {
+                        docs.remove(key);
                     }
                 }
             }

@@ -25,9 +25,9 @@ pub use backend::{
 };
 pub use events::{Event, EventSink, NoEvents};
 pub use records::{
-    CapacityHolder, ClientTokenRecord, EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery,
-    JobWait, LineDigest, LineWaits, NameFilter, Page, RunnableHead, ShareUsageRecord,
-    StartEstimates, WaitDigests, quota_share_key,
+    CapacityHolder, CapacityRelease, ClientTokenRecord, EnvironmentUsage, Fence, InsertJob,
+    JobCursor, JobQuery, JobWait, LineDigest, LineWaits, NameFilter, Page, RunnableHead,
+    ShareUsageRecord, StartEstimates, WaitDigests, quota_share_key,
 };
 pub use store::{
     ConfigStore, Document, DocumentValue, JobStore, Resource, SchedulingStore, Store, StoreError,

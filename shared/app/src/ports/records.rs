@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use trainyard_domain::job::{JobStatus, ServiceJob};
 use trainyard_domain::order::share_key;
 
-use super::store::Document;
+use super::store::{Document, Versioned};
 
 /// The store key of a quota share: `{queue}/{name}`.
 pub fn quota_share_key(queue: &str, name: &str) -> String {
@@ -94,11 +94,18 @@ pub struct Page<T> {
 
 /// Instances a service environment has handed out, per instance type, and per quota share.
 ///
-/// Every dispatch and every release changes it in the same atomic commit as the job, with a
-/// version check, so two cycles planning at once can never both hand out the last instance: the
-/// second commit fails and its job waits for the next cycle. The dispatch commit checks the
-/// totals it writes against the environment's limits and the job's quota share's, so a plan made
-/// from a lagging index cannot over-commit either.
+/// Every dispatch changes it in the same atomic commit as the job, with a version check, so two
+/// cycles planning at once can never both hand out the last instance: the second commit fails
+/// and its job waits for the next cycle. The dispatch commit checks the totals it writes against
+/// the environment's limits and the job's quota share's, so a plan made from a lagging index
+/// cannot over-commit either.
+///
+/// A release does not write it: the attempt's end creates a [`CapacityRelease`] in the same
+/// commit as the job, and the scheduler folds the environment's releases into this document
+/// (deleting them in the same commit) before it plans. So the capacity in use is this document
+/// less the releases not yet folded ([`EnvironmentUsage::net_of`]); until they are folded it is
+/// over-counted, never under-counted, and a burst of job endings writes one new item each
+/// instead of queueing on this one.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvironmentUsage {
@@ -160,16 +167,77 @@ impl EnvironmentUsage {
     }
 
     /// Gives back the instances of a job's ended attempt, never below zero.
-    pub fn remove(&mut self, job: &ServiceJob) {
-        remove_counts(&mut self.instances, &job.training.instances);
-        if let Some(key) = quota_share_of(job)
-            && let Some(counts) = self.quota_shares.get_mut(&key)
+    pub fn remove(&mut self, release: &CapacityRelease) {
+        remove_counts(&mut self.instances, &release.instances);
+        if let Some(key) = &release.quota_share
+            && let Some(counts) = self.quota_shares.get_mut(key)
         {
-            remove_counts(counts, &job.training.instances);
+            remove_counts(counts, &release.instances);
             if counts.is_empty() {
-                self.quota_shares.remove(&key);
+                self.quota_shares.remove(key);
             }
         }
+    }
+
+    /// The usage of each environment in `usage` less the `releases` not yet folded into it.
+    /// Versions are kept as stored: write a net document only in the commit that deletes the
+    /// releases it nets out, or they would be given back twice.
+    pub fn net_of(
+        usage: Vec<Versioned<EnvironmentUsage>>,
+        releases: &[Versioned<CapacityRelease>],
+    ) -> BTreeMap<String, Versioned<EnvironmentUsage>> {
+        let mut net: BTreeMap<String, Versioned<EnvironmentUsage>> = usage
+            .into_iter()
+            .map(|u| (u.value.environment.clone(), u))
+            .collect();
+        for release in releases {
+            if let Some(usage) = net.get_mut(&release.value.environment) {
+                usage.value.remove(&release.value);
+            }
+        }
+        net
+    }
+}
+
+/// The instances one ended attempt gave back, until the scheduler folds them into its
+/// environment's [`EnvironmentUsage`].
+///
+/// Created in the same commit as the job's move out of SCHEDULED, STARTING or RUNNING; the key
+/// names the attempt, so it is created once. Each release is its own item: job endings never
+/// wait for each other, nor for a dispatch.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityRelease {
+    /// The environment the attempt was dispatched to.
+    pub environment: String,
+    /// The job.
+    pub job_id: String,
+    /// The attempt (1-based).
+    pub attempt: usize,
+    /// Instances given back, per instance type.
+    pub instances: BTreeMap<String, u32>,
+    /// The job's quota share ([`quota_share_key`]), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_share: Option<String>,
+}
+
+impl CapacityRelease {
+    /// What attempt `attempt` of `job`, dispatched to `environment`, gives back.
+    pub fn of(environment: &str, job: &ServiceJob, attempt: usize) -> Self {
+        Self {
+            environment: environment.to_owned(),
+            job_id: job.job_id.clone(),
+            attempt,
+            instances: job.training.instances.clone(),
+            quota_share: quota_share_of(job),
+        }
+    }
+}
+
+impl Document for CapacityRelease {
+    const KIND: &'static str = "capacity-release";
+    fn key(&self) -> String {
+        format!("{}/{}/{}", self.environment, self.job_id, self.attempt)
     }
 }
 

@@ -53,8 +53,9 @@ impl AccountingInterceptor {
 enum Call {
     /// A `PutItem` of this item.
     Put(Item),
-    /// A `TransactWriteItems` putting these items (the store sends no other kind of action).
-    Transact(Vec<Item>),
+    /// A `TransactWriteItems` putting the first items and deleting the items at the second's
+    /// keys (the store sends no other kind of action).
+    Transact(Vec<Item>, Vec<Item>),
     /// An `UpdateItem` asking for the new image, which is what the accounting takes as written.
     /// One whose caller asked for other attributes keeps them and is not counted.
     Update,
@@ -90,10 +91,12 @@ fn prepare(context: &mut BeforeSerializationInterceptorContextMut<'_>) -> Option
     }
     if let Some(input) = input.downcast_mut::<TransactWriteItemsInput>() {
         input.return_consumed_capacity = CAPACITY;
-        let puts = input.transact_items.iter().flatten();
+        let actions = input.transact_items.iter().flatten();
+        let puts = actions.clone().filter_map(|action| action.put());
+        let deletes = actions.filter_map(|action| action.delete());
         return Some(Call::Transact(
-            puts.filter_map(|action| action.put().map(|put| put.item.clone()))
-                .collect(),
+            puts.map(|put| put.item.clone()).collect(),
+            deletes.map(|delete| delete.key.clone()).collect(),
         ));
     }
     if let Some(input) = input.downcast_mut::<UpdateItemInput>() {
@@ -148,10 +151,11 @@ impl Call {
                     accounting.wrote(&[item], false, capacity.unwrap_or_default());
                 }
             }
-            Call::Transact(items) => {
+            Call::Transact(items, deleted) => {
                 if let Some(output) = output.downcast_ref::<TransactWriteItemsOutput>() {
                     let items: Vec<&Item> = items.iter().collect();
                     accounting.wrote(&items, true, output.consumed_capacity());
+                    accounting.deleted_in_transaction(deleted);
                 }
             }
             Call::Update => {

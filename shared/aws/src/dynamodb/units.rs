@@ -167,6 +167,35 @@ struct State {
     images: HashMap<(String, String), Image>,
 }
 
+impl State {
+    /// Charges the delete of the item at `key`: its table units times `factor`, and one write
+    /// per index entry it had.
+    fn delete(&mut self, key: &Item, factor: f64) {
+        let old = primary_key(key).and_then(|k| self.images.remove(&k));
+        let table = factor * blocks(old.as_ref().map_or(0, |o| o.size), KB);
+        let mut units = table;
+        *self
+            .consumed
+            .writes_by_target
+            .entry("table".to_owned())
+            .or_insert(0.0) += table;
+        if let Some(old) = &old {
+            for (i, (index, _, _, _)) in INDEXES.iter().enumerate() {
+                if let Some(entry) = &old.entries[i] {
+                    let u = blocks(entry.size, KB);
+                    units += u;
+                    *self
+                        .consumed
+                        .writes_by_target
+                        .entry((*index).to_owned())
+                        .or_insert(0.0) += u;
+                }
+            }
+        }
+        self.consumed.estimated.write += units;
+    }
+}
+
 /// The accounting of one store (shared by its clones).
 #[derive(Debug, Default)]
 pub(crate) struct Accounting {
@@ -268,27 +297,16 @@ impl Accounting {
         let mut state = self.lock();
         state.consumed.requests += 1;
         state.consumed.reported.write += capacity.map_or(0.0, reported);
-        let old = primary_key(key).and_then(|k| state.images.remove(&k));
-        let mut units = blocks(old.as_ref().map_or(0, |o| o.size), KB);
-        *state
-            .consumed
-            .writes_by_target
-            .entry("table".to_owned())
-            .or_insert(0.0) += units;
-        if let Some(old) = &old {
-            for (i, (index, _, _, _)) in INDEXES.iter().enumerate() {
-                if let Some(entry) = &old.entries[i] {
-                    let u = blocks(entry.size, KB);
-                    units += u;
-                    *state
-                        .consumed
-                        .writes_by_target
-                        .entry((*index).to_owned())
-                        .or_insert(0.0) += u;
-                }
-            }
+        state.delete(key, 1.0);
+    }
+
+    /// The deletes of a `TransactWriteItems` whose puts [`Accounting::wrote`] counted (with the
+    /// request and its reported units): each at twice a `DeleteItem`'s table units.
+    pub(crate) fn deleted_in_transaction(&self, keys: &[Item]) {
+        let mut state = self.lock();
+        for key in keys {
+            state.delete(key, 2.0);
         }
-        state.consumed.estimated.write += units;
     }
 
     /// One read request (`GetItem`, or one page of a `Query` of `index`) that returned `items`.

@@ -22,7 +22,8 @@ pub use write::{DocumentValue, Write};
 
 use super::audit::AuditStore;
 use super::records::{
-    CapacityHolder, ClientTokenRecord, InsertJob, JobQuery, Page, RunnableHead, quota_share_key,
+    CapacityHolder, CapacityRelease, ClientTokenRecord, EnvironmentUsage, InsertJob, JobQuery,
+    Page, RunnableHead, quota_share_key,
 };
 
 /// A stored value and its version, for optimistic concurrency: an update names the version it
@@ -195,9 +196,31 @@ pub trait SchedulingStore: JobStore {
         &self,
     ) -> impl Future<Output = Result<Vec<Versioned<D>>, StoreError>> + Send;
 
+    /// The capacity in use in each environment: its [`EnvironmentUsage`] less the
+    /// [`CapacityRelease`]s not yet folded into it, keyed by environment.
+    ///
+    /// The usage documents are read before the releases: a fold that lands between the two reads
+    /// leaves its releases counted as in use (over-counted until the next read), never given back
+    /// twice.
+    fn capacity_in_use(
+        &self,
+    ) -> impl Future<
+        Output = Result<
+            std::collections::BTreeMap<String, Versioned<EnvironmentUsage>>,
+            StoreError,
+        >,
+    > + Send {
+        async move {
+            let usage = self.list_documents::<EnvironmentUsage>().await?;
+            let releases = self.list_documents::<CapacityRelease>().await?;
+            Ok(EnvironmentUsage::net_of(usage, &releases))
+        }
+    }
+
     /// Applies every write or none: [`StoreError::Conflict`] if any expected version differs
-    /// (a job or document changed since it was read, or a document to create exists). Each
-    /// written job and document gets its version plus one (documents created get 1).
+    /// (a job or document changed since it was read, a document to create exists, or one to
+    /// delete does not). Each written job and document gets its version plus one (documents
+    /// created get 1).
     fn commit(&self, writes: &[Write]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The first `limit` RUNNABLE jobs of `queue` whose [`share_key`](trainyard_domain::order::share_key) is `share`, in their

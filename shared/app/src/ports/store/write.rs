@@ -27,6 +27,15 @@ pub enum Write {
         /// The version read, or 0 to create.
         expected_version: u64,
     },
+    /// Delete a document whose stored version is `expected_version`.
+    DeleteDocument {
+        /// [`Document::KIND`].
+        kind: &'static str,
+        /// [`Document::key`].
+        key: String,
+        /// The version read.
+        expected_version: u64,
+    },
 }
 
 impl Write {
@@ -54,6 +63,15 @@ impl Write {
             kind: D::KIND,
             key: doc.key(),
             doc: DocumentValue(std::sync::Arc::new(doc)),
+            expected_version,
+        }
+    }
+
+    /// Deletes the document `key` of `D`'s kind if it is still at `expected_version`.
+    pub fn delete_document<D: Document>(key: String, expected_version: u64) -> Self {
+        Self::DeleteDocument {
+            kind: D::KIND,
+            key,
             expected_version,
         }
     }

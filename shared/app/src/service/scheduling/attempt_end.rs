@@ -11,7 +11,7 @@ use super::launch::record_preemption;
 use super::{CycleConfig, Ending, RACE_RETRIES, StateOutcome};
 use crate::error::AppError;
 use crate::ports::{
-    EnvironmentUsage, EventSink, SchedulingStore, StoreError, TrainingJobState, TrainingStatus,
+    CapacityRelease, EventSink, SchedulingStore, StoreError, TrainingJobState, TrainingStatus,
     Write,
 };
 use crate::service::Service;
@@ -83,16 +83,12 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
             {
                 job.runnable_at = place.or(job.runnable_at);
             }
+            // The capacity goes back as an item of its own, which the next cycle folds into the
+            // environment's usage: endings in a burst never queue on that one document.
             let mut writes = vec![Write::job(job.clone(), stored.version)];
             if let Some(environment) = &environment {
-                let usage = self
-                    .store
-                    .get_document::<EnvironmentUsage>(environment)
-                    .await?;
-                if let Some(mut usage) = usage {
-                    usage.value.remove(&job);
-                    writes.push(Write::document(&usage.value, usage.version)?);
-                }
+                let release = CapacityRelease::of(environment, &job, n);
+                writes.push(Write::document_value(release, 0));
             }
             match self.store.commit(&writes).await {
                 Ok(()) => {

@@ -17,8 +17,8 @@ use trainyard_scheduler::{
 use super::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
-    CapacityHolder, ConfigStore, EnvironmentUsage, EventSink, Fence, RunnableHead, SchedulingStore,
-    ShareUsageRecord, Versioned, WaitDigests,
+    CapacityHolder, CapacityRelease, ConfigStore, Document, EnvironmentUsage, EventSink, Fence,
+    RunnableHead, SchedulingStore, ShareUsageRecord, StoreError, Versioned, WaitDigests, Write,
 };
 use crate::service::Service;
 
@@ -241,7 +241,86 @@ fn held_per_share(holders: &[CapacityHolder]) -> BTreeMap<ShareKey, u64> {
     held
 }
 
+/// Usage documents keyed by environment.
+fn by_environment(
+    usage: Vec<Versioned<EnvironmentUsage>>,
+) -> BTreeMap<String, Versioned<EnvironmentUsage>> {
+    usage
+        .into_iter()
+        .map(|u| (u.value.environment.clone(), u))
+        .collect()
+}
+
+/// Releases folded into a usage document per commit: with the document, DynamoDB's 100 items
+/// of a transaction.
+const FOLD_BATCH: usize = 99;
+
 impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
+    /// Folds the [`CapacityRelease`]s written since the last cycle into their environments'
+    /// usage documents, deleting them in the same commits, and returns the capacity in use.
+    ///
+    /// Each commit version-checks the document and each release, so a fold that loses a race
+    /// (a dispatch, another pass's fold) changes nothing. The cycle then plans on the documents
+    /// as stored, which count what it could not fold as still in use until a later cycle folds
+    /// it: this cycle's dispatches write those documents, and a document written net of releases
+    /// that still exist would give them back twice. A release of an environment without a usage
+    /// document gives back nothing and is deleted.
+    async fn fold_releases(
+        &self,
+    ) -> Result<BTreeMap<String, Versioned<EnvironmentUsage>>, AppError> {
+        let mut usage = by_environment(self.store.list_documents::<EnvironmentUsage>().await?);
+        let releases = self.store.list_documents::<CapacityRelease>().await?;
+        if releases.is_empty() {
+            return Ok(usage);
+        }
+        let mut per_environment: BTreeMap<&str, Vec<&Versioned<CapacityRelease>>> = BTreeMap::new();
+        for release in &releases {
+            per_environment
+                .entry(release.value.environment.as_str())
+                .or_default()
+                .push(release);
+        }
+        let mut all_folded = true;
+        for (environment, releases) in per_environment {
+            for batch in releases.chunks(FOLD_BATCH) {
+                let mut writes = Vec::with_capacity(batch.len() + 1);
+                let folded = usage.get(environment).map(|stored| {
+                    let mut next = stored.value.clone();
+                    for release in batch {
+                        next.remove(&release.value);
+                    }
+                    Versioned {
+                        value: next,
+                        version: stored.version + 1,
+                    }
+                });
+                if let Some(folded) = &folded {
+                    writes.push(Write::document(&folded.value, folded.version - 1)?);
+                }
+                writes.extend(batch.iter().map(|release| {
+                    Write::delete_document::<CapacityRelease>(release.value.key(), release.version)
+                }));
+                match self.store.commit(&writes).await {
+                    Ok(()) => {
+                        if let Some(folded) = folded {
+                            usage.insert(environment.to_owned(), folded);
+                        }
+                    }
+                    Err(StoreError::Conflict) => {
+                        all_folded = false;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        if all_folded {
+            return Ok(usage);
+        }
+        let stored = self.store.list_documents::<EnvironmentUsage>().await?;
+        Ok(by_environment(stored))
+    }
+
     /// Step 1: reads everything the planner needs (see the module docs of `scheduling`).
     pub(super) async fn load_snapshot(
         &self,
@@ -249,13 +328,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         fresh: &[RunnableHead],
     ) -> Result<Loaded, AppError> {
         let mut configuration = self.load_configuration().await?;
-        let usage: BTreeMap<String, Versioned<EnvironmentUsage>> = self
-            .store
-            .list_documents::<EnvironmentUsage>()
-            .await?
-            .into_iter()
-            .map(|u| (u.value.environment.clone(), u))
-            .collect();
+        let usage = self.fold_releases().await?;
 
         let mut snapshot = Snapshot::default();
         let environments = std::mem::take(&mut configuration.environments);
