@@ -22,7 +22,8 @@ use crate::{Output, defaults, table};
     trainyard replay                          the newest cycles recorded\n  \
     trainyard replay 42                       plan cycle 42 again: the same decisions?\n  \
     trainyard replay 42 --config fifo.json    what strict FIFO would have decided instead\n  \
-    trainyard replay --all                    every recorded cycle (exits 1 if any differs)\n\n\
+    trainyard replay --all                    every recorded cycle (exits 1 if any differs)\n  \
+    trainyard replay --file record.json       a record kept by the AWS stack (in its S3 bucket)\n\n\
     A --config file holds planner settings as JSON; those left out keep the recorded ones:\n  \
     {\"strict_fifo\": true, \"min_wait_before_in_share_preemption_s\": 900}")]
 pub struct ReplayArgs {
@@ -31,6 +32,10 @@ pub struct ReplayArgs {
     /// Replay every recorded cycle (the newest 10,000 are kept).
     #[arg(long, conflicts_with = "cycle")]
     pub all: bool,
+    /// Replay the record in this file instead: one the AWS stack kept
+    /// (`aws s3 cp s3://BUCKET/decisions/DAY/TIME-ID.json .`; docs/functions.md).
+    #[arg(long, value_name = "RECORD", conflicts_with_all = ["cycle", "all"])]
+    pub file: Option<PathBuf>,
     /// Planner settings to replay under instead of the recorded ones (JSON).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -47,8 +52,14 @@ pub struct ReplayArgs {
 
 /// `trainyard replay`.
 pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
-    let store = open(&args.data_dir)?;
     let overrides = args.config.as_deref().map(read_overrides).transpose()?;
+    if let Some(file) = &args.file {
+        let record = read_record(file)?;
+        let label = format!("The cycle in {}", file.display());
+        let cycle = json!(file.display().to_string());
+        return replay_one((&label, cycle), &record, overrides.as_ref(), args);
+    }
+    let store = open(&args.data_dir)?;
     if args.all {
         return replay_all(&store, overrides.as_ref());
     }
@@ -61,8 +72,24 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             args.data_dir.display()
         );
     };
+    replay_one(
+        (&format!("Cycle {seq}"), json!(seq)),
+        &record,
+        overrides.as_ref(),
+        args,
+    )
+}
+
+/// Plans `record` again (under `overrides`, if any) and shows how that compares; fails when,
+/// under the recorded settings, it differs. `label` names the cycle in the table, `cycle` in
+/// JSON (its number, or the file it came from).
+fn replay_one(
+    (label, cycle): (&str, serde_json::Value),
+    record: &DecisionRecord,
+    overrides: Option<&serde_json::Map<String, serde_json::Value>>,
+    args: &ReplayArgs,
+) -> anyhow::Result<()> {
     let planner = overrides
-        .as_ref()
         .map(|o| with_overrides(&record.planner, o))
         .transpose()?;
     let replay = record.replay(planner.as_ref());
@@ -70,19 +97,27 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         Output::Json => crate::outln!(
             "{}",
             json!({
-                "cycle": seq, "id": record.id, "atMs": record.at_ms, "intact": record.intact(),
+                "cycle": cycle, "id": record.id, "atMs": record.at_ms, "intact": record.intact(),
                 "same": replay.same, "recorded": record.plan, "replayed": replay.plan,
             })
         )?,
         Output::Table => crate::out!(
             "{}",
-            describe(seq, &record, &replay, args.config.as_deref())
+            describe(label, record, &replay, args.config.as_deref())
         )?,
     }
     if args.config.is_none() && !(replay.same && record.intact()) {
-        bail!("cycle {seq} did not replay to its recorded decisions");
+        bail!("{label} did not replay to its recorded decisions");
     }
     Ok(())
+}
+
+/// A decision record from a JSON file.
+fn read_record(path: &Path) -> anyhow::Result<DecisionRecord> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a Trainyard decision record", path.display()))
 }
 
 /// Opens the store of `data_dir` (which must exist: replay creates nothing).
@@ -201,10 +236,15 @@ fn replay_all(
 
 /// One replayed cycle for people: what it planned over, what it decided and how that ended,
 /// then the replay's verdict and, when it differs, how.
-fn describe(seq: i64, record: &DecisionRecord, replay: &Replay, config: Option<&Path>) -> String {
+fn describe(
+    label: &str,
+    record: &DecisionRecord,
+    replay: &Replay,
+    config: Option<&Path>,
+) -> String {
     let snapshot = &record.snapshot;
     let mut out = format!(
-        "Cycle {seq} ({}) planned at {} UTC, in a {}\n",
+        "{label} ({}) planned at {} UTC, in a {}\n",
         record.id,
         UtcTime(record.at_ms),
         record.trigger
@@ -306,4 +346,63 @@ fn diff(recorded: &Plan, replayed: &Plan) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::Parser;
+    use trainyard_scheduler::{Dispatch, Snapshot, plan_cycle};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ReplayArgs,
+    }
+
+    fn args(line: &[&str]) -> ReplayArgs {
+        Cli::parse_from(std::iter::once("replay").chain(line.iter().copied())).args
+    }
+
+    /// A record as the AWS stack keeps it, in a file of its own.
+    fn write(dir: &Path, name: &str, record: &DecisionRecord) -> String {
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_vec(record).unwrap()).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn a_record_in_a_file_replays_and_one_altered_since_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = Snapshot::default();
+        let planner = PlannerConfig::default();
+        let plan = plan_cycle(&snapshot, 1_000, &planner);
+        let record = DecisionRecord::new("c-1".into(), 1_000, &snapshot, &planner, &plan);
+        let kept = write(dir.path(), "kept.json", &record);
+        assert!(run(&args(&["--file", &kept])).is_ok());
+
+        let mut other_plan = record.clone();
+        other_plan.plan.dispatches.push(Dispatch {
+            job_id: "j".into(),
+            queue: "q".into(),
+            environment: "e".into(),
+            instances: std::sync::Arc::default(),
+        });
+        let altered = write(dir.path(), "altered.json", &other_plan);
+        let error = run(&args(&["--file", &altered])).unwrap_err();
+        assert!(error.to_string().contains("did not replay"), "{error}");
+
+        let not_a_record = dir.path().join("other.json");
+        std::fs::write(&not_a_record, b"{\"hello\": 1}").unwrap();
+        let error = run(&args(&["--file", &not_a_record.display().to_string()])).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("not a Trainyard decision record"),
+            "{error:#}"
+        );
+        // A file and a stored cycle at once is a usage error.
+        assert!(Cli::try_parse_from(["replay", "7", "--file", &kept]).is_err());
+    }
 }

@@ -386,7 +386,7 @@ def test_every_function_role_grants_the_same_in_both_templates(sam_source, cdk):
 @pytest.mark.parametrize("which", ["sam_source", "cdk"])
 def test_only_the_scheduler_lists_checkpoints_and_only_in_the_buckets_the_stack_names(which, request):
     template = request.getfixturevalue(which)
-    s3_grants = lambda grants: {f: {g for g in gs if any(a.startswith("s3:") for a in g[1])}
+    s3_grants = lambda grants: {f: {g for g in gs if "s3:ListBucket" in g[1]}
                                 for f, gs in grants.items()}
     unnamed = s3_grants(deployed_role_grants(template))
     assert all(not g for g in unnamed.values()), unnamed
@@ -404,6 +404,29 @@ def test_only_the_scheduler_lists_checkpoints_and_only_in_the_buckets_the_stack_
     if globals_:
         variables.append(stack.resolve(globals_))
     assert variables and all(v["TRAINYARD_CHECKPOINT_MARKER"] == "_SUCCESS" for v in variables)
+
+
+@pytest.mark.parametrize("which", ["sam_source", "cdk"])
+def test_only_the_scheduler_writes_decision_records_and_only_under_decisions(which, request):
+    template = request.getfixturevalue(which)
+    stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table",
+                                      {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"})
+    buckets = [k for k, r in stack.resources.items() if r["Type"] == "AWS::S3::Bucket"]
+    assert len(buckets) == 1, buckets
+    bucket = stack.resources[buckets[0]]
+    name = stack.physical_name(buckets[0])
+    writes = {f: {g for g in gs if any(a.startswith("s3:") and a != "s3:ListBucket" for a in g[1])}
+              for f, gs in deployed_role_grants(template).items()}
+    assert writes.pop("scheduler") == {
+        ("Allow", ("s3:PutObject",), (f"arn:aws:s3:::{name}/decisions/*",), "null")}
+    assert all(not g for g in writes.values()), writes
+    props = stack.resolve(bucket["Properties"])
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    rules = props["LifecycleConfiguration"]["Rules"]
+    assert [(r["Prefix"], r["ExpirationInDays"], r["Status"]) for r in rules] == [("decisions/", 14, "Enabled")]
+    assert bucket.get("DeletionPolicy") == "Retain"
+    # The functions are told the bucket (only the scheduler writes there) and the retention.
+    assert stack.bucket_variables() == {"TRAINYARD_DECISIONS_BUCKET": name}
 
 
 @pytest.mark.parametrize("which", ["sam", "cdk"])

@@ -108,7 +108,8 @@ run_dynamodb_contract() {
     echo "faults injected: $(python3 -c 'import json,sys,urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1] + "/_stand/audit"))["faults"]["injected"])' "$MOTO_URL")"
     python3 -c 'import sys,urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/_stand/faults", data=b"{}", method="POST"))' "$MOTO_URL" || rc=1
     (export_stand_env && cargo test -p trainyard-aws --features moto-tests --locked \
-      --test dynamodb_units --test eventbridge --test s3_checkpoints -- --nocapture) || { [ "$rc" -ne 0 ] || rc=$?; }
+      --test dynamodb_units --test eventbridge --test s3_checkpoints --test s3_decisions \
+      -- --nocapture) || { [ "$rc" -ne 0 ] || rc=$?; }
   else
     rc=1
   fi

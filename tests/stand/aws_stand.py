@@ -1,6 +1,6 @@
 """A stand-in for the AWS a deployed Trainyard talks to, as strict as AWS about who may do what.
 
-One loopback HTTP endpoint serves moto (DynamoDB, EventBridge, SQS, IAM, STS; in this process)
+One loopback HTTP endpoint serves moto (DynamoDB, EventBridge, SQS, S3, IAM, STS; in this process)
 and forwards SageMaker's API to the SageMaker emulator (`--sagemaker URL`). Every request is
 authorized first, as IAM would:
 
@@ -10,7 +10,9 @@ authorized first, as IAM would:
 - each request is read as the IAM actions and resources AWS authorizes it as: a DynamoDB
   `TransactWriteItems` is a `PutItem`/`UpdateItem`/`DeleteItem`/`ConditionCheckItem` on each
   item's table, a `BatchGetItem` a `BatchGetItem` on each table, a `Query` on an index is on
-  `table/T/index/I`, an EventBridge `PutEvents` is on each entry's bus, a SageMaker
+  `table/T/index/I`, an EventBridge `PutEvents` is on each entry's bus, an S3 request (path
+  style) is `s3:GetObject`/`PutObject`/`DeleteObject` on `arn:aws:s3:::BUCKET/KEY` or
+  `s3:ListBucket` on the bucket, a SageMaker
   `CreateTrainingJob` also needs `iam:PassRole` on its `RoleArn` (with
   `iam:PassedToService` = `sagemaker.amazonaws.com`) and, with `Tags`, `sagemaker:AddTags`;
 - the caller's policies (moto's IAM: inline and attached) are evaluated with moto's evaluator
@@ -163,6 +165,29 @@ def sagemaker_checks(operation, body, region):
     return [(f"sagemaker:{operation}", "*")]
 
 
+def s3_checks(method, path, query):
+    """(operation, checks) of a path-style S3 request (`/bucket` or `/bucket/key`): what AWS
+    authorizes it as, on the bucket's or the object's ARN."""
+    bucket, _, key = path.lstrip("/").partition("/")
+    form = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    if not key:
+        operation = {
+            "GET": "ListObjectsV2" if form.get("list-type") == "2" else "ListObjects",
+            "HEAD": "HeadBucket",
+            "PUT": "CreateBucket",
+            "DELETE": "DeleteBucket",
+        }.get(method, method)
+        action = {
+            "ListObjectsV2": "ListBucket", "ListObjects": "ListBucket", "HeadBucket": "ListBucket",
+        }.get(operation, operation)
+        return operation, [(f"s3:{action}", f"arn:{PARTITION}:s3:::{bucket}")]
+    operation = {
+        "GET": "GetObject", "HEAD": "HeadObject", "PUT": "PutObject", "DELETE": "DeleteObject",
+    }.get(method, method)
+    action = "GetObject" if operation == "HeadObject" else operation
+    return operation, [(f"s3:{action}", f"arn:{PARTITION}:s3:::{bucket}/{key}")]
+
+
 JSON_SERVICES = {"dynamodb": dynamodb_checks, "events": events_checks, "sqs": sqs_checks}
 # Condition keys AWS sets for an action (the only one Trainyard's policies test).
 CONDITION_VALUES = {"iam:PassRole": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
@@ -179,8 +204,10 @@ def json_operation(headers, body_bytes):
     return operation, body if isinstance(body, dict) else {}
 
 
-def checks_for(service, headers, body_bytes, query, region):
+def checks_for(service, headers, body_bytes, query, region, method="POST", path="/"):
     """The (action, resource) pairs a request needs, and its operation's name."""
+    if service == "s3":
+        return s3_checks(method, path, query)
     if service == "sagemaker":
         operation, body = json_operation(headers, body_bytes)
         return operation, sagemaker_checks(operation, body, region)
@@ -539,7 +566,8 @@ class Gate:
             key, region, service = credential_scope(headers)
             principal, policies = self.caller(key, environ, headers, body, service)
             operation, checks = checks_for(
-                service, headers, body, environ.get("QUERY_STRING", ""), region
+                service, headers, body, environ.get("QUERY_STRING", ""), region,
+                environ["REQUEST_METHOD"], path,
             )
             for action, resource in checks:
                 if policies is not None and not permitted(policies, action, resource):
@@ -555,7 +583,7 @@ class Gate:
                     )
                 self.audit.allow(principal, action)
         except Refusal as refusal:
-            return self.refuse(start_response, refusal)
+            return self.refuse(start_response, refusal, s3=service == "s3")
         if service == "sagemaker":
             return self.forward_to_emulator(start_response, headers, body)
         if service == "dynamodb" and headers.get("X-Amz-Target", "").startswith(DYNAMODB_TARGET):
@@ -566,13 +594,15 @@ class Gate:
         """(principal ARN, policies; None for root) of the request's key, signature checked."""
         if key == self.root_key:
             return f"arn:{PARTITION}:iam::{ACCOUNT}:root", None
-        from moto.iam.access_control import IAMRequest
+        from moto.iam.access_control import IAMRequest, S3IAMRequest
 
         path = environ.get("RAW_URI") or environ.get("PATH_INFO", "/")
         if environ.get("QUERY_STRING") and "?" not in path:
             path += "?" + environ["QUERY_STRING"]
+        # S3 signs its payload hash as sent (`x-amz-content-sha256`), not the body.
+        kind = S3IAMRequest if service == "s3" else IAMRequest
         try:
-            request = IAMRequest(
+            request = kind(
                 account_id=ACCOUNT, method=environ["REQUEST_METHOD"], path=path, data={},
                 body=body, headers=headers, action="Authorize",
             )
@@ -617,7 +647,14 @@ class Gate:
         start_response(f"{status} {reason}", list(keep.items()))
         return [body]
 
-    def refuse(self, start_response, refusal):
+    def refuse(self, start_response, refusal, s3=False):
+        if s3:
+            # S3 answers in XML, and a refusal is 403 `AccessDenied`.
+            code = "AccessDenied" if refusal.code == "AccessDeniedException" else refusal.code
+            status = 403 if code == "AccessDenied" else refusal.status
+            message = refusal.message.replace("&", "&amp;").replace("<", "&lt;")
+            body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+            return self.respond(start_response, status, {"Content-Type": "application/xml"}, body)
         body = json.dumps({"__type": refusal.code, "message": refusal.message}).encode()
         headers = {"Content-Type": "application/x-amz-json-1.1",
                    "x-amzn-ErrorType": refusal.code}

@@ -11,8 +11,9 @@ attach to it), every intrinsic resolved for the stack (`Ref`, `Fn::GetAtt ... Ar
 `Fn::Join`) the way CloudFormation names the resources; then the role is assumed, and
 `OUT/<function>.env` gets the session's `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 `AWS_SESSION_TOKEN`. `OUT/stack.env` gets the physical names the functions are configured with
-(`TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`). The event buses are created; the table is not (the
-suite creates it with the store's own schema, which infra/tests checks against the template).
+(`TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`, and each variable that names a bucket of the
+template). The event buses and the buckets are created; the table is not (the suite creates it
+with the store's own schema, which infra/tests checks against the template).
 
 Each rule with an event pattern (a function's `EventBridgeRule` event in SAM, an
 `AWS::Events::Rule` targeting a function in a synthesized template) is put on its bus with an SQS
@@ -95,6 +96,9 @@ class Stack:
                 return self.resolve(props[key])
         if kind == "AWS::Logs::LogGroup":
             return f"/aws/{self.name}/{logical}"
+        if kind == "AWS::S3::Bucket":
+            # CloudFormation's generated bucket names are lower case, as S3's rules require.
+            return f"{self.name}-{logical}".lower()[:63]
         return f"{self.name}-{logical}"
 
     def ref(self, name):
@@ -127,6 +131,7 @@ class Stack:
             "AWS::IAM::Role": f"{prefix}:iam::{ACCOUNT}:role/{name}",
             "AWS::SNS::Topic": f"{prefix}:sns:{region}:{ACCOUNT}:{name}",
             "AWS::KMS::Key": f"{prefix}:kms:{region}:{ACCOUNT}:key/{name}",
+            "AWS::S3::Bucket": f"{prefix}:s3:::{name}",
         }
         if kind not in arns:
             raise SystemExit(f"Fn::GetAtt {logical}.Arn: no ARN rule for {kind}")
@@ -244,6 +249,21 @@ class Stack:
                                       self.resolve(props["EventPattern"])))
         return rules
 
+    def bucket_variables(self):
+        """{variable: bucket name} of the functions' environment variables (SAM's `Globals` or
+        each function's own) that name a bucket of the template (`Ref`)."""
+        sources = [self.template.get("Globals", {}).get("Function", {})]
+        sources += [r.get("Properties", {}) for r in self.resources.values()
+                    if r["Type"] in ("AWS::Serverless::Function", "AWS::Lambda::Function")]
+        found = {}
+        for props in sources:
+            variables = props.get("Environment", {}).get("Variables", {})
+            for variable, value in variables.items():
+                target = value.get("Ref") if isinstance(value, dict) else None
+                if self.resources.get(target, {}).get("Type") == "AWS::S3::Bucket":
+                    found[variable] = self.physical_name(target)
+        return found
+
     def role_policies(self, role):
         """[(name, document)] of the role: its inline policies and the policies attached to it."""
         props = self.resources[role]["Properties"]
@@ -299,6 +319,11 @@ def main():
         )
         statements = sum(len(d.get("Statement", [])) for _, d in policies)
         print(f"{function}: role {name} ({statements} statements), session written")
+    s3 = boto3.client("s3", endpoint_url=args.endpoint, region_name=args.region)
+    for logical, resource in stack.resources.items():
+        if resource["Type"] == "AWS::S3::Bucket":
+            s3.create_bucket(Bucket=stack.physical_name(logical))
+            print(f"bucket {stack.physical_name(logical)} ({logical})")
     events = boto3.client("events", endpoint_url=args.endpoint, region_name=args.region)
     sqs = boto3.client("sqs", endpoint_url=args.endpoint, region_name=args.region)
     for logical, resource in stack.resources.items():
@@ -319,7 +344,10 @@ def main():
          if r["Type"] == "AWS::Events::EventBus"),
         None,
     )
-    (out / "stack.env").write_text(f"TRAINYARD_TABLE={args.table}\nTRAINYARD_EVENT_BUS={bus}\n")
+    buckets = "".join(f"{k}={v}\n" for k, v in sorted(stack.bucket_variables().items()))
+    (out / "stack.env").write_text(
+        f"TRAINYARD_TABLE={args.table}\nTRAINYARD_EVENT_BUS={bus}\n{buckets}"
+    )
 
 
 if __name__ == "__main__":

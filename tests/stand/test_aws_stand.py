@@ -113,6 +113,23 @@ def test_each_part_of_a_transaction_and_each_table_of_a_batch_is_authorized(stan
     assert {"action": "dynamodb:DeleteItem", "resource": TABLE_ARN}.items() <= gate.audit.report()["refused"][-2].items()
 
 
+def test_s3_objects_and_buckets_are_authorized_on_their_own_arns(stand):
+    url, gate = stand
+    boto3.client("s3", endpoint_url=url, **ROOT).create_bucket(Bucket="records")
+    creds = session(url, "recorder", [
+        {"Effect": "Allow", "Action": "s3:PutObject", "Resource": "arn:aws:s3:::records/decisions/*"}])
+    path_style = botocore.config.Config(s3={"addressing_style": "path"})
+    s3 = boto3.client("s3", endpoint_url=url, config=path_style, **creds)
+    s3.put_object(Bucket="records", Key="decisions/2026-12-03/a.json", Body=b"{}")
+    refused(lambda: s3.put_object(Bucket="records", Key="elsewhere/a.json", Body=b"{}"), "AccessDenied")
+    refused(lambda: s3.get_object(Bucket="records", Key="decisions/2026-12-03/a.json"), "AccessDenied")
+    refused(lambda: s3.list_objects_v2(Bucket="records"), "AccessDenied")
+    assert {"action": "s3:ListBucket", "resource": "arn:aws:s3:::records"}.items() \
+        <= gate.audit.report()["refused"][-1].items()
+    root = boto3.client("s3", endpoint_url=url, config=path_style, **ROOT)
+    assert root.get_object(Bucket="records", Key="decisions/2026-12-03/a.json")["Body"].read() == b"{}"
+
+
 def test_pass_role_is_needed_to_create_a_training_job_and_only_to_sagemaker(stand):
     url, _ = stand
     job = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/ty-*"

@@ -60,6 +60,12 @@ pub const CHECKPOINT_MARKER: &str = "TRAINYARD_CHECKPOINT_MARKER";
 /// `TRAINYARD_S3_FORCE_PATH_STYLE`: address S3 as `endpoint/bucket/key` rather than
 /// `bucket.endpoint/key` (default false; S3-compatible endpoints such as moto need it).
 pub const S3_FORCE_PATH_STYLE: &str = "TRAINYARD_S3_FORCE_PATH_STYLE";
+/// `TRAINYARD_DECISIONS_BUCKET`: the S3 bucket the scheduler keeps each cycle's decision record
+/// in (`trainyard_aws::decisions`; unset: no records are kept).
+pub const DECISIONS_BUCKET: &str = "TRAINYARD_DECISIONS_BUCKET";
+/// `TRAINYARD_DECISION_RETENTION_DAYS`: how long decision summaries stay in the table (1 to 400,
+/// default 14; the bucket's lifecycle rule expires the records themselves).
+pub const DECISION_RETENTION_DAYS: &str = "TRAINYARD_DECISION_RETENTION_DAYS";
 
 /// `TRAINYARD_STACK_NAME`: the `Stack` dimension of metrics (default: the function name less
 /// its `-<function>` suffix, as the template names functions `<stack>-<function>`).
@@ -84,8 +90,11 @@ pub const DEFAULT_RECONCILE_QUIET_SECONDS: u32 = 300;
 /// Batch's limits on the initial setup (the template's `MaxValue`s say the same).
 const MAX_INSTANCES_LIMIT: u32 = 10_000;
 const MAX_QUEUE_PRIORITY: u32 = 1_000;
-/// The longest audit retention (`trainyard_app::ports::MAX_AUDIT_RETENTION_MS`, in days).
+/// The longest audit retention (`trainyard_app::ports::MAX_AUDIT_RETENTION_MS`, in days), and
+/// of decision summaries.
 const MAX_AUDIT_RETENTION_DAYS: u32 = 400;
+/// How long decision summaries are kept unless configured.
+const DEFAULT_DECISION_RETENTION_DAYS: u32 = 14;
 
 /// The service environment and queue created the first time the API function starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +144,10 @@ pub struct Config {
     pub checkpoint_marker: String,
     /// Path-style S3 addressing.
     pub s3_force_path_style: bool,
+    /// Where the scheduler keeps decision records, if anywhere.
+    pub decisions_bucket: Option<String>,
+    /// Days decision summaries are kept.
+    pub decision_retention_days: u32,
     /// The `Stack` dimension of metrics.
     pub stack: String,
 }
@@ -266,9 +279,20 @@ impl Config {
             default_s(planner.checkpoint_alignment_s),
             3_600,
         );
-        if audit_retention_days == 0 {
-            problems.push(format!("{AUDIT_RETENTION_DAYS} must be at least 1"));
+        let decision_retention_days = number(
+            DECISION_RETENTION_DAYS,
+            DEFAULT_DECISION_RETENTION_DAYS,
+            MAX_AUDIT_RETENTION_DAYS,
+        );
+        for (var, days) in [
+            (AUDIT_RETENTION_DAYS, audit_retention_days),
+            (DECISION_RETENTION_DAYS, decision_retention_days),
+        ] {
+            if days == 0 {
+                problems.push(format!("{var} must be at least 1"));
+            }
         }
+        let decisions_bucket = get(DECISIONS_BUCKET).filter(|b| !b.is_empty());
 
         let mut name = |var: &str, default: &str| {
             let value = get(var).unwrap_or_else(|| default.to_owned());
@@ -352,6 +376,8 @@ impl Config {
             checkpoint_alignment_s: u64::from(checkpoint_alignment_s),
             checkpoint_marker,
             s3_force_path_style,
+            decisions_bucket,
+            decision_retention_days,
             stack,
         })
     }
@@ -489,6 +515,8 @@ mod tests {
         assert!(!config.strict_fifo);
         assert_eq!(config.checkpoint_marker, "_SUCCESS");
         assert!(!config.s3_force_path_style);
+        assert_eq!(config.decisions_bucket, None);
+        assert_eq!(config.decision_retention_days, 14);
         assert_eq!(config.stack, "trainyard");
         assert_eq!(config.cycle(), CycleConfig::default());
         assert!(config.allows_role(ROLE));
@@ -523,6 +551,7 @@ mod tests {
                     (MIN_RUNTIME_AFTER_PREEMPTION, "86401"),
                     (RESTART_OVERHEAD, "-5"),
                     (CHECKPOINT_ALIGNMENT, "3601"),
+                    (DECISION_RETENTION_DAYS, "0"),
                 ],
                 &[
                     INITIAL_MAX_INSTANCES,
@@ -532,6 +561,7 @@ mod tests {
                     MIN_RUNTIME_AFTER_PREEMPTION,
                     RESTART_OVERHEAD,
                     CHECKPOINT_ALIGNMENT,
+                    DECISION_RETENTION_DAYS,
                 ],
             ),
             (
@@ -610,8 +640,12 @@ mod tests {
             (CHECKPOINT_ALIGNMENT, "600"),
             (CHECKPOINT_MARKER, "DONE"),
             (S3_FORCE_PATH_STYLE, "1"),
+            (DECISIONS_BUCKET, "records"),
+            (DECISION_RETENTION_DAYS, "30"),
         ]))
         .unwrap();
+        assert_eq!(config.decisions_bucket.as_deref(), Some("records"));
+        assert_eq!(config.decision_retention_days, 30);
         assert_eq!(config.checkpoint_marker, "DONE");
         assert!(config.s3_force_path_style);
         assert_eq!(config.arns.account, "000000000000");

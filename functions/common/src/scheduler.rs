@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use trainyard_app::ports::{ConfigStore, EventSink, Fence, SchedulingStore, TrainingBackend};
 use trainyard_app::service::lease::Lease;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput};
+pub use trainyard_app::service::scheduling::{DecisionLog, NoDecisions};
 use trainyard_app::{AppError, Service};
 
 use crate::error::FunctionError;
@@ -166,19 +167,26 @@ pub struct PassReport {
 /// The scheduler's handler over any store, event sink and training backend. Its store ports are
 /// [`ConfigStore`] (the configuration a cycle plans under) and [`SchedulingStore`] (accepting
 /// submitted jobs, the lease, the cycle's indexes, documents and commits).
-pub struct SchedulerFunction<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend> {
+pub struct SchedulerFunction<
+    S: ConfigStore + SchedulingStore,
+    E: EventSink,
+    B: TrainingBackend,
+    L: DecisionLog = NoDecisions,
+> {
     service: Arc<Service<S, E>>,
     backend: B,
     cycle: CycleConfig,
     /// This process's id: with the request id it names the lease holder.
     instance: String,
     lease_wait: Duration,
+    /// Where each cycle's decision record goes.
+    decisions: L,
 }
 
 impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
     SchedulerFunction<S, E, B>
 {
-    /// A handler that waits up to [`LEASE_WAIT`] for a held lease.
+    /// A handler that waits up to [`LEASE_WAIT`] for a held lease and keeps no decision records.
     pub fn new(service: Arc<Service<S, E>>, backend: B, cycle: CycleConfig) -> Self {
         Self {
             service,
@@ -186,9 +194,30 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             cycle,
             instance: uuid::Uuid::new_v4().to_string(),
             lease_wait: LEASE_WAIT,
+            decisions: NoDecisions,
         }
     }
 
+    /// The same handler, appending each cycle's decision record to `log` (after the cycle has
+    /// acted: a record that cannot be kept is logged, and loses no decision).
+    pub fn with_decisions<L: DecisionLog>(self, log: L) -> SchedulerFunction<S, E, B, L> {
+        SchedulerFunction {
+            service: self.service,
+            backend: self.backend,
+            cycle: CycleConfig {
+                record_decisions: true,
+                ..self.cycle
+            },
+            instance: self.instance,
+            lease_wait: self.lease_wait,
+            decisions: log,
+        }
+    }
+}
+
+impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: DecisionLog>
+    SchedulerFunction<S, E, B, L>
+{
     /// The same with another bound on the lease wait.
     pub fn with_lease_wait(mut self, wait: Duration) -> Self {
         self.lease_wait = wait;
@@ -322,7 +351,16 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             }),
             ..PassInput::default()
         };
-        let pass = self.service.pass(&self.backend, &self.cycle, input).await;
+        let mut pass = self.service.pass(&self.backend, &self.cycle, input).await;
+        for cycle in &mut pass.cycles {
+            let Some(mut record) = cycle.decision.take() else {
+                continue;
+            };
+            record.trigger = format!("{trigger:?} ({})", record.trigger);
+            if let Err(error) = self.decisions.append_decision(&record).await {
+                tracing::warn!(%error, cycle = %record.id, "decision record not kept");
+            }
+        }
         let cycles = pass.cycle_totals();
         report.accepted += pass.accepted;
         report.cycles += pass.cycles.len();

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use trainyard_functions::aws::Adapters;
-use trainyard_functions::scheduler::{SchedulerFunction, Trigger};
+use trainyard_functions::aws::{Adapters, AwsScheduler};
+use trainyard_functions::scheduler::{DecisionLog, SchedulerFunction, Trigger};
 use trainyard_functions::{metrics, runtime};
 
 #[tokio::main]
@@ -14,11 +14,19 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = runtime::cold_start("scheduler")?;
     let adapters = Adapters::load(&config).await;
     let (service, metrics) = adapters.service(&config);
-    let handler = Arc::new(SchedulerFunction::new(
-        service,
-        adapters.sagemaker.clone(),
-        config.cycle(),
-    ));
+    let handler = SchedulerFunction::new(service, adapters.sagemaker.clone(), config.cycle());
+    // Decision records are kept where the stack names a bucket (`DecisionsBucket`).
+    match adapters.decision_log(&config) {
+        Some(log) => serve(Arc::new(handler.with_decisions(log)), metrics).await,
+        None => serve(Arc::new(handler), metrics).await,
+    }
+}
+
+/// Serves `handler`'s events until Lambda stops the process.
+async fn serve<L: DecisionLog>(
+    handler: Arc<AwsScheduler<L>>,
+    metrics: metrics::Metrics,
+) -> Result<(), lambda_runtime::Error> {
     let stack = metrics.stack().to_owned();
     runtime::serve("scheduler", metrics, |event| {
         let handler = handler.clone();

@@ -16,6 +16,7 @@ const iam = require('aws-cdk-lib/aws-iam');
 const kms = require('aws-cdk-lib/aws-kms');
 const lambda = require('aws-cdk-lib/aws-lambda');
 const logs = require('aws-cdk-lib/aws-logs');
+const s3 = require('aws-cdk-lib/aws-s3');
 const s3assets = require('aws-cdk-lib/aws-s3-assets');
 const sns = require('aws-cdk-lib/aws-sns');
 const sqs = require('aws-cdk-lib/aws-sqs');
@@ -96,6 +97,12 @@ class TrainyardStack extends cdk.Stack {
       description: 'How long the audit trail (every call that asked to change something: who, what, '
         + 'allowed or refused, by which policy) is kept in the table; DynamoDB\'s TTL deletes older records.',
     });
+    const decisionRetentionDays = param('DecisionRetentionDays', {
+      type: 'Number', default: 14, minValue: 1, maxValue: 400,
+      description: "How long each scheduling cycle's decision record (what it planned, from which "
+        + 'snapshot, replayable with `trainyard replay --file`) is kept: the records bucket\'s lifecycle '
+        + 'rule and the TTL of their summaries in the table.',
+    });
     const checkpointBucketArns = param('CheckpointBucketArns', {
       type: 'CommaDelimitedList', default: '',
       description: "ARNs of the S3 buckets that jobs' CheckpointConfig.S3Uri point into "
@@ -168,6 +175,36 @@ class TrainyardStack extends cdk.Stack {
     });
     table.applyRemovalPolicy(cdk.RemovalPolicy.RETAIN);
 
+    // Each scheduling cycle's decision record, under decisions/; its summary item in the table
+    // names the object. Private, encrypted, expired by age.
+    const decisionsBucket = new s3.CfnBucket(this, 'DecisionsBucket', {
+      bucketEncryption: {
+        serverSideEncryptionConfiguration: [{ serverSideEncryptionByDefault: { sseAlgorithm: 'AES256' } }],
+      },
+      publicAccessBlockConfiguration: {
+        blockPublicAcls: true, blockPublicPolicy: true, ignorePublicAcls: true, restrictPublicBuckets: true,
+      },
+      ownershipControls: { rules: [{ objectOwnership: 'BucketOwnerEnforced' }] },
+      lifecycleConfiguration: {
+        rules: [{
+          id: 'expire-decision-records', status: 'Enabled', prefix: 'decisions/',
+          expirationInDays: decisionRetentionDays.valueAsNumber,
+        }],
+      },
+    });
+    decisionsBucket.applyRemovalPolicy(cdk.RemovalPolicy.RETAIN);
+    new s3.CfnBucketPolicy(this, 'DecisionsBucketPolicy', {
+      bucket: decisionsBucket.ref,
+      policyDocument: {
+        Version: '2012-10-17',
+        Statement: [{
+          Sid: 'TlsOnly', Effect: 'Deny', Principal: '*', Action: 's3:*',
+          Resource: [decisionsBucket.attrArn, `${decisionsBucket.attrArn}/*`],
+          Condition: { Bool: { 'aws:SecureTransport': 'false' } },
+        }],
+      },
+    });
+
     // --- events and dead-letter queues -----------------------------------------------------------
     const bus = new events.CfnEventBus(this, 'EventBus', { name: `${Aws.STACK_NAME}-trainyard` });
     const dlq = (name) => new sqs.CfnQueue(this, name, {
@@ -218,6 +255,8 @@ class TrainyardStack extends cdk.Stack {
       TRAINYARD_STACK_NAME: Aws.STACK_NAME,
       TRAINYARD_ACCOUNT_ID: Aws.ACCOUNT_ID,
       TRAINYARD_CHECKPOINT_MARKER: checkpointMarker.valueAsString,
+      TRAINYARD_DECISIONS_BUCKET: decisionsBucket.ref,
+      TRAINYARD_DECISION_RETENTION_DAYS: decisionRetentionDays.valueAsString,
     };
 
     const fn = (prefix, dir, { statements, timeout = 30, memorySize = 256, dlq: deadLetters, reserved }) => {
@@ -294,6 +333,10 @@ class TrainyardStack extends cdk.Stack {
           Condition: { StringEquals: { 'iam:PassedToService': 'sagemaker.amazonaws.com' } },
         },
         { Sid: 'Events', Effect: 'Allow', Action: 'events:PutEvents', Resource: bus.attrArn },
+        {
+          Sid: 'DecisionRecords', Effect: 'Allow', Action: 's3:PutObject',
+          Resource: `${decisionsBucket.attrArn}/decisions/*`,
+        },
         // Checkpoints observed before a preemption, where the stack names their buckets.
         Fn.conditionIf(hasCheckpointBuckets.logicalId, {
           Sid: 'ListCheckpoints', Effect: 'Allow', Action: 's3:ListBucket',

@@ -33,6 +33,7 @@
 //! retries) are [`StoreError::Unavailable`] with the SDK error kept.
 
 mod audit;
+mod decisions;
 mod interceptor;
 mod schema;
 #[cfg(test)]
@@ -59,6 +60,7 @@ use trainyard_app::ports::{
 use trainyard_domain::arn::ResourceKind;
 use trainyard_domain::job::{JobStatus, ServiceJob};
 
+pub use decisions::{DecisionSummary, decision_partition};
 pub use schema::{CreateTableError, create_table};
 use schema::{Item, SEP, n, s};
 pub use units::{Consumed, Units, item_size};

@@ -7,12 +7,14 @@
 //! # Layout
 //!
 //! - [`dynamodb`]: the store, on one DynamoDB table.
+//! - [`decisions`]: each cycle's decision record, in S3 with a summary in the table.
 //! - [`sagemaker`]: the training backend, on SageMaker's API.
 //! - [`eventbridge`]: the event sink, on an EventBridge bus.
 //! - [`metrics`]: CloudWatch metrics as Embedded Metric Format log lines.
 //! - [`iam`]: callers' IAM tags, for the access policies.
 
 pub mod checkpoints;
+pub mod decisions;
 pub mod dynamodb;
 pub mod eventbridge;
 pub mod iam;

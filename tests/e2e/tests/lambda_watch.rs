@@ -18,7 +18,8 @@
 //! - `TRAINYARD_E2E_STAND` (the stand, also every `AWS_ENDPOINT_URL_*`) and
 //!   `TRAINYARD_E2E_EMULATOR` (the emulator itself, which this test reads unsigned), with the
 //!   account's root key and a region;
-//! - `TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`: what the functions were started with (this test
+//! - `TRAINYARD_TABLE`, `TRAINYARD_EVENT_BUS`, `TRAINYARD_DECISIONS_BUCKET`: what the functions
+//!   were started with (this test
 //!   creates the table before the first invocation, so the `api` function's cold start finds
 //!   it; the bus is deployed with the stack);
 //! - `TRAINYARD_E2E_ROUTES`: the rules `tests/stand/deploy_stack.py` put on the buses, each
@@ -35,6 +36,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use trainyard_app::service::scheduling::DecisionRecord;
 
 const ROLE: &str = "arn:aws:iam::123456789012:role/SageMakerRole";
 /// Longest wait for one invocation (the first one of a function starts its process).
@@ -119,6 +121,39 @@ impl Stand {
         let text = response.body_mut().read_to_string().unwrap();
         assert_eq!(response.status().as_u16(), 200, "{action}: {text}");
         text
+    }
+
+    /// A path-style S3 `GET` from the stand as the account's root; the body.
+    fn s3(&self, path_and_query: &str) -> String {
+        let authorization = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, \
+             SignedHeaders=host, Signature=0";
+        let mut response = self
+            .agent
+            .get(format!("{}{path_and_query}", self.stand))
+            .header("authorization", authorization)
+            .call()
+            .unwrap();
+        let text = response.body_mut().read_to_string().unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path_and_query}: {text}");
+        text
+    }
+
+    /// The keys under `prefix` in `bucket` (one page: up to 1,000).
+    fn s3_keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let listing = self.s3(&format!(
+            "/{bucket}?list-type=2&prefix={}",
+            urlencoding(prefix)
+        ));
+        listing
+            .split("<Key>")
+            .skip(1)
+            .filter_map(|rest| rest.split_once("</Key>").map(|(key, _)| key.to_owned()))
+            .collect()
+    }
+
+    /// The object at `key` in `bucket`.
+    fn s3_get(&self, bucket: &str, key: &str) -> String {
+        self.s3(&format!("/{bucket}/{key}"))
     }
 
     /// Puts a SageMaker state change on the default bus, as SageMaker does.
@@ -744,6 +779,36 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
                 && e["detail"]["allowed"] == false),
         "no refused submit among the audit events the rule delivered: {published:?}"
     );
+
+    // Every cycle the scheduler ran with jobs to plan left its decision record in the stack's
+    // bucket (as the scheduler's role), summarised in the table; each replays to its plan.
+    let bucket = var("TRAINYARD_DECISIONS_BUCKET");
+    let keys = s.s3_keys(&bucket, "decisions/");
+    assert!(!keys.is_empty(), "no decision records in {bucket}");
+    for key in &keys {
+        let record: DecisionRecord = serde_json::from_str(&s.s3_get(&bucket, key)).unwrap();
+        assert!(
+            record.intact(),
+            "{key}: the snapshot does not match its digest"
+        );
+        assert!(
+            record.replay(None).same,
+            "{key}: replays to other decisions"
+        );
+    }
+    let days: std::collections::BTreeSet<&str> =
+        keys.iter().filter_map(|k| k.split('/').nth(1)).collect();
+    let mut summaries = 0;
+    for day in days {
+        let found = s.aws(
+            "dynamodb",
+            "DynamoDB_20120810.Query",
+            &json!({"TableName": var("TRAINYARD_TABLE"), "KeyConditionExpression": "pk = :pk",
+                "ExpressionAttributeValues": {":pk": {"S": format!("DECISION#{day}")}}}),
+        );
+        summaries += found["Count"].as_u64().unwrap();
+    }
+    assert_eq!(summaries, keys.len() as u64, "one summary per record");
 
     // Every function ran as its own role, and no call any of them made was refused.
     let audit = s.audit();
