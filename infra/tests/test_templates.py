@@ -81,9 +81,13 @@ def statements(node, path="$"):
 
 
 def wildcard_actions(template):
-    """(where, action) for each statement action with a `*`, and each NotAction (an inverted grant)."""
+    """(where, action) for each granting statement's action with a `*`, and each NotAction (an
+    inverted grant). A `Deny` grants nothing: `s3:*` there (the TLS-only guard of a bucket
+    policy) takes away, so it is not counted."""
     problems = []
     for where, statement in statements(template["Resources"]):
+        if statement.get("Effect") == "Deny":
+            continue
         if "NotAction" in statement:
             problems.append((where, "NotAction"))
         actions = statement.get("Action", [])
@@ -116,6 +120,9 @@ def test_the_wildcard_check_flags_star_actions_and_only_those(action, flagged):
         {"PolicyName": "p", "PolicyDocument": {"Statement": [{"Effect": "Allow", "Action": action, "Resource": "x"}]}}
     ]}}}}
     assert bool(wildcard_actions(template)) is flagged
+    # The same actions denied take away, and are not flagged.
+    denied = json.loads(json.dumps(template).replace('"Allow"', '"Deny"'))
+    assert wildcard_actions(denied) == []
 
 
 def test_the_wildcard_check_finds_statements_in_every_policy_document_shape(sam, cdk):

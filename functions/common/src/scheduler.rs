@@ -160,8 +160,18 @@ pub struct PassReport {
     pub fenced: bool,
     /// Attempts launched again because their first launch did not get through.
     pub relaunched: usize,
+    /// Waiting jobs given a start-time estimate by this invocation's forecast round (schedule
+    /// ticks only; absent when no round ran).
+    pub estimated: Option<usize>,
     /// Why the event was ignored.
     pub reason: Option<String>,
+}
+
+/// What a warm process keeps between its forecast rounds: what the forecaster learnt, and how
+/// long the last round took.
+struct Rounds {
+    forecaster: trainyard_forecast::Forecaster,
+    last_took: Duration,
 }
 
 /// The scheduler's handler over any store, event sink and training backend. Its store ports are
@@ -181,6 +191,8 @@ pub struct SchedulerFunction<
     lease_wait: Duration,
     /// Where each cycle's decision record goes.
     decisions: L,
+    /// Forecast rounds on schedule ticks, when on.
+    estimates: Option<tokio::sync::Mutex<Rounds>>,
 }
 
 impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
@@ -195,6 +207,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             instance: uuid::Uuid::new_v4().to_string(),
             lease_wait: LEASE_WAIT,
             decisions: NoDecisions,
+            estimates: None,
         }
     }
 
@@ -211,6 +224,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
             instance: self.instance,
             lease_wait: self.lease_wait,
             decisions: log,
+            estimates: self.estimates,
         }
     }
 }
@@ -218,6 +232,16 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend>
 impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: DecisionLog>
     SchedulerFunction<S, E, B, L>
 {
+    /// The same handler, running a forecast round on each schedule tick after its pass (see
+    /// [`SchedulerFunction::estimate`]). What the forecaster learns stays in this process.
+    pub fn with_start_estimates(mut self) -> Self {
+        self.estimates = Some(tokio::sync::Mutex::new(Rounds {
+            forecaster: trainyard_forecast::Forecaster::new(Default::default()),
+            last_took: Duration::ZERO,
+        }));
+        self
+    }
+
     /// The same with another bound on the lease wait.
     pub fn with_lease_wait(mut self, wait: Duration) -> Self {
         self.lease_wait = wait;
@@ -273,6 +297,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
             tracing::warn!(%error, token = lease.token, "releasing the scheduler lease failed");
         }
         worked?;
+        if trigger == Trigger::Schedule {
+            report.estimated = self.estimate(deadline).await;
+        }
         report.outcome = Some(PassOutcome::Ran);
         tracing::info!(
             ?trigger,
@@ -316,6 +343,81 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
         }
     }
 
+    /// One forecast round (`Service::estimate_start_times`): every waiting job's start-time
+    /// estimate, from what this process's forecaster has learnt. It starts only when the time
+    /// left before `deadline` exceeds [`STEP_MARGIN`] plus three times the last round's (a
+    /// round's CPU grows with the backlog and cannot be cut short); otherwise the next tick
+    /// tries again. Returns how many jobs it estimated.
+    async fn estimate(&self, deadline: Option<Instant>) -> Option<usize> {
+        let mut rounds = self.estimates.as_ref()?.try_lock().ok()?;
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < STEP_MARGIN + rounds.last_took * 3 {
+                tracing::info!(
+                    left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                    last_round_ms = u64::try_from(rounds.last_took.as_millis()).unwrap_or(u64::MAX),
+                    "no forecast round: too little time left in this invocation"
+                );
+                return None;
+            }
+        }
+        let started = Instant::now();
+        let Rounds { forecaster, .. } = &mut *rounds;
+        let result = self
+            .service
+            .estimate_start_times(forecaster, &self.cycle)
+            .await;
+        rounds.last_took = started.elapsed();
+        match result {
+            Ok(round) => {
+                tracing::info!(
+                    jobs = round.jobs,
+                    resolved = round.resolved,
+                    moved = round.moved,
+                    took_ms = u64::try_from(rounds.last_took.as_millis()).unwrap_or(u64::MAX),
+                    "start times estimated"
+                );
+                Some(round.jobs)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "estimating start times failed; the next tick tries again");
+                None
+            }
+        }
+    }
+
+    /// Appends the decision records of `pass`'s cycles, each by [`STEP_MARGIN`] before
+    /// `deadline`: one that would run past it is dropped and logged, so keeping records never
+    /// costs the invocation its deadline (nor a decision: the cycles have acted already).
+    async fn keep_decisions(
+        &self,
+        pass: &mut trainyard_app::service::scheduling::PassReport,
+        trigger: Trigger,
+        deadline: Option<Instant>,
+    ) {
+        let by = deadline.map(|d| d.checked_sub(STEP_MARGIN).unwrap_or(d));
+        for cycle in &mut pass.cycles {
+            let Some(mut record) = cycle.decision.take() else {
+                continue;
+            };
+            record.trigger = format!("{trigger:?} ({})", record.trigger);
+            let append = self.decisions.append_decision(&record);
+            let kept = match by {
+                Some(by) => tokio::time::timeout_at(by, append).await.ok(),
+                None => Some(append.await),
+            };
+            match kept {
+                Some(Ok(())) => {}
+                Some(Err(error)) => {
+                    tracing::warn!(%error, cycle = %record.id, "decision record not kept");
+                }
+                None => {
+                    tracing::warn!(cycle = %record.id, "decision record not kept: the invocation's deadline is near");
+                }
+            }
+        }
+    }
+
     /// Runs the pass (accept, relaunches on the schedule, then cycles) and adds what it did to
     /// `report`; the first failed step is the invocation's error. No step starts within
     /// [`STEP_MARGIN`] of `deadline`.
@@ -352,15 +454,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
             ..PassInput::default()
         };
         let mut pass = self.service.pass(&self.backend, &self.cycle, input).await;
-        for cycle in &mut pass.cycles {
-            let Some(mut record) = cycle.decision.take() else {
-                continue;
-            };
-            record.trigger = format!("{trigger:?} ({})", record.trigger);
-            if let Err(error) = self.decisions.append_decision(&record).await {
-                tracing::warn!(%error, cycle = %record.id, "decision record not kept");
-            }
-        }
+        self.keep_decisions(&mut pass, trigger, deadline).await;
         let cycles = pass.cycle_totals();
         report.accepted += pass.accepted;
         report.cycles += pass.cycles.len();

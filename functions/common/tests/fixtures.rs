@@ -409,3 +409,113 @@ async fn two_scheduler_invocations_at_once_share_the_lease_and_never_overrun_cap
         .with(|emulator, _| emulator.list_training_jobs(None, None, 100).len());
     assert_eq!(launched, 2, "nothing launched twice");
 }
+
+/// A decision log that takes `delay` to keep each record; what it kept.
+#[derive(Clone, Default)]
+struct SlowLog {
+    delay: Duration,
+    kept: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl trainyard_app::service::scheduling::DecisionLog for SlowLog {
+    async fn append_decision(
+        &self,
+        record: &trainyard_app::service::scheduling::DecisionRecord,
+    ) -> Result<(), trainyard_app::ports::StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.kept.lock().unwrap().push(record.id.clone());
+        Ok(())
+    }
+}
+
+/// Each cycle with a job to plan leaves its decision record; a log slower than the invocation
+/// has time for loses the record, not the deadline (tokio's clock is paused, so the waits are
+/// exact and instant).
+#[tokio::test(start_paused = true)]
+async fn decision_records_are_kept_and_never_cost_the_invocation_its_deadline() {
+    use trainyard_functions::scheduler::STEP_MARGIN;
+
+    let (service, _clock, sagemaker) = deployment(MemoryStore::new(), NoEvents, 2).await;
+    let tick = fixture("scheduler", "schedule.json");
+    submit(&service, "a").await;
+    let quick = SlowLog::default();
+    let handler =
+        SchedulerFunction::new(service.clone(), sagemaker.clone(), CycleConfig::default())
+            .with_decisions(quick.clone());
+    let report = handler.handle(&tick, "req-1", None).await.unwrap();
+    assert_eq!(report.dispatched, 1);
+    assert_eq!(
+        quick.kept.lock().unwrap().len(),
+        1,
+        "one record for the cycle that planned"
+    );
+
+    submit(&service, "b").await;
+    let slow = SlowLog {
+        delay: Duration::from_secs(600),
+        ..SlowLog::default()
+    };
+    let handler = SchedulerFunction::new(service.clone(), sagemaker, CycleConfig::default())
+        .with_decisions(slow.clone())
+        .with_lease_wait(Duration::ZERO);
+    let started = tokio::time::Instant::now();
+    let deadline = started + STEP_MARGIN + Duration::from_secs(10);
+    let report = handler
+        .handle(&tick, "req-2", Some(deadline))
+        .await
+        .unwrap();
+    assert_eq!(report.dispatched, 1, "the cycle acted");
+    assert!(
+        slow.kept.lock().unwrap().is_empty(),
+        "the record was dropped"
+    );
+    assert!(
+        tokio::time::Instant::now() <= deadline - STEP_MARGIN,
+        "returned {:?} after the start, the deadline was {:?} away",
+        tokio::time::Instant::now() - started,
+        deadline - started
+    );
+}
+
+/// On a schedule tick the scheduler also estimates when each waiting job will start, and the
+/// estimate follows the job's reason wherever the job is read; a tick too close to its deadline
+/// leaves the round to the next one.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_tick_estimates_the_waiting_jobs_start_times_when_time_allows() {
+    use trainyard_functions::scheduler::STEP_MARGIN;
+
+    let (service, _clock, sagemaker) = deployment(MemoryStore::new(), NoEvents, 1).await;
+    let tick = fixture("scheduler", "schedule.json");
+    submit(&service, "runs").await;
+    let waits = submit(&service, "waits").await;
+    let handler = SchedulerFunction::new(service.clone(), sagemaker, CycleConfig::default())
+        .with_start_estimates()
+        .with_lease_wait(Duration::ZERO);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let report = handler
+        .handle(&tick, "req-1", Some(deadline))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.dispatched, report.estimated),
+        (1, Some(1)),
+        "{report:?}"
+    );
+    let job = service.describe_job(&waits).await.unwrap();
+    assert_eq!(job.status, JobStatus::Runnable);
+    let estimate = service.start_estimate(&job).await.unwrap();
+    assert!(estimate.is_some(), "the waiting job has an estimate");
+    // As the API shows it: the reason, then the estimate.
+    let mut shown = [job];
+    service.with_current_reasons(&mut shown).await.unwrap();
+    let reason = shown[0].status_reason.as_deref().unwrap_or("");
+    assert!(reason.contains("; start p50"), "{reason}");
+
+    // With less than the step margin left, no round starts.
+    let deadline = tokio::time::Instant::now() + STEP_MARGIN - Duration::from_secs(1);
+    let report = handler
+        .handle(&tick, "req-2", Some(deadline))
+        .await
+        .unwrap();
+    assert_eq!(report.estimated, None, "{report:?}");
+}

@@ -14,7 +14,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = runtime::cold_start("scheduler")?;
     let adapters = Adapters::load(&config).await;
     let (service, metrics) = adapters.service(&config);
-    let handler = SchedulerFunction::new(service, adapters.sagemaker.clone(), config.cycle());
+    let handler = SchedulerFunction::new(service, adapters.sagemaker.clone(), config.cycle())
+        .with_start_estimates();
     // Decision records are kept where the stack names a bucket (`DecisionsBucket`).
     match adapters.decision_log(&config) {
         Some(log) => serve(Arc::new(handler.with_decisions(log)), metrics).await,

@@ -25,6 +25,10 @@ use crate::service::Service;
 /// Waiting jobs a round estimates per line (Slurm's backfill looks at 500 jobs in all).
 pub const ESTIMATED_PER_LINE: usize = 1_000;
 
+/// Estimates a queue's document keeps at most: those that start soonest. About 300 bytes each,
+/// so a document stays well within DynamoDB's 400 KB item; the jobs past them show no estimate.
+pub const KEPT_PER_QUEUE: usize = 1_000;
+
 /// What a forecast round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EstimateReport {
@@ -47,6 +51,13 @@ pub fn moved_a_lot(previous_ms: Option<i64>, now_p50_ms: Option<i64>, now_ms: i6
         (None, None) => false,
         _ => true,
     }
+}
+
+/// Keeps the `keep` estimates that start soonest (by p50; beyond the horizon last), ties in the
+/// order given (line order).
+fn keep_soonest<T>(found: &mut Vec<(T, &Estimate)>, keep: usize) {
+    found.sort_by_key(|(_, e)| (e.p50_ms.is_none(), e.p50_ms));
+    found.truncate(keep);
 }
 
 impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
@@ -79,12 +90,22 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 (q.name.clone(), doc)
             })
             .collect();
+        let mut per_queue_estimates: BTreeMap<&str, Vec<(&str, &Estimate)>> = BTreeMap::new();
         for job in &snapshot.pending {
-            if let (Some(doc), Some(estimate)) = (
-                per_queue.get_mut(job.queue.as_str()),
-                estimates.get(&job.job_id),
-            ) {
-                doc.jobs.insert(job.job_id.to_string(), estimate.clone());
+            if let Some(estimate) = estimates.get(&job.job_id) {
+                per_queue_estimates
+                    .entry(job.queue.as_str())
+                    .or_default()
+                    .push((job.job_id.as_str(), estimate));
+            }
+        }
+        for (queue, mut found) in per_queue_estimates {
+            let Some(doc) = per_queue.get_mut(queue) else {
+                continue;
+            };
+            keep_soonest(&mut found, KEPT_PER_QUEUE);
+            for (job_id, estimate) in found {
+                doc.jobs.insert(job_id.to_owned(), estimate.clone());
             }
         }
         let mut moved = 0;
@@ -220,7 +241,39 @@ pub fn describe(estimate: &Estimate) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::moved_a_lot;
+    use trainyard_forecast::Estimate;
+
+    use super::{keep_soonest, moved_a_lot};
+
+    #[test]
+    fn a_queue_keeps_the_estimates_that_start_soonest() {
+        let estimate = |p50_ms: Option<i64>| Estimate {
+            at_ms: 0,
+            p50_ms,
+            p90_ms: p50_ms,
+            within: [0.0; 3],
+            raw_ms: [p50_ms, p50_ms],
+            coverage: None,
+        };
+        let all = [
+            estimate(None),
+            estimate(Some(30)),
+            estimate(Some(10)),
+            estimate(Some(30)),
+            estimate(Some(20)),
+        ];
+        let mut found: Vec<(usize, &Estimate)> = all.iter().enumerate().collect();
+        keep_soonest(&mut found, 3);
+        let kept: Vec<usize> = found.iter().map(|(i, _)| *i).collect();
+        assert_eq!(kept, [2, 4, 1], "10, 20, then the first of the two at 30");
+        let mut found: Vec<(usize, &Estimate)> = all.iter().enumerate().collect();
+        keep_soonest(&mut found, 10);
+        assert_eq!(
+            found.last().map(|(i, _)| *i),
+            Some(0),
+            "beyond the horizon last"
+        );
+    }
 
     #[test]
     fn a_move_is_worth_an_event_beyond_ten_minutes_or_a_fifth_of_the_wait() {
