@@ -233,7 +233,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
     SchedulerFunction<S, E, B, L>
 {
     /// The same handler, running a forecast round on each schedule tick after its pass (see
-    /// [`SchedulerFunction::estimate`]). What the forecaster learns stays in this process.
+    /// its `estimate` step). What the forecaster learns stays in this process.
     pub fn with_start_estimates(mut self) -> Self {
         self.estimates = Some(tokio::sync::Mutex::new(Rounds {
             forecaster: trainyard_forecast::Forecaster::new(Default::default()),

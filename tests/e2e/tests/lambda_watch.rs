@@ -503,6 +503,16 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
     assert_eq!(status, 200, "{why}");
     assert!(why["asOf"].as_i64().is_some(), "{why}");
     assert_eq!(why["blockers"][0]["kind"], "NEVER_RUNS", "{why}");
+    // A schedule tick also estimates when waiting jobs start (the scheduler's forecast round,
+    // as its role): the reason then carries the estimate; this job's is beyond the horizon.
+    let tick = s.schedule();
+    assert!(tick["estimated"].as_u64().unwrap_or(0) >= 1, "{tick}");
+    let waiting = s.describe(&wide);
+    let reason = waiting["statusReason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("; start p50 beyond the horizon"),
+        "{waiting}"
+    );
     let (status, body) = s.api(
         "terminateservicejob",
         &json!({"jobId": wide, "reason": "e2e: wide case done"}),
