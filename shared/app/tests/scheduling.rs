@@ -350,7 +350,7 @@ impl World {
             .await
             .unwrap()
             .iter()
-            .map(|j| j.value.training.total_instances())
+            .map(|j| j.value.held_total())
             .sum();
         let usage: u64 = store
             .capacity_in_use()
@@ -461,6 +461,65 @@ async fn jobs_run_to_success_in_queue_priority_order_as_capacity_frees() {
     });
     assert_eq!(order, sorted, "dispatched by queue priority");
     assert_every_cycle_replays(&w.decisions);
+}
+
+/// A job with `InstancePreferences` holds every preferred type from its dispatch (SageMaker may
+/// launch any of them), and gives back the others once a state change names the type SageMaker
+/// launched: a job waiting for one of those starts while the first still runs. Capacity in use
+/// matches what the dispatched jobs hold at every tick.
+#[tokio::test]
+async fn a_job_with_instance_preferences_gives_back_the_types_not_launched() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 2).await;
+    w.queue("q", 1, "local").await;
+    let preferring = w
+        .submit_with("prefers", "q", 1, quick(600), |cmd| {
+            let mut payload: Value = serde_json::from_str(&cmd.service_request_payload).unwrap();
+            payload["ResourceConfig"] = json!({
+                "InstancePreferences": [
+                    {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1},
+                    {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
+                ],
+                "VolumeSizeInGB": 50
+            });
+            cmd.service_request_payload = payload.to_string();
+        })
+        .await;
+    w.tick().await;
+    let held = w.job(&preferring).await;
+    assert_eq!(held.held_total(), 2, "both preferences held at dispatch");
+    let waiting = w.submit("waits", "q", 1, quick(60)).await;
+    for _ in 0..20 {
+        w.clock.advance(1_000);
+        w.tick().await;
+    }
+    let first = w.job(&preferring).await;
+    assert_eq!(first.status, JobStatus::Running);
+    let attempt = first.latest_attempt().unwrap();
+    assert_eq!(
+        attempt.selected_instance_type.as_deref(),
+        Some("ml.p5.48xlarge")
+    );
+    assert_eq!(
+        first.held_instances().into_owned(),
+        BTreeMap::from([("ml.p5.48xlarge".to_owned(), 1)])
+    );
+    let second = w.job(&waiting).await;
+    assert!(
+        second.status.is_dispatched() || second.status == JobStatus::Succeeded,
+        "the instance given back ran the waiting job: {:?} {:?}",
+        second.status,
+        second.status_reason
+    );
+    let usage = w.usage("local").await;
+    assert_eq!(
+        usage.value.instances,
+        BTreeMap::from([
+            ("ml.g5.xlarge".to_owned(), 1),
+            ("ml.p5.48xlarge".to_owned(), 1)
+        ]),
+        "one of each in use: the launched preference, and the job that took the other"
+    );
 }
 
 #[tokio::test]
@@ -714,6 +773,7 @@ async fn duplicated_and_reordered_events_change_nothing() {
         status: trainyard_app::ports::TrainingStatus::InProgress,
         secondary: "Training".into(),
         failure_reason: None,
+        selected_instance_type: None,
     };
     assert_eq!(
         w.service
@@ -1015,6 +1075,7 @@ impl TrainingBackend for CountingSageMaker {
             status: trainyard_app::ports::TrainingStatus::InProgress,
             secondary: "Starting".into(),
             failure_reason: None,
+            selected_instance_type: None,
         })
     }
     async fn stop_training_job(&self, _name: &str) -> Result<(), BackendError> {
@@ -1184,6 +1245,7 @@ async fn a_burst_of_job_endings_never_conflicts_and_the_next_cycle_folds_it() {
             status: trainyard_app::ports::TrainingStatus::Completed,
             secondary: "Completed".into(),
             failure_reason: None,
+            selected_instance_type: None,
         };
         let service = &service;
         let config = &config;

@@ -282,6 +282,7 @@ mod tests {
         Attempt {
             stop_requested: None,
             failed_as: None,
+            selected_instance_type: None,
             training_job_name: name.into(),
             training_job_arn: None,
             started_at: Some(2_000),

@@ -620,6 +620,7 @@ mod tests {
         Attempt {
             stop_requested: None,
             failed_as: None,
+            selected_instance_type: None,
             training_job_name: "ty-x".into(),
             training_job_arn: None,
             started_at: Some(started_at),

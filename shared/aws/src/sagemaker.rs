@@ -136,6 +136,7 @@ impl SageMakerBackend {
                     .map(|s| s.as_str().to_owned())
                     .unwrap_or_default(),
                 failure_reason: None,
+                selected_instance_type: None,
             });
         }
         Ok(jobs)
@@ -353,6 +354,8 @@ pub fn training_job_state(
             .map(|s| s.as_str().to_owned())
             .unwrap_or_default(),
         failure_reason: output.failure_reason().map(str::to_owned),
+        // Not in the SDK's typed output yet: the state-change events carry it.
+        selected_instance_type: None,
     })
 }
 

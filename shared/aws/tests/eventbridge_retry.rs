@@ -89,6 +89,7 @@ fn finished() -> Event {
     j.attempts = vec![Attempt {
         stop_requested: None,
         failed_as: None,
+        selected_instance_type: None,
         training_job_name: "ty-t-j1-1".into(),
         training_job_arn: None,
         started_at: Some(1),

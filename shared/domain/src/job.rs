@@ -20,6 +20,8 @@
 //! - SUCCEEDED and FAILED are terminal and absorbing.
 //! - Staying in the same status is not a transition (callers treat it as a no-op).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::Tags;
@@ -215,6 +217,11 @@ pub struct Attempt {
     /// and when it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_as: Option<Requeue>,
+    /// The instance type SageMaker launched, of a request with `InstancePreferences`, once a
+    /// state change said so (`ResourceConfig.SelectedInstanceType`): from then on the attempt
+    /// holds that preference's instances only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_instance_type: Option<String>,
 }
 
 /// Why Trainyard asked SageMaker to stop a running attempt.
@@ -445,6 +452,38 @@ impl ServiceJob {
     /// The latest attempt, if any.
     pub fn latest_attempt(&self) -> Option<&Attempt> {
         self.attempts.last()
+    }
+
+    /// The instances the job holds or asks for, per type: its request's, except that a
+    /// dispatched job whose attempt SageMaker launched on one of its `InstancePreferences`
+    /// holds that preference's instances only.
+    pub fn held_instances(&self) -> std::borrow::Cow<'_, BTreeMap<String, u32>> {
+        match self.latest_attempt() {
+            Some(attempt) if self.status.is_dispatched() => self.attempt_instances(attempt),
+            _ => std::borrow::Cow::Borrowed(&self.training.instances),
+        }
+    }
+
+    /// The instances `attempt` held: the request's, or the preference SageMaker launched.
+    pub fn attempt_instances(
+        &self,
+        attempt: &Attempt,
+    ) -> std::borrow::Cow<'_, BTreeMap<String, u32>> {
+        let preference = attempt.selected_instance_type.as_deref().and_then(|ty| {
+            self.training
+                .preferences
+                .iter()
+                .find(|(preferred, _)| preferred == ty)
+        });
+        match preference {
+            Some((ty, count)) => std::borrow::Cow::Owned(BTreeMap::from([(ty.clone(), *count)])),
+            None => std::borrow::Cow::Borrowed(&self.training.instances),
+        }
+    }
+
+    /// The instances of [`ServiceJob::held_instances`], across types.
+    pub fn held_total(&self) -> u64 {
+        self.held_instances().values().map(|n| u64::from(*n)).sum()
     }
 
     /// How many of its attempts were preempted (`preemptionSummary.preemptedAttemptCount`).

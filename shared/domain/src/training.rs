@@ -115,6 +115,9 @@ pub struct TrainingJobState {
     pub secondary: String,
     /// `FailureReason`, when failed.
     pub failure_reason: Option<String>,
+    /// `ResourceConfig.SelectedInstanceType`: the type SageMaker launched, of a request with
+    /// `InstancePreferences`, once it has chosen.
+    pub selected_instance_type: Option<String>,
 }
 
 impl TrainingJobState {
@@ -129,6 +132,11 @@ impl TrainingJobState {
             status: TrainingStatus::parse(text("TrainingJobStatus")?)?,
             secondary: text("SecondaryStatus").unwrap_or_default().to_owned(),
             failure_reason: text("FailureReason").map(str::to_owned),
+            selected_instance_type: detail
+                .get("ResourceConfig")
+                .and_then(|rc| rc.get("SelectedInstanceType"))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
         })
     }
 }
@@ -210,6 +218,7 @@ mod tests {
             status,
             secondary: secondary.into(),
             failure_reason: None,
+            selected_instance_type: None,
         };
         use TrainingStatus::*;
         let cases = [

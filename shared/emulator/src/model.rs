@@ -929,6 +929,12 @@ fn state_of(job: &Job) -> TrainingJobState {
         },
         secondary: job.secondary.as_str().to_owned(),
         failure_reason: job.failure_reason.clone(),
+        // As `DescribeTrainingJob` shows it: the type launched, of a request with preferences.
+        selected_instance_type: job
+            .request
+            .get("ResourceConfig")
+            .filter(|r| r.get("InstancePreferences").is_some())
+            .and_then(|_| job.instances.keys().next().cloned()),
     }
 }
 

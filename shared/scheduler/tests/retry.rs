@@ -66,6 +66,7 @@ fn attempt(reason: Option<&str>) -> Attempt {
     Attempt {
         stop_requested: None,
         failed_as: reason.map(class),
+        selected_instance_type: None,
         training_job_name: "AWSBatchtrain0".into(),
         training_job_arn: None,
         started_at: Some(NOW - 600 * SEC),
@@ -79,6 +80,7 @@ fn attempt(reason: Option<&str>) -> Attempt {
 fn ended_by(failure: &AttemptFailure) -> Attempt {
     Attempt {
         failed_as: Some(requeue_of(failure)),
+        selected_instance_type: None,
         ..attempt(Some(&attempt_status_reason(failure)))
     }
 }
@@ -1026,6 +1028,7 @@ fn a_preempted_jobs_time_limit_counts_from_its_preemption_not_its_place_in_line(
         started_at: Some(NOW - 3_600 * SEC),
         stopped_at: Some(NOW - 599 * SEC),
         failed_as: Some(Requeue::Preemption),
+        selected_instance_type: None,
         ..attempt(Some(PREEMPTED_REASON))
     }];
     assert_eq!(waiting_since(&j), NOW - 599 * SEC);

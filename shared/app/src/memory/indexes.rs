@@ -67,7 +67,7 @@ impl Indexes {
             holder.job_queue = self.shared(&holder.job_queue);
             holder.share = self.shared(&holder.share);
             self.dispatched.insert(job.job_id.clone(), holder);
-            self.held_instances += job.training.total_instances();
+            self.held_instances += job.held_total();
         }
     }
 
@@ -117,7 +117,7 @@ impl Indexes {
             self.heads.remove(&job.job_id);
         }
         if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
-            let held = job.training.total_instances();
+            let held = job.held_total();
             self.held_instances = self.held_instances.saturating_sub(held);
         }
     }

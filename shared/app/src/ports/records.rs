@@ -155,14 +155,13 @@ impl EnvironmentUsage {
         self.instances.values().sum()
     }
 
-    /// Takes a dispatched job's instances, charged to its quota share too when it has one.
+    /// Takes a dispatched job's instances ([`ServiceJob::held_instances`]), charged to its quota
+    /// share too when it has one.
     pub fn add(&mut self, job: &ServiceJob) {
-        add_counts(&mut self.instances, &job.training.instances);
+        let held = job.held_instances();
+        add_counts(&mut self.instances, &held);
         if let Some(key) = quota_share_of(job) {
-            add_counts(
-                self.quota_shares.entry(key).or_default(),
-                &job.training.instances,
-            );
+            add_counts(self.quota_shares.entry(key).or_default(), &held);
         }
     }
 
@@ -219,17 +218,53 @@ pub struct CapacityRelease {
     /// The job's quota share ([`quota_share_key`]), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_share: Option<String>,
+    /// Which part of the attempt's instances, when not all at its end: [`UNSELECTED`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
 }
+
+/// [`CapacityRelease::part`] of the preferences SageMaker did not launch.
+pub const UNSELECTED: &str = "unselected";
 
 impl CapacityRelease {
     /// What attempt `attempt` of `job`, dispatched to `environment`, gives back.
     pub fn of(environment: &str, job: &ServiceJob, attempt: usize) -> Self {
+        let instances = match attempt.checked_sub(1).and_then(|i| job.attempts.get(i)) {
+            Some(held) => job.attempt_instances(held).into_owned(),
+            None => job.training.instances.clone(),
+        };
         Self {
             environment: environment.to_owned(),
             job_id: job.job_id.clone(),
             attempt,
-            instances: job.training.instances.clone(),
+            instances,
             quota_share: quota_share_of(job),
+            part: None,
+        }
+    }
+
+    /// What attempt `attempt` of `job` gives back once SageMaker launched it on one of its
+    /// `InstancePreferences`: the instances of the others, which it never held in fact.
+    pub fn unselected(
+        environment: &str,
+        job: &ServiceJob,
+        attempt: usize,
+        held: &BTreeMap<String, u32>,
+    ) -> Self {
+        let mut instances = job.training.instances.clone();
+        for (ty, n) in held {
+            if let Some(count) = instances.get_mut(ty) {
+                *count = count.saturating_sub(*n);
+            }
+        }
+        instances.retain(|_, n| *n > 0);
+        Self {
+            environment: environment.to_owned(),
+            job_id: job.job_id.clone(),
+            attempt,
+            instances,
+            quota_share: quota_share_of(job),
+            part: Some(UNSELECTED.to_owned()),
         }
     }
 }
@@ -237,7 +272,13 @@ impl CapacityRelease {
 impl Document for CapacityRelease {
     const KIND: &'static str = "capacity-release";
     fn key(&self) -> String {
-        format!("{}/{}/{}", self.environment, self.job_id, self.attempt)
+        match &self.part {
+            Some(part) => format!(
+                "{}/{}/{}/{part}",
+                self.environment, self.job_id, self.attempt
+            ),
+            None => format!("{}/{}/{}", self.environment, self.job_id, self.attempt),
+        }
     }
 }
 
@@ -495,7 +536,7 @@ impl RunnableHead {
             priority: job.priority(),
             runnable_at: job.runnable_at.unwrap_or(job.created_at),
             line_offset_ms: job.line_offset_ms,
-            instances: std::sync::Arc::new(job.training.instances.clone()),
+            instances: std::sync::Arc::new(job.held_instances().into_owned()),
             max_runtime_s: job.training.max_runtime_s,
             not_before: job.not_before,
             status_reason: job.status_reason.as_deref().map(Into::into),
@@ -542,7 +583,7 @@ impl CapacityHolder {
             share: share_key(job).into(),
             priority: job.priority(),
             started_at: Self::started_at_of(job),
-            instances: std::sync::Arc::new(job.training.instances.clone()),
+            instances: std::sync::Arc::new(job.held_instances().into_owned()),
             max_runtime_s: job.training.max_runtime_s,
             checkpoint_s3_uri: job.training.checkpoint_s3_uri.as_deref().map(Into::into),
             preemptions: job.preemptions(),

@@ -373,8 +373,7 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
     put(
         INSTANCES,
         AttributeValue::M(
-            job.training
-                .instances
+            job.held_instances()
                 .iter()
                 .map(|(instance_type, count)| (instance_type.clone(), n(count)))
                 .collect(),
@@ -970,6 +969,7 @@ mod tests {
         scheduled.attempts.push(Attempt {
             stop_requested: None,
             failed_as: None,
+            selected_instance_type: None,
             training_job_name: "AWSBatchheld1".into(),
             training_job_arn: None,
             started_at: Some(5_000),

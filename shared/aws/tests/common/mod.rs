@@ -245,6 +245,7 @@ impl<S: Store, E: EventSink> World<S, E> {
             status,
             secondary: secondary.into(),
             failure_reason: None,
+            selected_instance_type: None,
         };
         self.service
             .on_training_state(&state, &self.config)

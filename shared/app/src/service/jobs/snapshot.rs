@@ -10,7 +10,7 @@ pub(super) fn position(job: &ServiceJob) -> QueuePosition {
 }
 
 pub(super) fn add_usage(usage: &mut CapacityUsage, job: &ServiceJob) {
-    for (instance_type, count) in &job.training.instances {
+    for (instance_type, count) in job.held_instances().iter() {
         *usage.entry(instance_type.clone()).or_insert(0) += u64::from(*count);
     }
 }

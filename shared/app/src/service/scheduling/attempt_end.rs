@@ -16,6 +16,35 @@ use crate::ports::{
 };
 use crate::service::Service;
 
+/// Records which of its `InstancePreferences` SageMaker launched attempt `n` of `job` on, the
+/// first time a state change says so (`ResourceConfig.SelectedInstanceType`), and returns what
+/// the attempt gives back: the instances of the other preferences, held since its dispatch in
+/// case SageMaker picked them, never launched. `None` when there is nothing to give back.
+fn unselected_preferences(
+    job: &mut ServiceJob,
+    n: usize,
+    state: &TrainingJobState,
+) -> Option<CapacityRelease> {
+    let selected = state.selected_instance_type.as_deref()?;
+    let preferred = job
+        .training
+        .preferences
+        .iter()
+        .any(|(ty, _)| ty == selected);
+    if job.training.preferences.len() < 2 || !preferred {
+        return None;
+    }
+    let attempt = job.attempts.last_mut()?;
+    if attempt.selected_instance_type.is_some() {
+        return None;
+    }
+    attempt.selected_instance_type = Some(selected.to_owned());
+    let environment = attempt.service_environment.clone()?;
+    let held = job.held_instances().into_owned();
+    let release = CapacityRelease::unselected(&environment, job, n, &held);
+    (!release.instances.is_empty()).then_some(release)
+}
+
 impl<S: SchedulingStore, E: EventSink> Service<S, E> {
     /// Ends attempt `n` of a job: stamps the attempt, decides the job's next status (success,
     /// retry, capacity requeue, failure) and releases the attempt's capacity, all in one commit.
@@ -139,7 +168,10 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                 }
                 _ => {}
             }
-            if !job.status.can_transition_to(next) {
+            // The first word of which preference SageMaker launched gives the others back.
+            let unselected = unselected_preferences(&mut job, n, state);
+            let moves = job.status.can_transition_to(next);
+            if !moves && unselected.is_none() {
                 return Ok(StateOutcome::Ignored);
             }
             let now = self.clock.now_ms();
@@ -148,14 +180,32 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                     .training_job_arn
                     .get_or_insert_with(|| state.arn.clone());
             }
-            let reason = job.status_reason.take().filter(|_| job.is_terminated);
-            if job.transition(next, reason, now).is_err() {
-                return Ok(StateOutcome::Ignored);
+            if moves {
+                let reason = job.status_reason.take().filter(|_| job.is_terminated);
+                if job.transition(next, reason, now).is_err() {
+                    return Ok(StateOutcome::Ignored);
+                }
             }
-            match self.store.update_job(&job, stored.version).await {
-                Ok(_) => {
-                    self.publish_status(&job).await;
-                    return Ok(StateOutcome::Applied(next));
+            let written = match unselected {
+                None => self
+                    .store
+                    .update_job(&job, stored.version)
+                    .await
+                    .map(|_| ()),
+                Some(release) => {
+                    let writes = [
+                        Write::job(job.clone(), stored.version),
+                        Write::document_value(release, 0),
+                    ];
+                    self.store.commit(&writes).await
+                }
+            };
+            match written {
+                Ok(()) => {
+                    if moves {
+                        self.publish_status(&job).await;
+                    }
+                    return Ok(StateOutcome::Applied(job.status));
                 }
                 Err(StoreError::Conflict) => continue,
                 Err(e) => return Err(e.into()),

@@ -277,6 +277,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         job.attempts.push(Attempt {
             stop_requested: None,
             failed_as: None,
+            selected_instance_type: None,
             training_job_name: attempt_name(&job, n),
             training_job_arn: None,
             started_at: Some(now),
