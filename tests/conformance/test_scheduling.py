@@ -33,10 +33,11 @@ def test_a_submitted_job_runs_on_the_emulated_sagemaker_and_succeeds(batch, reso
     assert done["isTerminated"] is False
 
 
-def test_a_job_with_instance_preferences_holds_each_preferred_type_and_succeeds(batch, resources):
+def test_a_job_with_instance_preferences_gives_back_the_preferences_not_launched(batch, resources):
     """`ResourceConfig.InstancePreferences` (newer than many SDKs) is carried to the emulated
-    SageMaker unchanged; while it runs, the job holds the most any preference asks for (2 of the
-    environment's 3 instances here), so a 2-instance job waits behind it."""
+    SageMaker unchanged. Dispatched, the job holds every preference (3 instances of the
+    environment's 3 here); once SageMaker says which it launched (the first: 1 instance), the
+    others go back, so a 2-instance job starts beside it."""
     env = resources.environment([{"maxCapacity": 3, "capacityUnit": "NUM_INSTANCES"}])
     queue = resources.queue(env["serviceEnvironmentArn"])
     payload = json.loads(support.training_payload(name="prefs"))
@@ -48,7 +49,7 @@ def test_a_job_with_instance_preferences_holds_each_preferred_type_and_succeeds(
             {"InstanceType": "ml.m5.xlarge", "InstanceCount": 2},
         ],
     }
-    payload["HyperParameters"] = {"emulator_duration_s": "3"}
+    payload["HyperParameters"] = {"emulator_duration_s": "8"}
     preferring = batch.submit_service_job(
         **support.submit_args(
             queue["jobQueueArn"], support.unique("prefs"), serviceRequestPayload=json.dumps(payload)
@@ -65,6 +66,6 @@ def test_a_job_with_instance_preferences_holds_each_preferred_type_and_succeeds(
     done = support.wait_for_status(batch, preferring["jobId"], "SUCCEEDED", timeout_s=30.0)
     assert ":training-job/" in done["latestAttempt"]["serviceResourceId"]["value"]
     after = support.wait_for_status(batch, two["jobId"], "SUCCEEDED", timeout_s=40.0)
-    # Started after the preferring job ended, not beside it: 2 + 2 > 3 (holding only the first
-    # preference, 1 + 2, would have let it start at once).
-    assert after["startedAt"] >= done["stoppedAt"], (after, done)
+    # Dispatched while the preferring job ran: it held the first preference only (1 + 2 <= 3;
+    # holding both, 3 + 2 > 3, it would have waited for the end).
+    assert after["scheduledAt"] < done["stoppedAt"], (after, done)

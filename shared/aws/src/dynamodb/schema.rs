@@ -67,8 +67,9 @@ pub(crate) const PRIORITY: &str = "prio";
 pub(crate) const STATUS_REASON: &str = "sr";
 /// `notBefore` (N, epoch ms; absent when none).
 pub(crate) const NOT_BEFORE: &str = "nb";
-/// The request's instances per instance type (M of N). A copy of the request item's
-/// `training.instances`, so always written, even empty.
+/// The instances per instance type the job asks for or holds (M of N):
+/// `ServiceJob::held_instances`, a copy of the request item's `training.instances` but while an
+/// attempt runs on one of its `InstancePreferences`. Always written, even empty.
 pub(crate) const INSTANCES: &str = "ins";
 /// The request's `MaxRuntimeInSeconds` (N; absent when not given). A copy, as [`INSTANCES`].
 pub(crate) const MAX_RUNTIME_S: &str = "mrt";
