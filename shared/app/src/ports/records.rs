@@ -178,6 +178,16 @@ impl EnvironmentUsage {
         }
     }
 
+    /// Usage documents keyed by their environment.
+    pub fn by_environment(
+        usage: Vec<Versioned<EnvironmentUsage>>,
+    ) -> BTreeMap<String, Versioned<EnvironmentUsage>> {
+        usage
+            .into_iter()
+            .map(|u| (u.value.environment.clone(), u))
+            .collect()
+    }
+
     /// The usage of each environment in `usage` less the `releases` not yet folded into it.
     /// Versions are kept as stored: write a net document only in the commit that deletes the
     /// releases it nets out, or they would be given back twice.
@@ -185,10 +195,7 @@ impl EnvironmentUsage {
         usage: Vec<Versioned<EnvironmentUsage>>,
         releases: &[Versioned<CapacityRelease>],
     ) -> BTreeMap<String, Versioned<EnvironmentUsage>> {
-        let mut net: BTreeMap<String, Versioned<EnvironmentUsage>> = usage
-            .into_iter()
-            .map(|u| (u.value.environment.clone(), u))
-            .collect();
+        let mut net = Self::by_environment(usage);
         for release in releases {
             if let Some(usage) = net.get_mut(&release.value.environment) {
                 usage.value.remove(&release.value);
@@ -244,27 +251,21 @@ impl CapacityRelease {
     }
 
     /// What attempt `attempt` of `job` gives back once SageMaker launched it on one of its
-    /// `InstancePreferences`: the instances of the others, which it never held in fact.
-    pub fn unselected(
-        environment: &str,
-        job: &ServiceJob,
-        attempt: usize,
-        held: &BTreeMap<String, u32>,
-    ) -> Self {
+    /// `InstancePreferences` (recorded on the attempt): the instances of the others, held since
+    /// its dispatch in case SageMaker picked them, never launched.
+    pub fn unselected(environment: &str, job: &ServiceJob, attempt: usize) -> Self {
+        let selected = Self::of(environment, job, attempt);
         let mut instances = job.training.instances.clone();
-        for (ty, n) in held {
+        for (ty, n) in &selected.instances {
             if let Some(count) = instances.get_mut(ty) {
                 *count = count.saturating_sub(*n);
             }
         }
         instances.retain(|_, n| *n > 0);
         Self {
-            environment: environment.to_owned(),
-            job_id: job.job_id.clone(),
-            attempt,
             instances,
-            quota_share: quota_share_of(job),
             part: Some(UNSELECTED.to_owned()),
+            ..selected
         }
     }
 }

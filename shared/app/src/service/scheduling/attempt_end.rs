@@ -40,8 +40,7 @@ fn unselected_preferences(
     }
     attempt.selected_instance_type = Some(selected.to_owned());
     let environment = attempt.service_environment.clone()?;
-    let held = job.held_instances().into_owned();
-    let release = CapacityRelease::unselected(&environment, job, n, &held);
+    let release = CapacityRelease::unselected(&environment, job, n);
     (!release.instances.is_empty()).then_some(release)
 }
 
@@ -186,21 +185,9 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                     return Ok(StateOutcome::Ignored);
                 }
             }
-            let written = match unselected {
-                None => self
-                    .store
-                    .update_job(&job, stored.version)
-                    .await
-                    .map(|_| ()),
-                Some(release) => {
-                    let writes = [
-                        Write::job(job.clone(), stored.version),
-                        Write::document_value(release, 0),
-                    ];
-                    self.store.commit(&writes).await
-                }
-            };
-            match written {
+            let mut writes = vec![Write::job(job.clone(), stored.version)];
+            writes.extend(unselected.map(|release| Write::document_value(release, 0)));
+            match self.store.commit(&writes).await {
                 Ok(()) => {
                     if moves {
                         self.publish_status(&job).await;

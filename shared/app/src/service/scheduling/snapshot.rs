@@ -241,16 +241,6 @@ fn held_per_share(holders: &[CapacityHolder]) -> BTreeMap<ShareKey, u64> {
     held
 }
 
-/// Usage documents keyed by environment.
-fn by_environment(
-    usage: Vec<Versioned<EnvironmentUsage>>,
-) -> BTreeMap<String, Versioned<EnvironmentUsage>> {
-    usage
-        .into_iter()
-        .map(|u| (u.value.environment.clone(), u))
-        .collect()
-}
-
 /// Releases folded into a usage document per commit: with the document, DynamoDB's 100 items
 /// of a transaction.
 const FOLD_BATCH: usize = 99;
@@ -268,7 +258,9 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     async fn fold_releases(
         &self,
     ) -> Result<BTreeMap<String, Versioned<EnvironmentUsage>>, AppError> {
-        let mut usage = by_environment(self.store.list_documents::<EnvironmentUsage>().await?);
+        let mut usage = EnvironmentUsage::by_environment(
+            self.store.list_documents::<EnvironmentUsage>().await?,
+        );
         let releases = self.store.list_documents::<CapacityRelease>().await?;
         if releases.is_empty() {
             return Ok(usage);
@@ -285,18 +277,16 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             for batch in releases.chunks(FOLD_BATCH) {
                 let mut writes = Vec::with_capacity(batch.len() + 1);
                 let folded = usage.get(environment).map(|stored| {
-                    let mut next = stored.value.clone();
+                    let mut value = stored.value.clone();
                     for release in batch {
-                        next.remove(&release.value);
+                        value.remove(&release.value);
                     }
+                    writes.push(Write::document_value(value.clone(), stored.version));
                     Versioned {
-                        value: next,
+                        value,
                         version: stored.version + 1,
                     }
                 });
-                if let Some(folded) = &folded {
-                    writes.push(Write::document(&folded.value, folded.version - 1)?);
-                }
                 writes.extend(batch.iter().map(|release| {
                     Write::delete_document::<CapacityRelease>(release.value.key(), release.version)
                 }));
@@ -318,7 +308,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             return Ok(usage);
         }
         let stored = self.store.list_documents::<EnvironmentUsage>().await?;
-        Ok(by_environment(stored))
+        Ok(EnvironmentUsage::by_environment(stored))
     }
 
     /// Step 1: reads everything the planner needs (see the module docs of `scheduling`).
