@@ -229,7 +229,9 @@ pub enum SkipReason {
         free: u64,
         /// The shares holding borrowed instances of the type, with how many, by share name.
         lent_to: Vec<(SharedStr, u64)>,
-        /// When the first of those borrowed jobs may be preempted, if that is still ahead.
+        /// When lent capacity may be reclaimed for the job, if that is still ahead: once the
+        /// first of those borrowed jobs may be preempted and the job has waited
+        /// `Config::min_wait_before_reclaim_s`.
         reclaim_from_ms: Option<i64>,
     },
     /// Running jobs are being preempted for this one; it starts once their capacity is released.

@@ -51,8 +51,10 @@
 //! 9. **Preemption.** A [`Preemption`] names a running attempt to stop and the waiting job it
 //!    makes room for; that job waits (`WaitingForPreemptedCapacity`) and starts in a later cycle,
 //!    once the victims' capacity is released. Only attempts that have run
-//!    `Config::min_runtime_before_preemption_s` are ever victims, and a job preempts its own
-//!    share's jobs only once it has waited `Config::min_wait_before_in_share_preemption_s`.
+//!    `Config::min_runtime_before_preemption_s` are ever victims; a job preempts its own
+//!    share's jobs only once it has waited `Config::min_wait_before_in_share_preemption_s`,
+//!    and reclaims its share's lent capacity once it has waited
+//!    `Config::min_wait_before_reclaim_s`.
 //!
 //! # Layout
 //!

@@ -48,8 +48,12 @@
 //!
 //! Candidates for a waiting job `J` of share `S`, among running attempts of the queue that are
 //! *preemptible* (below) and not already victims:
-//! - *cross-share*: borrowed jobs of other shares (always on in Batch);
-//! - *in-share* (if `S` enables it): jobs of `S` with priority strictly below `J`'s.
+//! - *cross-share* (a *reclaim*): borrowed jobs of other shares (always on in Batch), once `J`
+//!   has waited `Config::min_wait_before_reclaim_s` since it last became runnable (default 0);
+//! - *in-share* (if `S` enables it): jobs of `S` with priority strictly below `J`'s, once `J`
+//!   has waited `Config::min_wait_before_in_share_preemption_s`.
+//!
+//! Both waits let jobs that end free the capacity first, which costs no work.
 //!
 //! An attempt is preemptible once it has run `Config::min_runtime_before_preemption_s`. Anti-
 //! thrash protects from *in-share* preemption only (a borrower runs on lent capacity at the
@@ -536,6 +540,7 @@ impl<'a> Quota<'a> {
         job: &PendingJob,
         env: &EnvPlan,
         in_share: bool,
+        reclaim: bool,
     ) -> Option<Vec<&'a RunningJob>> {
         // Candidates: borrowed jobs of other shares, and (in-share) the share's own jobs of
         // lower priority; all old enough (`preemptible`), not already victims, and holding a type
@@ -549,6 +554,7 @@ impl<'a> Quota<'a> {
             .preemptible_borrowed
             .iter()
             .copied()
+            .filter(|_| reclaim)
             .filter(|r| r.share.as_deref() != Some(share.name.as_str()))
             .filter(usable)
             .map(|r| (r, true));
@@ -845,9 +851,9 @@ fn decide<'a>(
             Err(reason) => skip(plan, reason),
         };
     };
-    // In-share preemption is a last resort: only for a job that has waited
-    // `min_wait_before_in_share_preemption_s` (its share's own jobs end and free capacity for it
-    // meanwhile). Reclaiming borrowed capacity is never deferred.
+    // Preemption is a last resort: in-share only for a job that has waited
+    // `min_wait_before_in_share_preemption_s`, a reclaim only once it has waited
+    // `min_wait_before_reclaim_s` (jobs that end free capacity for it meanwhile, at no loss).
     // Counted from when it last became runnable: a preempted job keeps its place in line
     // (`runnable_at_ms`), not its wait, so a reclaim does not cascade into an in-share
     // preemption at once.
@@ -856,6 +862,8 @@ fn decide<'a>(
         .map_or(job.runnable_at_ms, |t| t.max(job.runnable_at_ms));
     let waited_ms = now_ms.saturating_sub(since_ms);
     let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s);
+    let reclaim_at_ms = since_ms.saturating_add(seconds_ms(config.min_wait_before_reclaim_s));
+    let reclaim = now_ms >= reclaim_at_ms;
     // No room to be made: an entitled job waiting for a full environment is told who holds
     // its share's lent capacity, when there is any.
     let no_room = |plan: &mut Plan, quota: &mut Quota<'a>, reason: SkipReason| match reason {
@@ -866,13 +874,14 @@ fn decide<'a>(
             free,
         } if entitled => {
             let reason = match quota.lent(share, &unit, now_ms, config) {
-                Some((lent_to, reclaim_from_ms)) => SkipReason::QuotaLent {
+                Some((lent_to, preemptible_from_ms)) => SkipReason::QuotaLent {
                     quota_share: share.name.clone(),
                     unit,
                     needed,
                     free,
                     lent_to,
-                    reclaim_from_ms,
+                    reclaim_from_ms: Some(preemptible_from_ms.unwrap_or(now_ms).max(reclaim_at_ms))
+                        .filter(|t| *t > now_ms),
                 },
                 None => SkipReason::InsufficientCapacity {
                     environment,
@@ -888,8 +897,8 @@ fn decide<'a>(
     if in_share && quota.known_no_room(&share.name, job) {
         return no_room(plan, quota, reason);
     }
-    let Some(victims) = quota.make_room(share, job, env, in_share) else {
-        if in_share {
+    let Some(victims) = quota.make_room(share, job, env, in_share, reclaim) else {
+        if in_share && reclaim {
             quota.note_no_room(&share.name, job);
         }
         return no_room(plan, quota, reason);

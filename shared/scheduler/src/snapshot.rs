@@ -367,8 +367,13 @@ pub struct Config {
     /// A waiting job preempts lower-priority jobs of its own quota share only once it has waited
     /// this long since it last became runnable (a preempted job keeps its place in line, not
     /// its wait): until then its share's jobs that end free capacity for it, which costs no
-    /// work. Reclaiming borrowed capacity for a share's owner is never deferred.
+    /// work. Reclaiming lent capacity has a wait of its own, `min_wait_before_reclaim_s`.
     pub min_wait_before_in_share_preemption_s: u64,
+    /// A waiting job preempts other shares' jobs running on capacity its quota share lent
+    /// (a reclaim) only once it has waited this long since it last became runnable: until then
+    /// borrowers and its share's own jobs that end give capacity back without losing work.
+    /// Default 0: reclaimed at once, as Batch does.
+    pub min_wait_before_reclaim_s: u64,
     /// Anti-thrash: an attempt of a resumable job that was preempted before is preempted again
     /// only once it has run this long, or has saved a checkpoint since it started (whichever
     /// comes first; never before `min_runtime_before_preemption_s`); from its second
@@ -394,6 +399,7 @@ impl Default for Config {
             default_runtime_s: 86_400,
             min_runtime_before_preemption_s: 600,
             min_wait_before_in_share_preemption_s: 0,
+            min_wait_before_reclaim_s: 0,
             min_runtime_after_preemption_s: 3_600,
             restart_overhead_s: 300,
             checkpoint_alignment_s: 0,

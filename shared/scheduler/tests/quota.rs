@@ -582,6 +582,50 @@ fn in_share_preemption_waits_for_the_minimum_wait_and_reclaim_does_not() {
     assert_eq!(preempted(&plan), [("b-borrowed", "a1")], "{plan:#?}");
 }
 
+/// With `min_wait_before_reclaim_s`, the owner of lent capacity reclaims it only once it has
+/// waited that long, and meanwhile is told when it will; capacity that frees first is its own,
+/// at no loss.
+#[test]
+fn a_reclaim_waits_for_the_minimum_wait() {
+    let config = Config {
+        min_wait_before_reclaim_s: 300,
+        ..Config::default()
+    };
+    let reclaim = |waited_s: i64, borrowed_running: bool| {
+        let mut owner = job("a1", "a", 2);
+        owner.runnable_at_ms = NOW - waited_s * 1000;
+        let mut running = vec![run("b-own", "b", 2, 5)];
+        if borrowed_running {
+            running.push(run("b-borrowed", "b", 2, 1));
+        }
+        snapshot(
+            4,
+            vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
+            running,
+            vec![owner],
+        )
+    };
+    let early = plan_cycle(&reclaim(299, true), NOW, &config);
+    assert!(early.preemptions.is_empty(), "{early:#?}");
+    match reason(&early, "a1") {
+        SkipReason::QuotaLent {
+            lent_to,
+            reclaim_from_ms,
+            ..
+        } => {
+            assert_eq!(lent_to, &[("b".into(), 2)]);
+            assert_eq!(*reclaim_from_ms, Some(NOW + 1000));
+        }
+        other => panic!("{other:?}"),
+    }
+    let due = plan_cycle(&reclaim(300, true), NOW, &config);
+    assert_eq!(preempted(&due), [("b-borrowed", "a1")], "{due:#?}");
+    // The borrower ended while the owner waited: it starts, nobody is preempted.
+    let ended = plan_cycle(&reclaim(299, false), NOW, &config);
+    assert_eq!(dispatched(&ended), ["a1"]);
+    assert!(ended.preemptions.is_empty());
+}
+
 /// Two cycles: the lender reclaims, the victims are re-queued, the preemptor starts, and the
 /// victims cannot preempt it back (it runs within its share's limit).
 #[test]

@@ -171,6 +171,10 @@ pub struct Scenario {
     /// seconds (`Config::min_wait_before_in_share_preemption_s`).
     #[serde(default)]
     pub min_wait_before_in_share_preemption_s: u64,
+    /// A job reclaims capacity its quota share lent only after waiting this long, seconds
+    /// (`Config::min_wait_before_reclaim_s`).
+    #[serde(default)]
+    pub min_wait_before_reclaim_s: u64,
     /// Anti-thrash: an attempt of a job preempted before is protected this long (doubling with
     /// each further preemption), seconds (`Config::min_runtime_after_preemption_s`).
     #[serde(default = "default_after_preemption")]
@@ -535,6 +539,10 @@ impl Scenario {
             (
                 "min_wait_before_in_share_preemption_s",
                 self.min_wait_before_in_share_preemption_s.to_string(),
+            ),
+            (
+                "min_wait_before_reclaim_s",
+                self.min_wait_before_reclaim_s.to_string(),
             ),
             (
                 "min_runtime_after_preemption_s",
