@@ -391,15 +391,23 @@ def test_every_function_role_grants_the_same_in_both_templates(sam_source, cdk):
 
 
 @pytest.mark.parametrize("which", ["sam_source", "cdk"])
-def test_only_the_scheduler_lists_checkpoints_and_only_in_the_buckets_the_stack_names(which, request):
+def test_only_the_scheduler_lists_buckets_its_own_and_the_checkpoint_buckets_the_stack_names(which, request):
     template = request.getfixturevalue(which)
     s3_grants = lambda grants: {f: {g for g in gs if "s3:ListBucket" in g[1]}
                                 for f, gs in grants.items()}
+    # The stack's own bucket, always: so that the forecaster's state, before it exists, reads
+    # as NoSuchKey (S3 answers AccessDenied to a caller that may not list the bucket).
+    stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table",
+                                      {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"})
+    [bucket] = [k for k, r in stack.resources.items() if r["Type"] == "AWS::S3::Bucket"]
+    own = ("Allow", ("s3:ListBucket",), (f"arn:aws:s3:::{stack.physical_name(bucket)}",), "null")
     unnamed = s3_grants(deployed_role_grants(template))
+    assert unnamed.pop("scheduler") == {own}
     assert all(not g for g in unnamed.values()), unnamed
     buckets = "arn:aws:s3:::team-a-checkpoints,arn:aws:s3:::team-b-checkpoints"
     named = s3_grants(deployed_role_grants(template, {"CheckpointBucketArns": buckets}))
-    assert named.pop("scheduler") == {("Allow", ("s3:ListBucket",), tuple(sorted(buckets.split(","))), "null")}
+    assert named.pop("scheduler") == {
+        own, ("Allow", ("s3:ListBucket",), tuple(sorted(buckets.split(","))), "null")}
     assert all(not g for g in named.values()), named
     # The functions are told which object marks a checkpoint complete.
     stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table",
@@ -414,7 +422,7 @@ def test_only_the_scheduler_lists_checkpoints_and_only_in_the_buckets_the_stack_
 
 
 @pytest.mark.parametrize("which", ["sam_source", "cdk"])
-def test_only_the_scheduler_writes_decision_records_and_only_under_decisions(which, request):
+def test_only_the_scheduler_writes_decision_records_and_its_forecasters_state(which, request):
     template = request.getfixturevalue(which)
     stack = load_deploy_stack().Stack(template, "ty", "us-east-1", "ty-table",
                                       {"TrainingRoleArns": "arn:aws:iam::123456789012:role/t"})
@@ -425,7 +433,8 @@ def test_only_the_scheduler_writes_decision_records_and_only_under_decisions(whi
     writes = {f: {g for g in gs if any(a.startswith("s3:") and a != "s3:ListBucket" for a in g[1])}
               for f, gs in deployed_role_grants(template).items()}
     assert writes.pop("scheduler") == {
-        ("Allow", ("s3:PutObject",), (f"arn:aws:s3:::{name}/decisions/*",), "null")}
+        ("Allow", ("s3:PutObject",), (f"arn:aws:s3:::{name}/decisions/*",), "null"),
+        ("Allow", ("s3:GetObject", "s3:PutObject"), (f"arn:aws:s3:::{name}/forecaster/*",), "null")}
     assert all(not g for g in writes.values()), writes
     props = stack.resolve(bucket["Properties"])
     assert all(props["PublicAccessBlockConfiguration"].values())

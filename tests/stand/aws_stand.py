@@ -588,7 +588,29 @@ class Gate:
             return self.forward_to_emulator(start_response, headers, body)
         if service == "dynamodb" and headers.get("X-Amz-Target", "").startswith(DYNAMODB_TARGET):
             return self.dynamodb(environ, headers, body, start_response, self.respond)
+        if service == "s3" and operation in ("GetObject", "HeadObject") and policies is not None:
+            return self.s3_read(environ, start_response, principal, policies, path)
         return self.moto_app(environ, start_response)
+
+    def s3_read(self, environ, start_response, principal, policies, path):
+        """An object read as S3 answers it: a key that does not exist is `NoSuchKey` (404) only
+        to a caller that may list the bucket, and `AccessDenied` (403) to any other."""
+        captured = {}
+
+        def start(status, headers, exc_info=None):
+            captured["status"], captured["headers"] = status, headers
+
+        chunks = self.moto_app(environ, start)
+        answer = b"".join(chunks)
+        if hasattr(chunks, "close"):
+            chunks.close()
+        bucket = f"arn:{PARTITION}:s3:::{path.lstrip('/').partition('/')[0]}"
+        if captured["status"].startswith("404") and not permitted(policies, "s3:ListBucket", bucket):
+            self.audit.refuse({"principal": principal, "operation": "GetObject (missing key)",
+                               "action": "s3:ListBucket", "resource": bucket})
+            return self.refuse(start_response, Refusal(403, "AccessDeniedException", "Access Denied"), s3=True)
+        start_response(captured["status"], captured["headers"])
+        return [answer]
 
     def caller(self, key, environ, headers, body, service):
         """(principal ARN, policies; None for root) of the request's key, signature checked."""

@@ -130,6 +130,24 @@ def test_s3_objects_and_buckets_are_authorized_on_their_own_arns(stand):
     assert root.get_object(Bucket="records", Key="decisions/2026-12-03/a.json")["Body"].read() == b"{}"
 
 
+def test_a_missing_object_is_access_denied_unless_the_caller_may_list_the_bucket(stand):
+    url, gate = stand
+    boto3.client("s3", endpoint_url=url, **ROOT).create_bucket(Bucket="kept")
+    path_style = botocore.config.Config(s3={"addressing_style": "path"})
+    read = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::kept/forecaster/*"}
+    blind = boto3.client("s3", endpoint_url=url, config=path_style,
+                         **session(url, "state-reader", [read]))
+    refused(lambda: blind.get_object(Bucket="kept", Key="forecaster/learned.json"), "AccessDenied")
+    assert {"action": "s3:ListBucket", "resource": "arn:aws:s3:::kept"}.items() \
+        <= gate.audit.report()["refused"][-1].items()
+    lister = boto3.client("s3", endpoint_url=url, config=path_style, **session(url, "state-lister", [
+        read, {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::kept"}]))
+    refused(lambda: lister.get_object(Bucket="kept", Key="forecaster/learned.json"), "NoSuchKey")
+    boto3.client("s3", endpoint_url=url, config=path_style, **ROOT).put_object(
+        Bucket="kept", Key="forecaster/learned.json", Body=b"{}")
+    assert blind.get_object(Bucket="kept", Key="forecaster/learned.json")["Body"].read() == b"{}"
+
+
 def test_pass_role_is_needed_to_create_a_training_job_and_only_to_sagemaker(stand):
     url, _ = stand
     job = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/ty-*"

@@ -10,6 +10,7 @@ use trainyard_aws::checkpoints::S3Checkpoints;
 use trainyard_aws::decisions::S3DecisionLog;
 use trainyard_aws::dynamodb::DynamoStore;
 use trainyard_aws::eventbridge::EventBridgeSink;
+use trainyard_aws::forecasts::S3ForecastMemory;
 use trainyard_aws::metrics::{MetricsSink, Recorder};
 use trainyard_aws::sagemaker::SageMakerBackend;
 
@@ -76,6 +77,13 @@ impl Adapters {
             self.store.clone(),
             config.decision_retention_days,
         ))
+    }
+
+    /// Where the scheduler keeps what its forecaster learnt across cold starts: the decisions
+    /// bucket (`TRAINYARD_DECISIONS_BUCKET`), if set.
+    pub fn forecast_memory(&self, config: &Config) -> Option<S3ForecastMemory> {
+        let bucket = config.decisions_bucket.clone()?;
+        Some(S3ForecastMemory::new(self.s3.clone(), bucket))
     }
 
     /// An IAM client (the api function reads callers' tags with it).

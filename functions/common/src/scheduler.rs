@@ -29,7 +29,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
-use trainyard_app::ports::{ConfigStore, EventSink, Fence, SchedulingStore, TrainingBackend};
+use trainyard_app::ports::{
+    ConfigStore, EventSink, Fence, SchedulingStore, StoreError, TrainingBackend,
+};
 use trainyard_app::service::lease::Lease;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput};
 pub use trainyard_app::service::scheduling::{DecisionLog, NoDecisions};
@@ -172,6 +174,37 @@ pub struct PassReport {
 struct Rounds {
     forecaster: trainyard_forecast::Forecaster,
     last_took: Duration,
+    /// Where what the forecaster learnt outlives this process, if anywhere.
+    memory: Option<Box<dyn ForecastMemory>>,
+    /// Whether this process has read what was kept (or learnt nothing was): until it has, it
+    /// keeps nothing, so that a read that failed never ends in an empty state overwriting a
+    /// full one.
+    restored: bool,
+    /// What it last kept (nothing new, nothing written).
+    kept: Option<trainyard_forecast::Learned>,
+}
+
+/// A future a [`ForecastMemory`] returns.
+pub type MemoryFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Where the scheduler keeps what its forecaster learnt across cold starts (S3 on AWS:
+/// `trainyard_aws::forecasts`).
+pub trait ForecastMemory: Send + Sync {
+    /// What was kept, or `None` before anything was.
+    fn load(&self) -> MemoryFuture<'_, Option<trainyard_forecast::Learned>>;
+    /// Keeps `learned` in place of what was.
+    fn save<'a>(&'a self, learned: &'a trainyard_forecast::Learned) -> MemoryFuture<'a, ()>;
+}
+
+impl ForecastMemory for trainyard_aws::forecasts::S3ForecastMemory {
+    fn load(&self) -> MemoryFuture<'_, Option<trainyard_forecast::Learned>> {
+        Box::pin(Self::load(self))
+    }
+
+    fn save<'a>(&'a self, learned: &'a trainyard_forecast::Learned) -> MemoryFuture<'a, ()> {
+        Box::pin(Self::save(self, learned))
+    }
 }
 
 /// The scheduler's handler over any store, event sink and training backend. Its store ports are
@@ -233,12 +266,27 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
     SchedulerFunction<S, E, B, L>
 {
     /// The same handler, running a forecast round on each schedule tick after its pass (see
-    /// its `estimate` step). What the forecaster learns stays in this process.
+    /// its `estimate` step). What the forecaster learns stays in this process, unless
+    /// [`Self::with_forecast_memory`] keeps it.
     pub fn with_start_estimates(mut self) -> Self {
         self.estimates = Some(tokio::sync::Mutex::new(Rounds {
             forecaster: trainyard_forecast::Forecaster::new(Default::default()),
             last_took: Duration::ZERO,
+            memory: None,
+            restored: false,
+            kept: None,
         }));
+        self
+    }
+
+    /// The same, keeping what the forecaster learns in `memory`: the first round of a process
+    /// starts from what was kept, and each round that learnt something new keeps it (both
+    /// bounded by the invocation's deadline, like the round). Without start estimates on, it
+    /// does nothing.
+    pub fn with_forecast_memory(mut self, memory: impl ForecastMemory + 'static) -> Self {
+        if let Some(rounds) = self.estimates.as_mut() {
+            rounds.get_mut().memory = Some(Box::new(memory));
+        }
         self
     }
 
@@ -362,12 +410,17 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
             }
         }
         let started = Instant::now();
+        let by = deadline.map(|d| d.checked_sub(STEP_MARGIN).unwrap_or(d));
+        restore(&mut rounds, by).await;
         let Rounds { forecaster, .. } = &mut *rounds;
         let result = self
             .service
             .estimate_start_times(forecaster, &self.cycle)
             .await;
         rounds.last_took = started.elapsed();
+        if result.is_ok() {
+            keep(&mut rounds, by).await;
+        }
         match result {
             Ok(round) => {
                 tracing::info!(
@@ -482,5 +535,65 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
             }
             None => Ok(()),
         }
+    }
+}
+
+/// `step`, unless `by` passes first (`None`: it did not finish in time).
+async fn by_deadline<T>(
+    by: Option<Instant>,
+    step: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match by {
+        Some(by) => tokio::time::timeout_at(by, step).await.ok(),
+        None => Some(step.await),
+    }
+}
+
+/// A process's first round starts from what its forecast memory kept, if it has one; a read
+/// that fails (or runs out of time) is tried again at the next round.
+async fn restore(rounds: &mut Rounds, by: Option<Instant>) {
+    if rounds.restored {
+        return;
+    }
+    let Some(memory) = rounds.memory.as_ref() else {
+        return;
+    };
+    match by_deadline(by, memory.load()).await {
+        Some(Ok(kept)) => {
+            if let Some(learned) = kept.clone() {
+                let options = rounds.forecaster.options().clone();
+                rounds.forecaster = trainyard_forecast::Forecaster::with_learned(options, learned);
+                tracing::info!(
+                    runtimes = rounds.forecaster.history().runtimes_observed(),
+                    "forecaster restored from what was kept"
+                );
+            }
+            rounds.restored = true;
+            rounds.kept = kept;
+        }
+        Some(Err(error)) => {
+            tracing::warn!(%error, "what the forecaster learnt could not be read; the next round tries again");
+        }
+        None => tracing::warn!(
+            "what the forecaster learnt was not read: the invocation's deadline is near"
+        ),
+    }
+}
+
+/// Keeps what the forecaster learnt, when it learnt something since it last kept it.
+async fn keep(rounds: &mut Rounds, by: Option<Instant>) {
+    let Some(memory) = rounds.memory.as_ref().filter(|_| rounds.restored) else {
+        return;
+    };
+    let learned = rounds.forecaster.learned();
+    if rounds.kept.as_ref() == Some(&learned) {
+        return;
+    }
+    match by_deadline(by, memory.save(&learned)).await {
+        Some(Ok(())) => rounds.kept = Some(learned),
+        Some(Err(error)) => tracing::warn!(%error, "what the forecaster learnt was not kept"),
+        None => tracing::warn!(
+            "what the forecaster learnt was not kept: the invocation's deadline is near"
+        ),
     }
 }

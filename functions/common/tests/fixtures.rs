@@ -519,3 +519,126 @@ async fn a_schedule_tick_estimates_the_waiting_jobs_start_times_when_time_allows
         .unwrap();
     assert_eq!(report.estimated, None, "{report:?}");
 }
+
+/// A forecast memory in a test's hands: what was kept, how many times, and whether reads fail.
+#[derive(Default, Clone)]
+struct Memory {
+    kept: Arc<std::sync::Mutex<Option<trainyard_forecast::Learned>>>,
+    saves: Arc<std::sync::atomic::AtomicUsize>,
+    unreadable: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl trainyard_functions::scheduler::ForecastMemory for Memory {
+    fn load(
+        &self,
+    ) -> trainyard_functions::scheduler::MemoryFuture<'_, Option<trainyard_forecast::Learned>> {
+        Box::pin(async move {
+            if self.unreadable.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(trainyard_app::ports::StoreError::Unavailable {
+                    message: "S3 is down".into(),
+                    source: None,
+                });
+            }
+            Ok(self.kept.lock().unwrap().clone())
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        learned: &'a trainyard_forecast::Learned,
+    ) -> trainyard_functions::scheduler::MemoryFuture<'a, ()> {
+        Box::pin(async move {
+            *self.kept.lock().unwrap() = Some(learned.clone());
+            self.saves.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        })
+    }
+}
+
+/// What the forecaster learns outlives the process: a process starts from what was kept, a
+/// round keeps it when it learnt something new, a new process (a cold start) starts from it, and one that cannot read it keeps nothing
+/// rather than overwrite it with an empty state.
+#[tokio::test(start_paused = true)]
+async fn what_the_forecaster_learnt_is_kept_across_cold_starts() {
+    use std::sync::atomic::Ordering;
+
+    let (service, _clock, sagemaker) = deployment(MemoryStore::new(), NoEvents, 1).await;
+    let tick = fixture("scheduler", "schedule.json");
+    submit(&service, "runs").await;
+    submit(&service, "waits").await;
+    // What an earlier process kept: three runtimes of some family.
+    let mut earlier = trainyard_forecast::Learned::default();
+    let family = trainyard_forecast::Family::of(
+        &"elsewhere".into(),
+        None,
+        &[("ml.g5.xlarge".to_owned(), 1)].into(),
+    );
+    for _ in 0..3 {
+        earlier.history.observe_runtime(family.clone(), 3_600);
+    }
+    let memory = Memory::default();
+    *memory.kept.lock().unwrap() = Some(earlier);
+    let process = |memory: Memory| {
+        SchedulerFunction::new(service.clone(), sagemaker.clone(), CycleConfig::default())
+            .with_start_estimates()
+            .with_forecast_memory(memory)
+            .with_lease_wait(Duration::ZERO)
+    };
+    let deadline = || tokio::time::Instant::now() + Duration::from_secs(60);
+
+    let first = process(memory.clone());
+    let report = first
+        .handle(&tick, "req-1", Some(deadline()))
+        .await
+        .unwrap();
+    assert_eq!(report.estimated, Some(1), "{report:?}");
+    assert_eq!(
+        memory.saves.load(Ordering::SeqCst),
+        1,
+        "the arrivals it saw"
+    );
+    let kept = memory.kept.lock().unwrap().clone().unwrap();
+    assert_eq!(kept.arrived.len(), 2, "both jobs' arrivals: {kept:?}");
+    assert_eq!(
+        kept.history.runtimes_observed(),
+        3,
+        "it started from what was kept"
+    );
+    // Nothing new: nothing written.
+    first
+        .handle(&tick, "req-2", Some(deadline()))
+        .await
+        .unwrap();
+    assert_eq!(memory.saves.load(Ordering::SeqCst), 1);
+
+    // A cold start that cannot read what was kept estimates, and keeps nothing.
+    memory.unreadable.store(true, Ordering::SeqCst);
+    let blind = process(memory.clone());
+    let report = blind
+        .handle(&tick, "req-3", Some(deadline()))
+        .await
+        .unwrap();
+    assert_eq!(report.estimated, Some(1), "{report:?}");
+    assert_eq!(
+        memory.saves.load(Ordering::SeqCst),
+        1,
+        "nothing overwritten"
+    );
+    assert_eq!(memory.kept.lock().unwrap().as_ref(), Some(&kept));
+
+    // A cold start that can starts from it: the jobs it sees are not new arrivals, so it has
+    // nothing new to keep.
+    memory.unreadable.store(false, Ordering::SeqCst);
+    let second = process(memory.clone());
+    let report = second
+        .handle(&tick, "req-4", Some(deadline()))
+        .await
+        .unwrap();
+    assert_eq!(report.estimated, Some(1), "{report:?}");
+    assert_eq!(
+        memory.saves.load(Ordering::SeqCst),
+        1,
+        "restored, not relearnt"
+    );
+    assert_eq!(memory.kept.lock().unwrap().as_ref(), Some(&kept));
+}

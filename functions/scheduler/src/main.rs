@@ -14,9 +14,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = runtime::cold_start("scheduler")?;
     let adapters = Adapters::load(&config).await;
     let (service, metrics) = adapters.service(&config);
-    let handler = SchedulerFunction::new(service, adapters.sagemaker.clone(), config.cycle())
+    let mut handler = SchedulerFunction::new(service, adapters.sagemaker.clone(), config.cycle())
         .with_start_estimates();
-    // Decision records are kept where the stack names a bucket (`DecisionsBucket`).
+    // Decision records, and what the forecaster learnt, are kept where the stack names a bucket
+    // (`DecisionsBucket`).
+    if let Some(memory) = adapters.forecast_memory(&config) {
+        handler = handler.with_forecast_memory(memory);
+    }
     match adapters.decision_log(&config) {
         Some(log) => serve(Arc::new(handler.with_decisions(log)), metrics).await,
         None => serve(Arc::new(handler), metrics).await,

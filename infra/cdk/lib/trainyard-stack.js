@@ -337,6 +337,13 @@ class TrainyardStack extends cdk.Stack {
           Sid: 'DecisionRecords', Effect: 'Allow', Action: 's3:PutObject',
           Resource: `${decisionsBucket.attrArn}/decisions/*`,
         },
+        // What the forecaster learnt, kept across cold starts (one object).
+        {
+          Sid: 'ForecasterState', Effect: 'Allow', Action: ['s3:GetObject', 's3:PutObject'],
+          Resource: `${decisionsBucket.attrArn}/forecaster/*`,
+        },
+        // So that the state's absence (the first cold start) reads as NoSuchKey, not AccessDenied.
+        { Sid: 'ListDecisionsBucket', Effect: 'Allow', Action: 's3:ListBucket', Resource: decisionsBucket.attrArn },
         // Checkpoints observed before a preemption, where the stack names their buckets.
         Fn.conditionIf(hasCheckpointBuckets.logicalId, {
           Sid: 'ListCheckpoints', Effect: 'Allow', Action: 's3:ListBucket',

@@ -117,7 +117,7 @@ impl DecisionLog for S3DecisionLog {
 
 /// A failed S3 call as the store's error: S3's code and message where it answered, the whole
 /// error where it did not.
-fn unavailable<E>(what: &str, error: SdkError<E>) -> StoreError
+pub(crate) fn unavailable<E>(what: &str, error: SdkError<E>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {

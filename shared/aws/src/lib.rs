@@ -8,6 +8,7 @@
 //!
 //! - [`dynamodb`]: the store, on one DynamoDB table.
 //! - [`decisions`]: each cycle's decision record, in S3 with a summary in the table.
+//! - [`forecasts`]: what the scheduler's forecaster learnt, in S3 across cold starts.
 //! - [`sagemaker`]: the training backend, on SageMaker's API.
 //! - [`eventbridge`]: the event sink, on an EventBridge bus.
 //! - [`metrics`]: CloudWatch metrics as Embedded Metric Format log lines.
@@ -17,6 +18,7 @@ pub mod checkpoints;
 pub mod decisions;
 pub mod dynamodb;
 pub mod eventbridge;
+pub mod forecasts;
 pub mod iam;
 pub mod metrics;
 pub mod sagemaker;

@@ -110,3 +110,37 @@ async fn a_record_that_cannot_be_stored_leaves_no_summary() {
     let summaries = store.decision_summaries(record.at_ms, 10).await.unwrap();
     assert!(summaries.is_empty(), "{summaries:?}");
 }
+
+/// What the scheduler's forecaster learnt outlives its process: nothing is kept at first (a
+/// missing object is "nothing yet", not an error), then what was saved reads back equal, and a
+/// later save replaces it.
+#[tokio::test]
+async fn a_forecasters_learned_state_is_kept_and_read_back() {
+    use trainyard_aws::forecasts::{KEY, S3ForecastMemory};
+    use trainyard_forecast::{Family, Learned};
+
+    common::require_endpoint(&["AWS_ENDPOINT_URL_S3"]);
+    let s3 = s3().await;
+    let bucket = format!("trainyard-forecasts-{}", std::process::id());
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let memory = S3ForecastMemory::new(s3.clone(), &bucket);
+    assert_eq!(memory.load().await.unwrap(), None, "nothing kept yet");
+
+    let mut learned = Learned::default();
+    let family = Family::of(
+        &"research".into(),
+        Some(&"team-a".into()),
+        &[("ml.g5.xlarge".to_owned(), 2)].into(),
+    );
+    learned.history.observe_runtime(family.clone(), 3_600);
+    memory.save(&learned).await.unwrap();
+    assert_eq!(memory.load().await.unwrap(), Some(learned.clone()));
+
+    learned.history.observe_runtime(family, 600);
+    memory.save(&learned).await.unwrap();
+    let kept = memory.load().await.unwrap().unwrap();
+    assert_eq!(kept.history.runtimes_observed(), 2);
+    let listed = s3.list_objects_v2().bucket(&bucket).send().await.unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, [KEY], "one object, replaced");
+}

@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
+
 use trainyard_domain::job::{Requeue, ServiceJob};
 use trainyard_scheduler::snapshot::total_instances;
 use trainyard_scheduler::{Config, PendingJob, SharedStr, Snapshot};
@@ -58,6 +60,26 @@ pub struct Learnt<T> {
     pub dropped: usize,
 }
 
+/// What a forecaster has learnt, for a host that restarts (a Lambda instance's cold start) to
+/// keep as JSON and estimate from where it left off rather than from nothing: the history, the
+/// calibration, and what it knew of the jobs at its last round (so that a job that ends while no
+/// process runs still gives its runtime, and one seen before is not a second arrival). The
+/// estimates still open are not in it: after a restart the calibration learns from new
+/// estimates only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Learned {
+    /// Runtimes per family and arrivals per line.
+    pub history: History,
+    /// The calibration's state per group.
+    pub calibration: Calibration,
+    /// The family of every job waiting or running at the last round.
+    #[serde(default)]
+    pub families: BTreeMap<SharedStr, Family>,
+    /// Jobs whose arrival is known.
+    #[serde(default)]
+    pub arrived: BTreeSet<SharedStr>,
+}
+
 /// A host's forecasting state.
 #[derive(Debug, Clone)]
 pub struct Forecaster<T = ()> {
@@ -86,6 +108,27 @@ impl<T> Forecaster<T> {
             families: BTreeMap::new(),
             arrived: BTreeSet::new(),
             estimated: BTreeSet::new(),
+        }
+    }
+
+    /// A forecaster that starts from what another learnt (see [`Learned`]).
+    pub fn with_learned(options: Options, learned: Learned) -> Self {
+        Self {
+            history: learned.history,
+            calibration: learned.calibration,
+            families: learned.families,
+            arrived: learned.arrived,
+            ..Self::new(options)
+        }
+    }
+
+    /// What it has learnt, to keep across a restart.
+    pub fn learned(&self) -> Learned {
+        Learned {
+            history: self.history.clone(),
+            calibration: self.calibration.clone(),
+            families: self.families.clone(),
+            arrived: self.arrived.clone(),
         }
     }
 

@@ -6,13 +6,16 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::SharedStr;
+use trainyard_scheduler::snapshot::pairs;
 use trainyard_scheduler::snapshot::{Instances, total_instances};
 
 /// Jobs whose attempts are expected to run alike: same queue, same share, same instances. The
 /// queue and share stand in for "who submits it and what for"; the instance count for its size.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Family {
     /// Queue.
     pub queue: SharedStr,
@@ -37,7 +40,7 @@ impl Family {
 pub type Line = (SharedStr, Option<SharedStr>);
 
 /// A job as submitted, enough to stand for a future arrival of the same line.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Arrival {
     /// When it was submitted (epoch ms).
     pub at_ms: i64,
@@ -51,15 +54,19 @@ pub struct Arrival {
     pub line_offset_ms: i64,
 }
 
-/// Runtimes per family and arrivals per line, newest kept.
-#[derive(Debug, Clone, Default)]
+/// Runtimes per family and arrivals per line, newest kept. As JSON (to keep it across
+/// restarts), maps are lists of pairs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct History {
+    #[serde(with = "pairs")]
     runtimes: BTreeMap<Family, VecDeque<u64>>,
     /// The same runtimes by queue and share, by queue, and all together: the wider groups a
     /// family borrows from (kept apart so that a draw never gathers them).
+    #[serde(with = "pairs")]
     by_share: BTreeMap<Line, VecDeque<u64>>,
     by_queue: BTreeMap<SharedStr, VecDeque<u64>>,
     all: VecDeque<u64>,
+    #[serde(with = "pairs")]
     arrivals: BTreeMap<Line, VecDeque<Arrival>>,
 }
 

@@ -39,7 +39,7 @@ use trainyard_domain::random::{SplitMix64, mix64};
 use trainyard_scheduler::{Config, SharedStr, Snapshot};
 
 pub use estimate::{Calibration, Coverage, Estimate, Samples, Scope};
-pub use forecaster::{Forecaster, Learnt, Open, Resolved};
+pub use forecaster::{Forecaster, Learned, Learnt, Open, Resolved};
 pub use history::{Arrival, Family, History, Line};
 pub use rollout::{Options, World};
 

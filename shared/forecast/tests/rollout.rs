@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use trainyard_domain::environment::CapacityLimit;
-use trainyard_forecast::{Arrival, Family, History, Options, forecast, shadow};
+use trainyard_forecast::{
+    Arrival, Family, Forecaster, History, Learned, Options, forecast, shadow,
+};
 use trainyard_scheduler::{
     Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob, Snapshot,
 };
@@ -180,4 +182,41 @@ fn a_job_that_never_fits_has_no_start_within_the_horizon() {
     assert!(samples["wide"].starts_ms.is_empty());
     assert_eq!(samples["wide"].quantile(0.5), None);
     assert_eq!(samples["a"].starts_ms.len(), 4, "it blocks nobody");
+}
+
+/// What a forecaster learnt survives a restart as JSON: a forecaster restored from it
+/// estimates exactly as the one that learnt it, where a fresh one falls back to time limits.
+#[test]
+fn a_forecaster_restored_from_what_another_learnt_estimates_as_it_did() {
+    let now = HOUR_MS / 2;
+    let mut history = history_of_hour_long_jobs();
+    // An arrival of two days ago: kept, too old to count towards `high`'s rate.
+    history.observe_arrival(
+        ("high".into(), Some("team".into())),
+        Arrival {
+            at_ms: now - 48 * HOUR_MS,
+            priority: 3,
+            instances: instances(2),
+            max_runtime_s: None,
+            line_offset_ms: 60_000,
+        },
+    );
+    let mut learnt = Forecaster::<()>::with_learned(
+        options(8),
+        Learned {
+            history,
+            ..Learned::default()
+        },
+    );
+    let kept = serde_json::to_string(&learnt.learned()).unwrap();
+    let mut restored =
+        Forecaster::<()>::with_learned(options(8), serde_json::from_str(&kept).unwrap());
+    assert_eq!(restored.learned(), learnt.learned());
+    let planner = Config::default();
+    let expected = learnt.estimate(now, &world(), &planner, true, |_| ());
+    let got = restored.estimate(now, &world(), &planner, true, |_| ());
+    assert_eq!(got, expected);
+    assert_eq!(got["a"].p50_ms, Some(HOUR_MS), "{got:?}");
+    let fresh = Forecaster::<()>::new(options(8)).estimate(now, &world(), &planner, true, |_| ());
+    assert_eq!(fresh["a"].p50_ms, Some(24 * HOUR_MS), "{fresh:?}");
 }

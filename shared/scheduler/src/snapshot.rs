@@ -326,20 +326,23 @@ pub struct Snapshot {
     pub in_use: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
-/// A map whose keys are not text, as a list of pairs (JSON keys must be text).
-mod pairs {
+/// A map whose keys are not text, as a list of pairs (JSON keys must be text): for
+/// `#[serde(with = "trainyard_scheduler::snapshot::pairs")]`.
+pub mod pairs {
     use std::collections::BTreeMap;
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub(super) fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+    /// The map as a sequence of `(key, value)` pairs.
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
         map: &BTreeMap<K, V>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(map.iter())
     }
 
-    pub(super) fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
+    /// The map from a sequence of `(key, value)` pairs.
+    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
     where
         K: Deserialize<'de> + Ord,
         V: Deserialize<'de>,

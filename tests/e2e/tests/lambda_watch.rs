@@ -819,6 +819,17 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
         summaries += found["Count"].as_u64().unwrap();
     }
     assert_eq!(summaries, keys.len() as u64, "one summary per record");
+    // What the scheduler's forecaster learnt is kept beside them (its first round found none
+    // and read that as NoSuchKey, which takes s3:ListBucket): at least the jobs it saw arrive.
+    let learned: Value =
+        serde_json::from_str(&s.s3_get(&bucket, "forecaster/learned.json")).unwrap();
+    assert!(
+        learned["arrived"].as_array().is_some_and(|a| !a.is_empty())
+            || learned["history"]["arrivals"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()),
+        "the forecaster kept nothing it saw: {learned}"
+    );
 
     // Every function ran as its own role, and no call any of them made was refused.
     let audit = s.audit();
