@@ -293,7 +293,7 @@ def elf_architecture(path):
 
 
 def test_the_cdk_stack_packages_the_release_build_and_declares_its_architecture(cdk):
-    """scripts/lib/infra.sh synthesizes the CDK app from `cargo lambda build --release`'s output
+    """scripts/lib/infra.sh synthesizes the CDK app from `cargo lambda build --profile lambda-check`'s output
     (x86_64 here): every function's packaged asset is that build's `bootstrap`, and the
     Architecture parameter can only be the architecture it was compiled for."""
     out = CDK_TEMPLATE.parent

@@ -1,13 +1,13 @@
 # Infrastructure checks for scripts/test (sourced, not executed; needs scripts/lib/common.sh
-# first, and lambda.sh for cargo-lambda): `run_infra` builds the four functions for deployment
-# (x86_64 release), then lints and validates infra/template.yaml (SAM) and the CDK app in
+# first, and lambda.sh for cargo-lambda): `run_infra` builds the four functions as deployed
+# (x86_64, optimized), then lints and validates infra/template.yaml (SAM) and the CDK app in
 # infra/cdk synthesized from that build, offline and without AWS credentials.
 #
 # Uses ROOT, PYTHON and TARGET_DIR as scripts/test sets them (with fallbacks). Tools are pinned:
 # Python ones in infra/requirements.txt, installed into their own virtualenv (aws-sam-cli pins a
 # boto3 the conformance suite cannot use), npm ones in infra/cdk/package-lock.json. Both are
-# reinstalled only when their pins change; a re-run costs about 20 s plus the release build
-# (about 5 minutes after a change to a shared crate, 14 minutes from nothing).
+# reinstalled only when their pins change; a re-run costs about 20 s plus the functions' build
+# (about 1.5 minutes after a change to a shared crate, 11 minutes from nothing).
 
 # infra_python_env VENV — builds VENV from infra/requirements.txt unless its stamp is current.
 infra_python_env() {
@@ -28,18 +28,21 @@ infra_node_modules() {
   printf '%s\n' "$want" >"$stamp"
 }
 
-# build_release_functions LAMBDA_VENV LAMBDA_DIR — the deployment build of the four functions:
-# `cargo lambda build --release` (x86_64, the target this toolchain has; arm64 needs
+# build_release_functions LAMBDA_VENV LAMBDA_DIR — the packaging build of the four functions:
+# `cargo lambda build --profile lambda-check` (x86_64, the target this toolchain has; arm64 needs
 # `rustup target add aarch64-unknown-linux-gnu` and `--arm64`), one bootstrap per function in
-# LAMBDA_DIR/<function>/. Needs lambda.sh's lambda_venv (cargo-lambda and its zig linker).
+# LAMBDA_DIR/<function>/: the deployment build's code, cross-linked with zig the same way, without
+# the LTO and single codegen unit `--release` adds (see the profile in Cargo.toml). Needs
+# lambda.sh's lambda_venv (cargo-lambda and its zig linker).
 build_release_functions() {
   local packages=() name
   for name in "${LAMBDA_FUNCTIONS[@]}"; do
     packages+=(-p "trainyard-fn-$name")
   done
   lambda_venv "$1" || return 1
-  echo "+ cargo lambda build --release --locked ${packages[*]} --lambda-dir $2"
-  PATH="$1/bin:$PATH" cargo lambda build --release --locked "${packages[@]}" --lambda-dir "$2"
+  echo "+ cargo lambda build --profile lambda-check --locked ${packages[*]} --lambda-dir $2"
+  PATH="$1/bin:$PATH" cargo lambda build --profile lambda-check --locked "${packages[@]}" \
+    --lambda-dir "$2"
 }
 
 # run_infra — installs the pinned tools, builds the functions for deployment
@@ -66,7 +69,7 @@ run_infra() {
     "$venv/bin/cfn-lint" "$ROOT/infra/template.yaml"
     echo "+ sam validate --lint"
     "$venv/bin/sam" validate --lint --template "$ROOT/infra/template.yaml" --region us-east-1
-    echo "+ cdk synth -c lambdaDir=$lambda_dir (offline, the release build packaged)"
+    echo "+ cdk synth -c lambdaDir=$lambda_dir (offline, the functions' build packaged)"
     (cd "$ROOT/infra/cdk" && npx --no-install cdk synth --quiet --no-notices --output "$out" \
       -c lambdaDir="$lambda_dir" >"$out.log" 2>&1) || { cat "$out.log" >&2; exit 1; }
     echo "+ cfn-lint $out/Trainyard.template.json"

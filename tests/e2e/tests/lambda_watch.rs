@@ -82,23 +82,36 @@ impl Stand {
     }
 
     /// A JSON-protocol call to the stand as the account's root (whose key the stand knows; the
-    /// signature is not checked for it).
+    /// signature is not checked for it). The stand injects DynamoDB's throttles and 500s into
+    /// every caller's requests, this test's too: like an SDK, it tries again (up to 8 times).
     fn aws(&self, service: &str, target: &str, body: &Value) -> Value {
         let authorization = format!(
             "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/{service}/aws4_request, \
              SignedHeaders=host, Signature=0"
         );
-        let mut response = self
-            .agent
-            .post(&self.stand)
-            .header("authorization", &authorization)
-            .header("x-amz-target", target)
-            .header("content-type", "application/x-amz-json-1.1")
-            .send(body.to_string())
-            .unwrap();
-        let text = response.body_mut().read_to_string().unwrap();
-        assert_eq!(response.status().as_u16(), 200, "{target}: {text}");
-        serde_json::from_str(&text).unwrap()
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut response = self
+                .agent
+                .post(&self.stand)
+                .header("authorization", &authorization)
+                .header("x-amz-target", target)
+                .header("content-type", "application/x-amz-json-1.1")
+                .send(body.to_string())
+                .unwrap();
+            let status = response.status().as_u16();
+            let text = response.body_mut().read_to_string().unwrap();
+            let transient = status >= 500
+                || text.contains("ProvisionedThroughputExceededException")
+                || text.contains("ThrottlingException");
+            if status != 200 && transient && attempt < 8 {
+                std::thread::sleep(Duration::from_millis(50 * attempt));
+                continue;
+            }
+            assert_eq!(status, 200, "{target}: {text}");
+            return serde_json::from_str(&text).unwrap();
+        }
     }
 
     /// A query-protocol IAM call to the stand as the account's root: `params` besides `Action`
