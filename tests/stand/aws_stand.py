@@ -497,17 +497,22 @@ class DynamoDB:
         body = json.dumps(request).encode()
         inner = dict(environ, CONTENT_LENGTH=str(len(body)))
         inner["wsgi.input"] = io.BytesIO(body)
-        captured = {}
+        status, headers, answer = call(self.moto_app, inner)
+        return int(status.split()[0]), dict(headers), answer
 
-        def start(status, headers, exc_info=None):
-            captured["status"] = int(status.split()[0])
-            captured["headers"] = dict(headers)
 
-        chunks = self.moto_app(inner, start)
-        answer = b"".join(chunks)
-        if hasattr(chunks, "close"):
-            chunks.close()
-        return captured["status"], captured["headers"], answer
+def call(app, environ):
+    """A WSGI app's whole answer: (status line, header pairs, body)."""
+    captured = {}
+
+    def start(status, headers, exc_info=None):
+        captured["status"], captured["headers"] = status, headers
+
+    chunks = app(environ, start)
+    answer = b"".join(chunks)
+    if hasattr(chunks, "close"):
+        chunks.close()
+    return captured["status"], captured["headers"], answer
 
 
 # --- the gate --------------------------------------------------------------------------------
@@ -595,21 +600,13 @@ class Gate:
     def s3_read(self, environ, start_response, principal, policies, path):
         """An object read as S3 answers it: a key that does not exist is `NoSuchKey` (404) only
         to a caller that may list the bucket, and `AccessDenied` (403) to any other."""
-        captured = {}
-
-        def start(status, headers, exc_info=None):
-            captured["status"], captured["headers"] = status, headers
-
-        chunks = self.moto_app(environ, start)
-        answer = b"".join(chunks)
-        if hasattr(chunks, "close"):
-            chunks.close()
+        status, headers, answer = call(self.moto_app, environ)
         bucket = f"arn:{PARTITION}:s3:::{path.lstrip('/').partition('/')[0]}"
-        if captured["status"].startswith("404") and not permitted(policies, "s3:ListBucket", bucket):
+        if status.startswith("404") and not permitted(policies, "s3:ListBucket", bucket):
             self.audit.refuse({"principal": principal, "operation": "GetObject (missing key)",
                                "action": "s3:ListBucket", "resource": bucket})
             return self.refuse(start_response, Refusal(403, "AccessDeniedException", "Access Denied"), s3=True)
-        start_response(captured["status"], captured["headers"])
+        start_response(status, headers)
         return [answer]
 
     def caller(self, key, environ, headers, body, service):

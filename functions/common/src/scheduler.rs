@@ -103,11 +103,13 @@ pub fn parse_trigger(event: &Value) -> Result<Trigger, String> {
 /// The last instant (the service's clock, `now_ms` now) at which a step may start: the
 /// invocation's `deadline` less [`STEP_MARGIN`].
 pub fn step_deadline_ms(now_ms: i64, deadline: Instant) -> i64 {
-    let left = deadline
-        .checked_sub(STEP_MARGIN)
-        .unwrap_or(deadline)
-        .saturating_duration_since(Instant::now());
+    let left = step_end(deadline).saturating_duration_since(Instant::now());
     now_ms.saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// When a step must be done by: the invocation's `deadline` less [`STEP_MARGIN`].
+fn step_end(deadline: Instant) -> Instant {
+    deadline.checked_sub(STEP_MARGIN).unwrap_or(deadline)
 }
 
 /// The job a `Job Submitted` event names (`detail.jobId`): the pass accepts it by id, so that it
@@ -410,7 +412,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
             }
         }
         let started = Instant::now();
-        let by = deadline.map(|d| d.checked_sub(STEP_MARGIN).unwrap_or(d));
+        let by = deadline.map(step_end);
         restore(&mut rounds, by).await;
         let Rounds { forecaster, .. } = &mut *rounds;
         let result = self
@@ -448,18 +450,13 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
         trigger: Trigger,
         deadline: Option<Instant>,
     ) {
-        let by = deadline.map(|d| d.checked_sub(STEP_MARGIN).unwrap_or(d));
+        let by = deadline.map(step_end);
         for cycle in &mut pass.cycles {
             let Some(mut record) = cycle.decision.take() else {
                 continue;
             };
             record.trigger = format!("{trigger:?} ({})", record.trigger);
-            let append = self.decisions.append_decision(&record);
-            let kept = match by {
-                Some(by) => tokio::time::timeout_at(by, append).await.ok(),
-                None => Some(append.await),
-            };
-            match kept {
+            match by_deadline(by, self.decisions.append_decision(&record)).await {
                 Some(Ok(())) => {}
                 Some(Err(error)) => {
                     tracing::warn!(%error, cycle = %record.id, "decision record not kept");
@@ -585,10 +582,14 @@ async fn keep(rounds: &mut Rounds, by: Option<Instant>) {
     let Some(memory) = rounds.memory.as_ref().filter(|_| rounds.restored) else {
         return;
     };
-    let learned = rounds.forecaster.learned();
-    if rounds.kept.as_ref() == Some(&learned) {
+    if rounds
+        .kept
+        .as_ref()
+        .is_some_and(|kept| rounds.forecaster.has_learned_only(kept))
+    {
         return;
     }
+    let learned = rounds.forecaster.learned();
     match by_deadline(by, memory.save(&learned)).await {
         Some(Ok(())) => rounds.kept = Some(learned),
         Some(Err(error)) => tracing::warn!(%error, "what the forecaster learnt was not kept"),

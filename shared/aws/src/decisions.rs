@@ -12,13 +12,12 @@
 //! the table.
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
 use trainyard_app::ports::StoreError;
 use trainyard_app::service::scheduling::{DecisionLog, DecisionRecord};
 use trainyard_domain::time::UtcTime;
 
 use crate::dynamodb::{DecisionSummary, DynamoStore};
+use crate::s3_json;
 
 /// The key prefix of every record.
 pub const PREFIX: &str = "decisions/";
@@ -59,47 +58,19 @@ impl S3DecisionLog {
 
     /// Reads the record stored under `key`.
     pub async fn get(&self, key: &str) -> Result<DecisionRecord, StoreError> {
-        let output = self
-            .s3
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("reading s3://{}/{key}", self.bucket), e))?;
-        let bytes = output
-            .body
-            .collect()
-            .await
-            .map_err(|e| StoreError::Unavailable {
-                message: format!("reading s3://{}/{key}: {e}", self.bucket),
-                source: Some(Box::new(e)),
-            })?
-            .into_bytes();
-        serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-            key: key.to_owned(),
-            message: e.to_string(),
-        })
+        s3_json::get(&self.s3, &self.bucket, key)
+            .await?
+            .ok_or_else(|| StoreError::Unavailable {
+                message: format!("reading s3://{}/{key}: NoSuchKey", self.bucket),
+                source: None,
+            })
     }
 }
 
 impl DecisionLog for S3DecisionLog {
     async fn append_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
-        let body = serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
-            key: record.id.clone(),
-            message: format!("cannot encode: {e}"),
-        })?;
-        let bytes = body.len() as u64;
         let key = Self::object_key(record);
-        self.s3
-            .put_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .content_type("application/json")
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("writing s3://{}/{key}", self.bucket), e))?;
+        let bytes = s3_json::put(&self.s3, &self.bucket, &key, record).await?;
         let summary = DecisionSummary {
             id: record.id.clone(),
             at_ms: record.at_ms,
@@ -112,22 +83,5 @@ impl DecisionLog for S3DecisionLog {
             expires_at_ms: record.at_ms.saturating_add(self.retention_ms),
         };
         self.store.put_decision_summary(&summary).await
-    }
-}
-
-/// A failed S3 call as the store's error: S3's code and message where it answered, the whole
-/// error where it did not.
-pub(crate) fn unavailable<E>(what: &str, error: SdkError<E>) -> StoreError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    let why = match (error.code(), error.message()) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (Some(code), None) => code.to_owned(),
-        _ => aws_sdk_s3::error::DisplayErrorContext(&error).to_string(),
-    };
-    StoreError::Unavailable {
-        message: format!("{what}: {why}"),
-        source: Some(Box::new(error)),
     }
 }

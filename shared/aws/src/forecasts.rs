@@ -11,11 +11,10 @@
 //! `AccessDenied`, not `NoSuchKey`.
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
 use trainyard_app::ports::StoreError;
 use trainyard_forecast::Learned;
 
-use crate::decisions::unavailable;
+use crate::s3_json;
 
 /// The object's key.
 pub const KEY: &str = "forecaster/learned.json";
@@ -38,51 +37,12 @@ impl S3ForecastMemory {
 
     /// What was kept, or `None` before anything was.
     pub async fn load(&self) -> Result<Option<Learned>, StoreError> {
-        let what = format!("reading s3://{}/{KEY}", self.bucket);
-        let output = match self
-            .s3
-            .get_object()
-            .bucket(&self.bucket)
-            .key(KEY)
-            .send()
-            .await
-        {
-            Ok(output) => output,
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
-            Err(e) => return Err(unavailable(&what, e)),
-        };
-        let bytes = output
-            .body
-            .collect()
-            .await
-            .map_err(|e| StoreError::Unavailable {
-                message: format!("{what}: {e}"),
-                source: Some(Box::new(e)),
-            })?
-            .into_bytes();
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| StoreError::Corrupt {
-                key: KEY.to_owned(),
-                message: e.to_string(),
-            })
+        s3_json::get(&self.s3, &self.bucket, KEY).await
     }
 
     /// Keeps `learned`, replacing what was kept.
     pub async fn save(&self, learned: &Learned) -> Result<(), StoreError> {
-        let body = serde_json::to_vec(learned).map_err(|e| StoreError::Corrupt {
-            key: KEY.to_owned(),
-            message: format!("cannot encode: {e}"),
-        })?;
-        self.s3
-            .put_object()
-            .bucket(&self.bucket)
-            .key(KEY)
-            .content_type("application/json")
-            .body(ByteStream::from(body))
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("writing s3://{}/{KEY}", self.bucket), e))?;
+        s3_json::put(&self.s3, &self.bucket, KEY, learned).await?;
         Ok(())
     }
 }

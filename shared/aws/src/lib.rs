@@ -21,4 +21,5 @@ pub mod eventbridge;
 pub mod forecasts;
 pub mod iam;
 pub mod metrics;
+mod s3_json;
 pub mod sagemaker;

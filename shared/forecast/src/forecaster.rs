@@ -132,6 +132,15 @@ impl<T> Forecaster<T> {
         }
     }
 
+    /// Whether what it has learnt is `learned` and nothing more (compared in place: nothing
+    /// new since `learned` was taken, so nothing to keep).
+    pub fn has_learned_only(&self, learned: &Learned) -> bool {
+        self.history == learned.history
+            && self.calibration == learned.calibration
+            && self.families == learned.families
+            && self.arrived == learned.arrived
+    }
+
     /// The options rounds run with.
     pub fn options(&self) -> &Options {
         &self.options
