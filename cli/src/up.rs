@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tokio::sync::watch;
 use trainyard_app::Service;
 use trainyard_app::ports::{Clock, RandomIds, Store, StoreError, SystemClock};
+use trainyard_app::service::estimates::KeptForecaster;
 use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{
@@ -34,6 +35,7 @@ use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::driver;
 use trainyard_emulator::model::Emulator;
 use trainyard_emulator::shared::SharedEmulator;
+use trainyard_forecast::Forecaster;
 use trainyard_local::SqliteStore;
 use trainyard_local::event_loop::{self, LocalEvents, LoopConfig, PassRunner};
 use trainyard_local::metrics::{self, Metrics};
@@ -387,9 +389,12 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.retry.retry_cap_ms = scale(cycle.retry.retry_cap_ms);
         cycle.retry.jitter_max_ms = scale(cycle.retry.jitter_max_ms);
         if args.estimate_every_s > 0 {
+            let mut forecasts = KeptForecaster::new(Forecaster::new(Default::default()));
+            forecasts.keep_in(store.clone());
             tokio::spawn(event_loop::run_estimates(
                 service.clone(),
                 cycle.clone(),
+                forecasts,
                 Duration::from_secs(args.estimate_every_s),
                 stopped(stopping.clone()),
             ));

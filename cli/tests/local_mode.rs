@@ -653,3 +653,52 @@ fn idle_connections_are_capped_and_closed_and_the_server_keeps_answering() {
     );
     assert!(server.terminate().success());
 }
+
+/// Start estimates stay calibrated across a restart: what the forecaster learnt from a job that
+/// ran is kept in the data directory's store, and the next `trainyard up` starts from it.
+#[test]
+fn what_the_forecaster_learnt_outlives_a_restart() {
+    let (_tmp, dir) = data_dir();
+    let mut server = Server::start(&dir, &["--estimate-every-s", "1"]);
+    let mut request = submit_request("research", "learn-from-me");
+    let mut payload: Value =
+        serde_json::from_str(request["serviceRequestPayload"].as_str().expect("payload"))
+            .expect("json");
+    payload["HyperParameters"] = json!({"emulator_duration_s": "3"});
+    request["serviceRequestPayload"] = json!(payload.to_string());
+    let job = server.api("submitservicejob", &request);
+    let job_id = job["jobId"].as_str().expect("jobId").to_owned();
+    server.wait_for_status(&job_id, "SUCCEEDED");
+    // Rounds run every second; the one after the job ended learns its runtime and keeps it.
+    let db = dir.join("trainyard.db");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let learned = loop {
+        let kept = trainyard_local::SqliteStore::open(&db)
+            .expect("open store")
+            .learned()
+            .expect("read");
+        match kept {
+            Some(learned) if learned.history.runtimes_observed() > 0 => break learned,
+            _ if std::time::Instant::now() > deadline => {
+                panic!("no runtime kept: {kept:?}\n{}", server.stderr())
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    };
+    assert_eq!(learned.history.runtimes_observed(), 1, "{learned:?}");
+    assert_eq!(server.terminate().code(), Some(0));
+
+    let restarted = Server::start(&dir, &["--estimate-every-s", "1"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !restarted
+        .stderr()
+        .contains("forecaster restored from what was kept")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not restored: {}",
+            restarted.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

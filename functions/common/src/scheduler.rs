@@ -29,9 +29,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
-use trainyard_app::ports::{
-    ConfigStore, EventSink, Fence, SchedulingStore, StoreError, TrainingBackend,
-};
+use trainyard_app::ports::{ConfigStore, EventSink, Fence, SchedulingStore, TrainingBackend};
+pub use trainyard_app::ports::{ForecastMemory, MemoryFuture};
+use trainyard_app::service::estimates::KeptForecaster;
 use trainyard_app::service::lease::Lease;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput};
 pub use trainyard_app::service::scheduling::{DecisionLog, NoDecisions};
@@ -171,42 +171,11 @@ pub struct PassReport {
     pub reason: Option<String>,
 }
 
-/// What a warm process keeps between its forecast rounds: what the forecaster learnt, and how
-/// long the last round took.
+/// What a warm process keeps between its forecast rounds: its forecaster (and where what it
+/// learns is kept), and how long the last round took.
 struct Rounds {
-    forecaster: trainyard_forecast::Forecaster,
+    forecasts: KeptForecaster,
     last_took: Duration,
-    /// Where what the forecaster learnt outlives this process, if anywhere.
-    memory: Option<Box<dyn ForecastMemory>>,
-    /// Whether this process has read what was kept (or learnt nothing was): until it has, it
-    /// keeps nothing, so that a read that failed never ends in an empty state overwriting a
-    /// full one.
-    restored: bool,
-    /// What it last kept (nothing new, nothing written).
-    kept: Option<trainyard_forecast::Learned>,
-}
-
-/// A future a [`ForecastMemory`] returns.
-pub type MemoryFuture<'a, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// Where the scheduler keeps what its forecaster learnt across cold starts (S3 on AWS:
-/// `trainyard_aws::forecasts`).
-pub trait ForecastMemory: Send + Sync {
-    /// What was kept, or `None` before anything was.
-    fn load(&self) -> MemoryFuture<'_, Option<trainyard_forecast::Learned>>;
-    /// Keeps `learned` in place of what was.
-    fn save<'a>(&'a self, learned: &'a trainyard_forecast::Learned) -> MemoryFuture<'a, ()>;
-}
-
-impl ForecastMemory for trainyard_aws::forecasts::S3ForecastMemory {
-    fn load(&self) -> MemoryFuture<'_, Option<trainyard_forecast::Learned>> {
-        Box::pin(Self::load(self))
-    }
-
-    fn save<'a>(&'a self, learned: &'a trainyard_forecast::Learned) -> MemoryFuture<'a, ()> {
-        Box::pin(Self::save(self, learned))
-    }
 }
 
 /// The scheduler's handler over any store, event sink and training backend. Its store ports are
@@ -272,11 +241,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
     /// [`Self::with_forecast_memory`] keeps it.
     pub fn with_start_estimates(mut self) -> Self {
         self.estimates = Some(tokio::sync::Mutex::new(Rounds {
-            forecaster: trainyard_forecast::Forecaster::new(Default::default()),
+            forecasts: KeptForecaster::new(trainyard_forecast::Forecaster::new(Default::default())),
             last_took: Duration::ZERO,
-            memory: None,
-            restored: false,
-            kept: None,
         }));
         self
     }
@@ -287,7 +253,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
     /// does nothing.
     pub fn with_forecast_memory(mut self, memory: impl ForecastMemory + 'static) -> Self {
         if let Some(rounds) = self.estimates.as_mut() {
-            rounds.get_mut().memory = Some(Box::new(memory));
+            rounds.get_mut().forecasts.keep_in(memory);
         }
         self
     }
@@ -413,15 +379,14 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
         }
         let started = Instant::now();
         let by = deadline.map(step_end);
-        restore(&mut rounds, by).await;
-        let Rounds { forecaster, .. } = &mut *rounds;
+        restore(&mut rounds.forecasts, by).await;
         let result = self
             .service
-            .estimate_start_times(forecaster, &self.cycle)
+            .estimate_start_times(rounds.forecasts.forecaster_mut(), &self.cycle)
             .await;
         rounds.last_took = started.elapsed();
         if result.is_ok() {
-            keep(&mut rounds, by).await;
+            keep(&mut rounds.forecasts, by).await;
         }
         match result {
             Ok(round) => {
@@ -548,26 +513,9 @@ async fn by_deadline<T>(
 
 /// A process's first round starts from what its forecast memory kept, if it has one; a read
 /// that fails (or runs out of time) is tried again at the next round.
-async fn restore(rounds: &mut Rounds, by: Option<Instant>) {
-    if rounds.restored {
-        return;
-    }
-    let Some(memory) = rounds.memory.as_ref() else {
-        return;
-    };
-    match by_deadline(by, memory.load()).await {
-        Some(Ok(kept)) => {
-            if let Some(learned) = kept.clone() {
-                let options = rounds.forecaster.options().clone();
-                rounds.forecaster = trainyard_forecast::Forecaster::with_learned(options, learned);
-                tracing::info!(
-                    runtimes = rounds.forecaster.history().runtimes_observed(),
-                    "forecaster restored from what was kept"
-                );
-            }
-            rounds.restored = true;
-            rounds.kept = kept;
-        }
+async fn restore(forecasts: &mut KeptForecaster, by: Option<Instant>) {
+    match by_deadline(by, forecasts.restore()).await {
+        Some(Ok(())) => {}
         Some(Err(error)) => {
             tracing::warn!(%error, "what the forecaster learnt could not be read; the next round tries again");
         }
@@ -578,20 +526,9 @@ async fn restore(rounds: &mut Rounds, by: Option<Instant>) {
 }
 
 /// Keeps what the forecaster learnt, when it learnt something since it last kept it.
-async fn keep(rounds: &mut Rounds, by: Option<Instant>) {
-    let Some(memory) = rounds.memory.as_ref().filter(|_| rounds.restored) else {
-        return;
-    };
-    if rounds
-        .kept
-        .as_ref()
-        .is_some_and(|kept| rounds.forecaster.has_learned_only(kept))
-    {
-        return;
-    }
-    let learned = rounds.forecaster.learned();
-    match by_deadline(by, memory.save(&learned)).await {
-        Some(Ok(())) => rounds.kept = Some(learned),
+async fn keep(forecasts: &mut KeptForecaster, by: Option<Instant>) {
+    match by_deadline(by, forecasts.keep()).await {
+        Some(Ok(_)) => {}
         Some(Err(error)) => tracing::warn!(%error, "what the forecaster learnt was not kept"),
         None => tracing::warn!(
             "what the forecaster learnt was not kept: the invocation's deadline is near"

@@ -11,7 +11,7 @@
 //! `AccessDenied`, not `NoSuchKey`.
 
 use aws_sdk_s3::Client;
-use trainyard_app::ports::StoreError;
+use trainyard_app::ports::{ForecastMemory, MemoryFuture, StoreError};
 use trainyard_forecast::Learned;
 
 use crate::s3_json;
@@ -44,5 +44,15 @@ impl S3ForecastMemory {
     pub async fn save(&self, learned: &Learned) -> Result<(), StoreError> {
         s3_json::put(&self.s3, &self.bucket, KEY, learned).await?;
         Ok(())
+    }
+}
+
+impl ForecastMemory for S3ForecastMemory {
+    fn load(&self) -> MemoryFuture<'_, Option<Learned>> {
+        Box::pin(Self::load(self))
+    }
+
+    fn save<'a>(&'a self, learned: &'a Learned) -> MemoryFuture<'a, ()> {
+        Box::pin(Self::save(self, learned))
     }
 }

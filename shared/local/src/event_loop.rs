@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast, mpsc};
 use trainyard_app::ports::{Event, EventSink, Store, TrainingBackend, TrainingJobState};
+use trainyard_app::service::estimates::KeptForecaster;
 use trainyard_app::service::scheduling::{
     Accept, CycleConfig, DecisionLog, DueReport, DueWork, NoDecisions, PassInput, PassReport,
     StateOutcome, accept_in_batches,
@@ -472,8 +473,9 @@ async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, change
 
 /// Forecast rounds every `every` until `shutdown`: each waiting job's start-time estimate
 /// (`trainyard_app::service::estimates`), apart from the scheduling loop so that a slow round
-/// delays no cycle. What the forecaster learns is kept in memory: after a restart, estimates are
-/// uncalibrated and assume every attempt runs to its time limit until attempts end again.
+/// delays no cycle. The first round starts `forecasts` from what its memory kept (in local mode,
+/// the SQLite file) and each round that learnt something keeps it; a read that failed is tried
+/// again at the next round, and nothing is written until one succeeded.
 ///
 /// A round's CPU grows with the backlog (docs/benchmarks.md#start-time-estimates): the next
 /// round waits at least three times as long as the last one took, so rounds use at most a
@@ -481,11 +483,11 @@ async fn pass<T: Scheduling>(scheduler: &T, batch: usize, settle_ms: i64, change
 pub async fn run_estimates<S: Store, E: EventSink>(
     service: Arc<Service<S, E>>,
     cycle: CycleConfig,
+    mut forecasts: KeptForecaster,
     every: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let mut forecaster = trainyard_forecast::Forecaster::new(Default::default());
     let mut pause = every;
     loop {
         tokio::select! {
@@ -494,14 +496,25 @@ pub async fn run_estimates<S: Store, E: EventSink>(
             () = tokio::time::sleep(pause) => {}
         }
         let started = std::time::Instant::now();
-        match service.estimate_start_times(&mut forecaster, &cycle).await {
-            Ok(report) => tracing::debug!(
-                jobs = report.jobs,
-                resolved = report.resolved,
-                moved = report.moved,
-                took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                "start times estimated"
-            ),
+        if let Err(error) = forecasts.restore().await {
+            tracing::warn!(%error, "what the forecaster learnt could not be read; the next round tries again");
+        }
+        match service
+            .estimate_start_times(forecasts.forecaster_mut(), &cycle)
+            .await
+        {
+            Ok(report) => {
+                tracing::debug!(
+                    jobs = report.jobs,
+                    resolved = report.resolved,
+                    moved = report.moved,
+                    took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "start times estimated"
+                );
+                if let Err(error) = forecasts.keep().await {
+                    tracing::warn!(%error, "what the forecaster learnt was not kept");
+                }
+            }
             Err(error) => tracing::warn!(%error, "estimating start times failed"),
         }
         pause = every.max(started.elapsed() * 3);

@@ -28,6 +28,7 @@
 
 mod audit;
 mod decisions;
+mod forecasts;
 mod schema;
 
 use std::path::{Path, PathBuf};

@@ -237,3 +237,59 @@ async fn a_write_blocked_by_another_process_lock_is_unavailable_with_its_source(
         .expect("insert after release");
     assert_eq!(outcome, InsertJob::Inserted);
 }
+
+/// What the start-time forecaster learnt outlives the process: `trainyard up` keeps it in the
+/// store's file, and a forecaster restored from the reopened file knows what the first learnt,
+/// where one over a fresh file starts from nothing.
+#[tokio::test]
+async fn what_the_forecaster_learnt_is_there_after_reopening_the_file() {
+    use std::sync::Arc;
+    use trainyard_app::service::estimates::KeptForecaster;
+    use trainyard_forecast::{Family, Forecaster, History, Learned};
+
+    let dir = scratch();
+    let path = dir.path().join("store.sqlite");
+    let mut history = History::default();
+    let family = Family {
+        queue: "prod".into(),
+        share: None,
+        instances: 2,
+    };
+    for runtime_s in [600, 900, 1_200] {
+        history.observe_runtime(family.clone(), runtime_s);
+    }
+    let learned = Learned {
+        history,
+        ..Learned::default()
+    };
+    {
+        let store = Arc::new(SqliteStore::open(&path).expect("open"));
+        assert_eq!(store.learned().expect("read"), None, "nothing kept yet");
+        let mut forecasts = KeptForecaster::new(Forecaster::with_learned(
+            Default::default(),
+            learned.clone(),
+        ));
+        forecasts.keep_in(store.clone());
+        assert!(
+            !forecasts.keep().await.expect("keep"),
+            "nothing before a read"
+        );
+        forecasts.restore().await.expect("restore");
+        assert!(forecasts.keep().await.expect("keep"), "written");
+        assert!(
+            !forecasts.keep().await.expect("keep"),
+            "nothing new: not rewritten"
+        );
+    }
+    let store = Arc::new(SqliteStore::open(&path).expect("reopen"));
+    assert_eq!(store.learned().expect("read"), Some(learned.clone()));
+    let mut forecasts = KeptForecaster::new(Forecaster::new(Default::default()));
+    forecasts.keep_in(store.clone());
+    assert_eq!(forecasts.forecaster().history().runtimes_observed(), 0);
+    forecasts.restore().await.expect("restore");
+    assert_eq!(forecasts.forecaster().learned(), learned);
+    assert_eq!(forecasts.forecaster().history().runtimes_observed(), 3);
+
+    let fresh = SqliteStore::open(&dir.path().join("fresh.sqlite")).expect("open");
+    assert_eq!(fresh.learned().expect("read"), None);
+}

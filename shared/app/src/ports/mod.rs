@@ -8,11 +8,13 @@
 //! - [`audit`]: [`AuditStore`], the audit trail of calls that asked to change something.
 //! - [`backend`]: the training backend (SageMaker, or the emulator).
 //! - [`events`]: the event sink.
+//! - [`forecasts`]: where what the forecaster learnt is kept across restarts.
 //! - [`time`]: the clock and id minting.
 
 pub mod audit;
 pub mod backend;
 pub mod events;
+pub mod forecasts;
 pub mod records;
 pub mod store;
 pub mod time;
@@ -24,6 +26,7 @@ pub use backend::{
     BackendError, ObservedCheckpoint, TrainingBackend, TrainingJobState, TrainingStatus, described,
 };
 pub use events::{Event, EventSink, NoEvents};
+pub use forecasts::{ForecastMemory, MemoryFuture};
 pub use records::{
     CapacityHolder, CapacityRelease, ClientTokenRecord, EnvironmentUsage, Fence, InsertJob,
     JobCursor, JobQuery, JobWait, LineDigest, LineWaits, NameFilter, Page, RunnableHead,

@@ -13,12 +13,13 @@ use std::collections::BTreeMap;
 
 use trainyard_domain::job::{JobStatus, ServiceJob};
 use trainyard_domain::time::UtcTime;
-use trainyard_forecast::{Estimate, Forecaster};
+use trainyard_forecast::{Estimate, Forecaster, Learned};
 
 use super::scheduling::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, Document, Event, EventSink, SchedulingStore, StartEstimates, StoreError, Write,
+    ConfigStore, Document, Event, EventSink, ForecastMemory, SchedulingStore, StartEstimates,
+    StoreError, Write,
 };
 use crate::service::Service;
 
@@ -58,6 +59,96 @@ pub fn moved_a_lot(previous_ms: Option<i64>, now_p50_ms: Option<i64>, now_ms: i6
 fn keep_soonest<T>(found: &mut Vec<(T, &Estimate)>, keep: usize) {
     found.sort_by_key(|(_, e)| (e.p50_ms.is_none(), e.p50_ms));
     found.truncate(keep);
+}
+
+/// A host's forecaster and the [`ForecastMemory`] that keeps what it learns, if any: the first
+/// [`Self::restore`] starts it from what was kept, and [`Self::keep`] after a round keeps what it
+/// learnt since. Until a read has succeeded it keeps nothing, so that a failed read never ends in
+/// an empty state overwriting a full one. Both are cancel-safe: a host may bound them by its
+/// deadline and drop them; nothing changes until the read or write has completed.
+pub struct KeptForecaster {
+    forecaster: Forecaster,
+    memory: Option<Box<dyn ForecastMemory>>,
+    /// Whether what was kept has been read (or there is nowhere to read it from).
+    restored: bool,
+    /// What was last read or written (nothing new, nothing written).
+    kept: Option<Learned>,
+}
+
+impl KeptForecaster {
+    /// `forecaster`, keeping what it learns in this process only.
+    pub fn new(forecaster: Forecaster) -> Self {
+        Self {
+            forecaster,
+            memory: None,
+            restored: false,
+            kept: None,
+        }
+    }
+
+    /// Keeps what it learns in `memory` from now on (read at the next [`Self::restore`]).
+    pub fn keep_in(&mut self, memory: impl ForecastMemory + 'static) {
+        self.memory = Some(Box::new(memory));
+        self.restored = false;
+        self.kept = None;
+    }
+
+    /// Whether what it learns is kept anywhere.
+    pub fn has_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
+    /// The forecaster, for a round.
+    pub fn forecaster_mut(&mut self) -> &mut Forecaster {
+        &mut self.forecaster
+    }
+
+    /// The forecaster.
+    pub fn forecaster(&self) -> &Forecaster {
+        &self.forecaster
+    }
+
+    /// Starts from what the memory kept, the first time it succeeds; later calls do nothing.
+    /// An error leaves the forecaster as it is and is tried again at the next call.
+    pub async fn restore(&mut self) -> Result<(), StoreError> {
+        if self.restored {
+            return Ok(());
+        }
+        let Some(memory) = self.memory.as_ref() else {
+            return Ok(());
+        };
+        let kept = memory.load().await?;
+        if let Some(learned) = kept.clone() {
+            let options = self.forecaster.options().clone();
+            self.forecaster = Forecaster::with_learned(options, learned);
+            tracing::info!(
+                runtimes = self.forecaster.history().runtimes_observed(),
+                "forecaster restored from what was kept"
+            );
+        }
+        self.restored = true;
+        self.kept = kept;
+        Ok(())
+    }
+
+    /// Keeps what the forecaster learnt, when it learnt something since it was last kept or
+    /// read: `Ok(true)` when it wrote. Nothing before a [`Self::restore`] has succeeded.
+    pub async fn keep(&mut self) -> Result<bool, StoreError> {
+        let Some(memory) = self.memory.as_ref().filter(|_| self.restored) else {
+            return Ok(false);
+        };
+        if self
+            .kept
+            .as_ref()
+            .is_some_and(|kept| self.forecaster.has_learned_only(kept))
+        {
+            return Ok(false);
+        }
+        let learned = self.forecaster.learned();
+        memory.save(&learned).await?;
+        self.kept = Some(learned);
+        Ok(true)
+    }
 }
 
 impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {

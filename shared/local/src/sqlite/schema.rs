@@ -126,6 +126,15 @@ const MIGRATIONS: &[&str] = &[
         ON jobs (job_queue, share_key, priority DESC, line_at, job_id)
         WHERE status = 'RUNNABLE';
     ",
+    // 6: what the start-time forecaster learnt (one JSON document, replaced whole), so that a
+    // restart estimates from where the last run left off.
+    r"
+    CREATE TABLE forecaster (
+        id           INTEGER PRIMARY KEY CHECK (id = 1),
+        saved_at_ms  INTEGER NOT NULL,
+        doc          TEXT    NOT NULL
+    );
+    ",
 ];
 
 /// The schema version this code writes: the number of migration steps it knows.
