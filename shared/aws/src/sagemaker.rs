@@ -36,9 +36,13 @@
 //! `AWS_ENDPOINT_URL_SAGEMAKER` (or `AWS_ENDPOINT_URL`) points the same code at the project's
 //! emulator; tests build the client explicitly instead.
 
+use std::sync::{Arc, Mutex};
+
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::config::http::HttpResponse;
-use aws_sdk_sagemaker::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sagemaker::config::interceptors::AfterDeserializationInterceptorContextRef;
+use aws_sdk_sagemaker::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_sagemaker::error::{BoxError, ProvideErrorMetadata, SdkError};
 use aws_sdk_sagemaker::operation::create_training_job::{
     CreateTrainingJobError, CreateTrainingJobOutput,
 };
@@ -295,14 +299,19 @@ impl TrainingBackend for SageMakerBackend {
     }
 
     async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        let selected = SelectedInstanceType::default();
         let output = self
             .client
             .describe_training_job()
             .training_job_name(name)
+            .customize()
+            .interceptor(selected.clone())
             .send()
             .await
             .map_err(|e| classify(Call::Describe, failure(&e)))?;
-        training_job_state(&output)
+        let mut state = training_job_state(&output)?;
+        state.selected_instance_type = selected.take();
+        Ok(state)
     }
 
     async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
@@ -354,9 +363,65 @@ pub fn training_job_state(
             .map(|s| s.as_str().to_owned())
             .unwrap_or_default(),
         failure_reason: output.failure_reason().map(str::to_owned),
-        // Not in the SDK's typed output yet: the state-change events carry it.
+        // Not in the SDK's typed output yet: read from the response by [`SelectedInstanceType`].
         selected_instance_type: None,
     })
+}
+
+/// Reads `ResourceConfig.SelectedInstanceType` (the type SageMaker launched, of a request with
+/// `InstancePreferences`) from one `DescribeTrainingJob` response's own JSON: the SDK's typed
+/// output (aws-sdk-sagemaker 1.181) does not carry the member yet, and without it a job whose
+/// state-change events were lost would hold every preference's capacity until it ended.
+#[derive(Debug, Clone, Default)]
+struct SelectedInstanceType(Arc<Mutex<Option<String>>>);
+
+impl SelectedInstanceType {
+    /// What the last response read said, if anything.
+    fn take(&self) -> Option<String> {
+        self.0.lock().ok().and_then(|mut slot| slot.take())
+    }
+}
+
+impl Intercept for SelectedInstanceType {
+    fn name(&self) -> &'static str {
+        "trainyard SelectedInstanceType"
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &AfterDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        // A response that cannot be read says nothing: the attempt keeps what it holds.
+        let selected = context
+            .response()
+            .body()
+            .bytes()
+            .and_then(selected_instance_type);
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = selected;
+        }
+        Ok(())
+    }
+}
+
+/// `ResourceConfig.SelectedInstanceType` of a `DescribeTrainingJob` response body.
+fn selected_instance_type(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Described {
+        #[serde(rename = "ResourceConfig")]
+        resource_config: Option<Resources>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Resources {
+        #[serde(rename = "SelectedInstanceType")]
+        selected_instance_type: Option<String>,
+    }
+    serde_json::from_slice::<Described>(body)
+        .ok()?
+        .resource_config?
+        .selected_instance_type
 }
 
 // ---------------------------------------------------------------------------------------------

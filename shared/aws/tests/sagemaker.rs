@@ -463,6 +463,73 @@ async fn members_newer_than_the_sdk_reach_sagemaker_unchanged() {
     );
 }
 
+/// `DescribeTrainingJob` names the preference SageMaker launched (`SelectedInstanceType`, which
+/// the SDK's typed output lacks): reconciliation reads it from the response, so an attempt whose
+/// state-change events were lost still gives back the preferences it does not use. A job without
+/// preferences has none.
+#[tokio::test]
+async fn describe_reads_which_preference_sagemaker_launched() {
+    let preferring = |name: &str| {
+        let mut sent = request(name, "ml.p5.48xlarge", json!({}));
+        sent["ResourceConfig"] = json!({
+            "InstanceCount": 2,
+            "VolumeSizeInGB": 100,
+            "InstancePreferences": [
+                {"InstanceType": "ml.p5.48xlarge"},
+                {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4}
+            ]
+        });
+        sent
+    };
+    let stand = Stand::start(Config::default()).await;
+    stand
+        .backend
+        .create_training_job(preferring("first-1"))
+        .await
+        .unwrap();
+    stand
+        .backend
+        .create_training_job(request("plain-1", "ml.p5.48xlarge", json!({})))
+        .await
+        .unwrap();
+    let first = stand
+        .backend
+        .describe_training_job("first-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        first.selected_instance_type.as_deref(),
+        Some("ml.p5.48xlarge")
+    );
+    let plain = stand
+        .backend
+        .describe_training_job("plain-1")
+        .await
+        .unwrap();
+    assert_eq!(plain.selected_instance_type, None);
+
+    // No p5 quota: SageMaker launches the second preference, and describe says so.
+    let stand = Stand::start(Config {
+        account_quotas: [("ml.p5.48xlarge".to_owned(), 0)].into(),
+        ..Config::default()
+    })
+    .await;
+    stand
+        .backend
+        .create_training_job(preferring("second-1"))
+        .await
+        .unwrap();
+    let second = stand
+        .backend
+        .describe_training_job("second-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        second.selected_instance_type.as_deref(),
+        Some("ml.p4d.24xlarge")
+    );
+}
+
 /// A stand-in for SageMaker that answers every request with one canned error, counting the
 /// requests. Serves at most `MAX_REQUESTS` connections, each bounded in time.
 async fn canned_error(status: u16, code: &'static str) -> (String, Arc<AtomicUsize>) {
