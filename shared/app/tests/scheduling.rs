@@ -49,6 +49,8 @@ struct World {
     config: CycleConfig,
     /// Whether SageMaker's events reach Trainyard (off: only reconciliation finds changes).
     deliver_events: bool,
+    /// Whether the events delivered leave out which instance type SageMaker launched.
+    events_without_selected_type: bool,
     /// Every dispatch order seen, for assertions on priority.
     dispatched: Vec<String>,
     /// Preemptions the cycles reported, summed.
@@ -85,6 +87,7 @@ impl World {
             sagemaker,
             config,
             deliver_events: true,
+            events_without_selected_type: false,
             dispatched: Vec::new(),
             preemptions_reported: 0,
             decisions: Vec::new(),
@@ -295,6 +298,12 @@ impl World {
             events
                 .iter()
                 .map(|event| TrainingJobState::from_sagemaker(&event.detail()).unwrap())
+                .map(|mut state| {
+                    if self.events_without_selected_type {
+                        state.selected_instance_type = None;
+                    }
+                    state
+                })
                 .collect()
         } else {
             Vec::new()
@@ -519,6 +528,68 @@ async fn a_job_with_instance_preferences_gives_back_the_types_not_launched() {
             ("ml.p5.48xlarge".to_owned(), 1)
         ]),
         "one of each in use: the launched preference, and the job that took the other"
+    );
+}
+
+/// When no event named the type SageMaker launched, reconciliation's describe does: the
+/// attempt, already RUNNING, gives back the preference it does not use, and the job waiting for
+/// that type starts.
+#[tokio::test]
+async fn reconciliation_gives_back_the_preferences_no_event_named() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.events_without_selected_type = true;
+    w.environment("local", 2).await;
+    w.queue("q", 1, "local").await;
+    let preferring = w
+        .submit_with("prefers", "q", 1, quick(600), |cmd| {
+            let mut payload: Value = serde_json::from_str(&cmd.service_request_payload).unwrap();
+            payload["ResourceConfig"] = json!({
+                "InstancePreferences": [
+                    {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1},
+                    {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
+                ],
+                "VolumeSizeInGB": 50
+            });
+            cmd.service_request_payload = payload.to_string();
+        })
+        .await;
+    let waiting = w.submit("waits", "q", 1, quick(60)).await;
+    let mut running = w.job(&preferring).await;
+    for _ in 0..20 {
+        w.clock.advance(500);
+        w.tick().await;
+        running = w.job(&preferring).await;
+        if running.status == JobStatus::Running {
+            break;
+        }
+    }
+    assert_eq!(running.status, JobStatus::Running);
+    assert_eq!(
+        running.held_total(),
+        2,
+        "no event named the type: both held"
+    );
+    // Quiet for longer than the reconciliation's first checkpoint (5 s): described.
+    for _ in 0..20 {
+        w.clock.advance(1_000);
+        w.tick().await;
+    }
+    let narrowed = w.job(&preferring).await;
+    assert_eq!(
+        narrowed
+            .latest_attempt()
+            .unwrap()
+            .selected_instance_type
+            .as_deref(),
+        Some("ml.p5.48xlarge")
+    );
+    assert_eq!(narrowed.held_total(), 1);
+    let second = w.job(&waiting).await;
+    assert!(
+        second.status.is_dispatched() || second.status == JobStatus::Succeeded,
+        "the instance given back ran the waiting job: {:?} {:?}",
+        second.status,
+        second.status_reason
     );
 }
 

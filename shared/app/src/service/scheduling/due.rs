@@ -8,7 +8,9 @@ use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
 
 use super::{CycleConfig, CycleReport, DueReport, Ending, StateOutcome};
 use crate::error::AppError;
-use crate::ports::{BackendError, EventSink, SchedulingStore, StoreError, TrainingBackend};
+use crate::ports::{
+    BackendError, EventSink, SchedulingStore, StoreError, TrainingBackend, TrainingJobState,
+};
 use crate::service::Service;
 
 /// Which parts of the due work a host does. A host that runs the whole loop in one process
@@ -132,7 +134,8 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
 
             // Not heard from for a while: describe, in case an event was lost. A state that
             // shows the status the job already has changes nothing, and is not applied (which
-            // would read the job again).
+            // would read the job again), unless it is the first to name the preference
+            // SageMaker launched (the attempt then gives the others back).
             let overdue = job.is_terminated
                 || attempt.stop_requested.is_some()
                 || past_its_end(&job, &attempt, now, config);
@@ -141,7 +144,9 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
                 describe_due(now - job.updated_at, quiet_ms, window_ms, overdue)
             }) {
                 match backend.describe_training_job(&name).await {
-                    Ok(state) if batch_status(&state).is_none_or(|s| s == job.status) => {}
+                    Ok(state)
+                        if batch_status(&state).is_none_or(|s| s == job.status)
+                            && !names_the_launched_preference(&job, &attempt, &state) => {}
                     Ok(state) => {
                         if let StateOutcome::Applied(_) =
                             self.on_training_state(&state, config).await?
@@ -233,6 +238,18 @@ fn latest_checkpoint(silence_ms: i64, quiet_ms: i64) -> i64 {
         checkpoint = next;
     }
     checkpoint + (silence_ms - checkpoint) / RECONCILE_MAX_INTERVAL_MS * RECONCILE_MAX_INTERVAL_MS
+}
+
+/// Whether `state` is the first word of which of its `InstancePreferences` SageMaker launched
+/// the attempt on.
+fn names_the_launched_preference(
+    job: &ServiceJob,
+    attempt: &Attempt,
+    state: &TrainingJobState,
+) -> bool {
+    job.training.preferences.len() > 1
+        && attempt.selected_instance_type.is_none()
+        && state.selected_instance_type.is_some()
 }
 
 /// Whether the attempt has run past the longest its payload allows (`MaxRuntimeInSeconds`, or
