@@ -27,6 +27,9 @@ pub enum FunctionError {
     /// The event could not be read at all (the runtime normally rejects these first).
     #[error("unreadable event: {0}")]
     Event(String),
+    /// The invocation's deadline came before the work was done; a retry does it.
+    #[error("out of time: the invocation's deadline is near; retried")]
+    OutOfTime,
 }
 
 impl FunctionError {
@@ -37,6 +40,7 @@ impl FunctionError {
             Self::App(AppError::Internal(_)) => "Trainyard.StoreUnavailable",
             Self::App(_) => "Trainyard.Rejected",
             Self::Event(_) => "Trainyard.InvalidEvent",
+            Self::OutOfTime => "Trainyard.OutOfTime",
         }
     }
 }
@@ -84,6 +88,7 @@ mod tests {
                 "Trainyard.InvalidEvent",
                 "not JSON",
             ),
+            (FunctionError::OutOfTime, "Trainyard.OutOfTime", "deadline"),
         ];
         for (error, kind, text) in cases {
             let diagnostic = Diagnostic::from(error);

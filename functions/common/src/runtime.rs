@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lambda_runtime::{Diagnostic, LambdaEvent, service_fn};
 use serde::Serialize;
@@ -28,6 +28,27 @@ pub fn deadline_from(
         .ok()
         .filter(|left| !left.is_zero())?;
     Some(tokio::time::Instant::now() + left)
+}
+
+/// No step of an invocation starts this close to its deadline (and a step still running then is
+/// cut short), so that leases are given back and the response sent before the function times
+/// out.
+pub const STEP_MARGIN: Duration = Duration::from_secs(5);
+
+/// When a step must be done by: the invocation's `deadline` less [`STEP_MARGIN`].
+pub fn step_end(deadline: tokio::time::Instant) -> tokio::time::Instant {
+    deadline.checked_sub(STEP_MARGIN).unwrap_or(deadline)
+}
+
+/// `step`, unless `by` passes first (`None`: it did not finish in time, and was dropped).
+pub async fn by_deadline<T>(
+    by: Option<tokio::time::Instant>,
+    step: impl Future<Output = T>,
+) -> Option<T> {
+    match by {
+        Some(by) => tokio::time::timeout_at(by, step).await.ok(),
+        None => Some(step.await),
+    }
 }
 
 /// Starts logging and reads the configuration; on a bad configuration logs every problem as one

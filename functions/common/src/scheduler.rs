@@ -38,6 +38,7 @@ pub use trainyard_app::service::scheduling::{DecisionLog, NoDecisions};
 use trainyard_app::{AppError, Service};
 
 use crate::error::FunctionError;
+use crate::runtime::{by_deadline, step_end};
 
 /// The lease's name in the store.
 pub const LEASE_NAME: &str = "scheduler";
@@ -57,9 +58,7 @@ pub const ACCEPT_BATCH: usize = 100;
 pub const MAX_ACCEPT_BATCHES: usize = 50;
 /// Most cycles per invocation.
 pub const MAX_CYCLES: usize = 5;
-/// No step of a pass starts this close to the invocation's deadline, so that the lease is given
-/// back and the response sent before the function times out.
-pub const STEP_MARGIN: Duration = Duration::from_secs(5);
+pub use crate::runtime::STEP_MARGIN;
 /// How long after its dispatch an attempt without a recorded launch is left to the pass that
 /// dispatched it: longer than a scheduler invocation can run (its 60 s timeout), so that pass
 /// has finished or died before the next relaunches the attempt or the retry function ends it.
@@ -105,11 +104,6 @@ pub fn parse_trigger(event: &Value) -> Result<Trigger, String> {
 pub fn step_deadline_ms(now_ms: i64, deadline: Instant) -> i64 {
     let left = step_end(deadline).saturating_duration_since(Instant::now());
     now_ms.saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// When a step must be done by: the invocation's `deadline` less [`STEP_MARGIN`].
-fn step_end(deadline: Instant) -> Instant {
-    deadline.checked_sub(STEP_MARGIN).unwrap_or(deadline)
 }
 
 /// The job a `Job Submitted` event names (`detail.jobId`): the pass accepts it by id, so that it
@@ -497,17 +491,6 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
             }
             None => Ok(()),
         }
-    }
-}
-
-/// `step`, unless `by` passes first (`None`: it did not finish in time).
-async fn by_deadline<T>(
-    by: Option<Instant>,
-    step: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    match by {
-        Some(by) => tokio::time::timeout_at(by, step).await.ok(),
-        None => Some(step.await),
     }
 }
 

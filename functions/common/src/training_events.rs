@@ -12,6 +12,11 @@
 //!
 //! A store failure is an error, so that EventBridge and Lambda retry the event (the template
 //! allows 185 retries over a day; the retry function's reconciliation is the backstop after).
+//! So is running out of time: the use-case is cut [`STEP_MARGIN`](crate::runtime::STEP_MARGIN) before the invocation's
+//! deadline (a store that stalls, or a race retried until then) and the event retried. Its
+//! commit is one atomic write, so a cut leaves it applied or not, and a retry of an applied
+//! change is a duplicate (ignored); what a cut after the commit loses is the job's state-change
+//! event (the next schedule tick wakes the scheduler for the capacity).
 
 use std::sync::Arc;
 
@@ -24,6 +29,7 @@ use trainyard_domain::job::JobStatus;
 use trainyard_domain::training::parse_attempt_name;
 
 use crate::error::FunctionError;
+use crate::runtime::{by_deadline, step_end};
 
 /// The `detail-type` of SageMaker's training-job events.
 pub const DETAIL_TYPE: &str = "SageMaker Training Job State Change";
@@ -98,8 +104,12 @@ impl<S: SchedulingStore, E: EventSink> TrainingEventsFunction<S, E> {
         &self.service
     }
 
-    /// Handles one EventBridge event.
-    pub async fn handle(&self, event: &Value) -> Result<EventOutcome, FunctionError> {
+    /// Handles one EventBridge event, within [`STEP_MARGIN`](crate::runtime::STEP_MARGIN) of `deadline` (the invocation's).
+    pub async fn handle(
+        &self,
+        event: &Value,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<EventOutcome, FunctionError> {
         let state = match parse_state_change(event) {
             Ok(state) => state,
             Err(reason) => {
@@ -117,7 +127,16 @@ impl<S: SchedulingStore, E: EventSink> TrainingEventsFunction<S, E> {
             tracing::info!(%training_job, "acknowledged a training job Trainyard did not launch");
             return Ok(EventOutcome::Foreign { training_job });
         }
-        let outcome = match self.service.on_training_state(&state, &self.cycle).await? {
+        let applied = by_deadline(
+            deadline.map(step_end),
+            self.service.on_training_state(&state, &self.cycle),
+        )
+        .await;
+        let Some(applied) = applied else {
+            tracing::warn!(%training_job, "the invocation's deadline is near; the event is retried");
+            return Err(FunctionError::OutOfTime);
+        };
+        let outcome = match applied? {
             StateOutcome::Applied(status) => EventOutcome::Applied {
                 training_job,
                 status,

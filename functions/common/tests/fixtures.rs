@@ -153,7 +153,7 @@ async fn training_events_apply_once_in_any_order_and_foreign_or_malformed_ones_a
     let mut checked = BTreeSet::new();
     for (file, outcome, status) in steps {
         let event = fixture("training-events", file);
-        let got = w.training_events.handle(&event).await.unwrap();
+        let got = w.training_events.handle(&event, None).await.unwrap();
         let encoded = serde_json::to_value(&got).unwrap();
         assert_eq!(encoded["outcome"], outcome, "{file}: {encoded}");
         if let EventOutcome::Applied { status: s, .. } = got {
@@ -181,7 +181,7 @@ async fn training_events_apply_once_in_any_order_and_foreign_or_malformed_ones_a
     let before: Vec<ServiceJob> = futures_all(&w, &ids).await;
     for file in &checked {
         w.training_events
-            .handle(&fixture("training-events", file))
+            .handle(&fixture("training-events", file), None)
             .await
             .unwrap();
     }
@@ -641,4 +641,70 @@ async fn what_the_forecaster_learnt_is_kept_across_cold_starts() {
         "restored, not relearnt"
     );
     assert_eq!(memory.kept.lock().unwrap().as_ref(), Some(&kept));
+}
+
+/// A state change whose store stalls (or whose race is retried until then) stops
+/// [`STEP_MARGIN`] before the invocation's deadline with an error, so that the event is
+/// retried, instead of running the function out of time; the retry, once the store answers,
+/// applies it. tokio's clock is paused, so the waits are exact and instant.
+#[tokio::test(start_paused = true)]
+async fn a_training_event_stops_before_the_deadline_and_its_retry_applies_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use trainyard_app::testing::Interleaving;
+    use trainyard_functions::error::FunctionError;
+    use trainyard_functions::scheduler::STEP_MARGIN;
+
+    let stalled = Arc::new(AtomicBool::new(false));
+    let pause = {
+        let stalled = stalled.clone();
+        Arc::new(move || {
+            let wait = if stalled.load(Ordering::SeqCst) {
+                Duration::from_secs(600)
+            } else {
+                Duration::ZERO
+            };
+            Box::pin(tokio::time::sleep(wait)) as std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
+        })
+    };
+    let store = Interleaving::pausing(MemoryStore::new(), pause);
+    let (service, _clock, sagemaker) = deployment(store, NoEvents, 2).await;
+    let id = submit(&service, "stalls").await;
+    let scheduler = SchedulerFunction::new(service.clone(), sagemaker, CycleConfig::default());
+    let pass = scheduler
+        .handle(&json!({"trigger": "schedule"}), "req-1", None)
+        .await
+        .unwrap();
+    assert_eq!(pass.launched, 1);
+    let job = service.store().get_job(&id).await.unwrap().unwrap().value;
+    let mut event = fixture("training-events", "in-progress-training.json");
+    event["detail"]["TrainingJobName"] = json!(attempt_name(&job, 1));
+    let handler = TrainingEventsFunction::new(service.clone(), CycleConfig::default());
+
+    stalled.store(true, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let deadline = started + STEP_MARGIN + Duration::from_secs(10);
+    let cut = handler.handle(&event, Some(deadline)).await;
+    assert!(matches!(cut, Err(FunctionError::OutOfTime)), "{cut:?}");
+    assert_eq!(
+        tokio::time::Instant::now(),
+        deadline - STEP_MARGIN,
+        "cut at the step margin"
+    );
+    stalled.store(false, Ordering::SeqCst);
+    let unchanged = service.store().get_job(&id).await.unwrap().unwrap().value;
+    assert_eq!(unchanged.status, JobStatus::Scheduled);
+
+    let retried = handler
+        .handle(
+            &event,
+            Some(tokio::time::Instant::now() + Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&retried).unwrap()["outcome"],
+        "applied"
+    );
+    let applied = service.store().get_job(&id).await.unwrap().unwrap().value;
+    assert_eq!(applied.status, JobStatus::Running);
 }

@@ -16,7 +16,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let handler = Arc::new(TrainingEventsFunction::new(service, config.cycle()));
     runtime::serve("training-events", metrics, |event| {
         let handler = handler.clone();
-        async move { handler.handle(&event.payload).await }
+        async move {
+            let deadline =
+                runtime::deadline_from(event.context.deadline(), std::time::SystemTime::now());
+            handler.handle(&event.payload, deadline).await
+        }
     })
     .await
 }

@@ -1,22 +1,57 @@
-//! Test support: a store that interleaves joined use-cases at every call.
+//! Test support: a store that interleaves joined use-cases at every call, and can stall them.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// What a store call waits for first: a future made afresh for each call.
+pub type Pause = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// A store that lets other futures run before each of its calls, so that use-cases joined
 /// together (`futures::join!`, `tokio::join!`) interleave at every store access — the way two
-/// Lambda invocations or two loop tasks would — deterministically.
-#[derive(Debug, Default)]
+/// Lambda invocations or two loop tasks would — deterministically. With
+/// [`Interleaving::pausing`], each call also waits for a future of the test's making first (a
+/// store that stalls, against a deadline).
+#[derive(Default)]
 pub struct Interleaving<S> {
     inner: S,
+    pause: Option<Pause>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Interleaving<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interleaving")
+            .field("inner", &self.inner)
+            .field("pauses", &self.pause.is_some())
+            .finish()
+    }
 }
 
 impl<S> Interleaving<S> {
     /// Wraps `inner`.
     pub fn new(inner: S) -> Self {
-        Self { inner }
+        Self { inner, pause: None }
+    }
+
+    /// Wraps `inner`, each call waiting for `pause()` before it reaches it.
+    pub fn pausing(inner: S, pause: Pause) -> Self {
+        Self {
+            inner,
+            pause: Some(pause),
+        }
     }
 
     /// The wrapped store.
     pub fn inner(&self) -> &S {
         &self.inner
+    }
+
+    /// Before each call: other futures first, then the pause, if any.
+    async fn before_call(&self) {
+        YieldOnce(false).await;
+        if let Some(pause) = &self.pause {
+            pause().await;
+        }
     }
 }
 
@@ -42,7 +77,7 @@ impl std::future::Future for YieldOnce {
 mod interleaving_store {
     use trainyard_domain::job::ServiceJob;
 
-    use super::{Interleaving, YieldOnce};
+    use super::Interleaving;
     use crate::ports::{
         ClientTokenRecord, ConfigStore, Document, InsertJob, JobQuery, JobStore, Page, Resource,
         SchedulingStore, StoreError, Versioned, Write,
@@ -54,40 +89,40 @@ mod interleaving_store {
             job: &ServiceJob,
             token: Option<&ClientTokenRecord>,
         ) -> Result<InsertJob, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.insert_job(job, token).await
         }
         async fn get_job(&self, job_id: &str) -> Result<Option<Versioned<ServiceJob>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.get_job(job_id).await
         }
         async fn update_job(&self, job: &ServiceJob, expected: u64) -> Result<u64, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.update_job(job, expected).await
         }
         async fn list_jobs(
             &self,
             query: &JobQuery,
         ) -> Result<Page<Versioned<ServiceJob>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.list_jobs(query).await
         }
     }
 
     impl<S: ConfigStore> ConfigStore for Interleaving<S> {
         async fn create_resource<R: Resource>(&self, resource: &R) -> Result<(), StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.create_resource(resource).await
         }
         async fn get_resource<R: Resource>(
             &self,
             key: &str,
         ) -> Result<Option<Versioned<R>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.get_resource(key).await
         }
         async fn list_resources<R: Resource>(&self) -> Result<Vec<Versioned<R>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.list_resources().await
         }
         async fn update_resource<R: Resource>(
@@ -95,7 +130,7 @@ mod interleaving_store {
             resource: &R,
             expected_version: u64,
         ) -> Result<u64, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.update_resource(resource, expected_version).await
         }
         async fn delete_resource<R: Resource>(
@@ -103,7 +138,7 @@ mod interleaving_store {
             key: &str,
             expected_version: u64,
         ) -> Result<(), StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.delete_resource::<R>(key, expected_version).await
         }
     }
@@ -113,15 +148,15 @@ mod interleaving_store {
             &self,
             key: &str,
         ) -> Result<Option<Versioned<D>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.get_document(key).await
         }
         async fn list_documents<D: Document>(&self) -> Result<Vec<Versioned<D>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.list_documents().await
         }
         async fn commit(&self, writes: &[Write]) -> Result<(), StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.commit(writes).await
         }
         async fn runnable_jobs(
@@ -130,29 +165,29 @@ mod interleaving_store {
             share: &str,
             limit: usize,
         ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.runnable_jobs(queue, share, limit).await
         }
         async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.runnable_shares(queue).await
         }
         async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.dispatched_jobs().await
         }
     }
 
     impl<S: crate::ports::AuditStore> crate::ports::AuditStore for Interleaving<S> {
         async fn append_audit(&self, record: &crate::ports::AuditRecord) -> Result<(), StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.append_audit(record).await
         }
         async fn list_audit(
             &self,
             query: &crate::ports::AuditQuery,
         ) -> Result<crate::ports::AuditPage, StoreError> {
-            YieldOnce(false).await;
+            self.before_call().await;
             self.inner.list_audit(query).await
         }
     }
