@@ -41,9 +41,6 @@ pub struct RetryFunction<S: SchedulingStore, E: EventSink, B: TrainingBackend> {
     backend: B,
     cycle: CycleConfig,
     quiet_ms: i64,
-    /// When this instance's last complete pass began: the next pass describes only the quiet
-    /// attempts whose silence crossed a checkpoint since (a new instance describes all).
-    last_complete_pass: std::sync::Mutex<Option<i64>>,
 }
 
 impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B> {
@@ -54,7 +51,6 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
             backend,
             cycle,
             quiet_ms,
-            last_complete_pass: std::sync::Mutex::new(None),
         }
     }
 
@@ -86,19 +82,18 @@ impl<S: SchedulingStore, E: EventSink, B: TrainingBackend> RetryFunction<S, E, B
     ) -> Result<DueWorkReport, FunctionError> {
         let started_ms = self.service.now_ms();
         let deadline_ms = deadline.map(|d| step_deadline_ms(started_ms, d));
-        let since_ms = *self
-            .last_complete_pass
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The last complete pass of any instance: this one describes only the quiet attempts
+        // whose silence crossed a checkpoint since (all of them before any pass completed).
+        let mark = self.service.reconcile_mark().await?;
+        let since_ms = mark.as_ref().map(|m| m.value.complete_pass_began_ms);
         let due = self
             .service
             .run_due_work(&self.backend, &self.cycle, self.work(deadline_ms, since_ms))
             .await?;
         if due.complete() {
-            *self
-                .last_complete_pass
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started_ms);
+            self.service
+                .mark_reconciled(started_ms, mark.as_ref())
+                .await?;
         }
         if due.out_of_time {
             tracing::warn!(

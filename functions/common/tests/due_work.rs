@@ -16,8 +16,8 @@ use tokio::sync::Notify;
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, JobStore, ManualClock, NoEvents, TrainingBackend, TrainingJobState,
-    TrainingStatus,
+    BackendError, Document, JobStore, ManualClock, NoEvents, ReconcileMark, SchedulingStore,
+    TrainingBackend, TrainingJobState, TrainingStatus, Write,
 };
 use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_domain::job::{JobStatus, ServiceJob};
@@ -235,7 +235,8 @@ async fn the_retry_function_stops_before_its_deadline_and_the_next_tick_does_the
 /// Reconciliation describes a quiet attempt as its silence doubles, not on every tick: three
 /// jobs of 600 s, their events lost, ticked every minute for 20 minutes. The completions are
 /// still found (each within twice its runtime), for far fewer describes than ticks × jobs; a new
-/// instance of the function, which knows no previous pass, describes every quiet attempt once.
+/// instance of the function goes on from the last complete pass of any instance (kept in the
+/// store), and describes every quiet attempt once only when no pass has completed.
 #[tokio::test]
 async fn reconciliation_describes_quiet_attempts_as_their_silence_doubles() {
     let w = World::new().await;
@@ -269,24 +270,51 @@ async fn reconciliation_describes_quiet_attempts_as_their_silence_doubles() {
     );
     println!("{describes} describes; every completion found by minute {done_at}");
 
-    // A new instance of the function knows no previous pass: it describes every quiet attempt.
+    // A new instance of the function (a cold start) goes on from the last complete pass of any
+    // instance, kept in the store: it describes what fell due since, not every quiet attempt.
     let more = ["d", "e"];
     for name in more {
         submit(&w.service, name).await;
     }
     let pass = w.scheduler.handle(&tick(), "req-1", None).await.unwrap();
     assert_eq!(pass.launched, 2, "{pass:?}");
+    let described = || w.sagemaker.describes.load(Ordering::SeqCst);
+    // Quiet past their first checkpoint: described (and found RUNNING).
     w.clock.advance(150_000);
+    let before = described();
+    w.retry.handle(&tick(), None).await.unwrap();
+    assert_eq!(described() - before, more.len());
+    // Their silence crosses its first checkpoint again a minute later: described again.
+    w.clock.advance(60_000);
+    let before = described();
+    w.retry.handle(&tick(), None).await.unwrap();
+    assert_eq!(described() - before, more.len());
+    // Half a minute later nothing is due; a cold instance knows it from the store.
+    w.clock.advance(30_000);
     let fresh = RetryFunction::new(
         w.service.clone(),
         w.sagemaker.clone(),
         CycleConfig::default(),
         60_000,
     );
-    let before = w.sagemaker.describes.load(Ordering::SeqCst);
+    let before = described();
     fresh.handle(&tick(), None).await.unwrap();
     assert_eq!(
-        w.sagemaker.describes.load(Ordering::SeqCst) - before,
-        more.len()
+        described() - before,
+        0,
+        "nothing fell due since the last pass"
     );
+    // Without a mark (no pass ever completed) it describes every quiet attempt.
+    let mark = w.service.reconcile_mark().await.unwrap().unwrap();
+    w.service
+        .store()
+        .commit(&[Write::delete_document::<ReconcileMark>(
+            mark.value.key(),
+            mark.version,
+        )])
+        .await
+        .unwrap();
+    let before = described();
+    fresh.handle(&tick(), None).await.unwrap();
+    assert_eq!(described() - before, more.len());
 }

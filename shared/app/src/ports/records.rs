@@ -449,6 +449,24 @@ impl Document for WaitDigests {
     }
 }
 
+/// When the last complete reconciliation pass began, whichever host ran it: every quiet attempt
+/// whose silence crossed a checkpoint before then has been described
+/// (`Service::run_due_work`). A host that starts (a new Lambda instance of `retry`) describes
+/// only what fell due since, not every quiet attempt again. One document; it only moves forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileMark {
+    /// When that pass began (epoch ms).
+    pub complete_pass_began_ms: i64,
+}
+
+impl Document for ReconcileMark {
+    const KIND: &'static str = "reconcile-mark";
+    fn key(&self) -> String {
+        "due-work".to_owned()
+    }
+}
+
 /// The latest start-time estimates of a queue's waiting jobs (`trainyard_forecast`), written by
 /// the host that forecasts, read with the jobs. One document a queue, replaced every round;
 /// its size is bounded by the jobs a round estimates per line.

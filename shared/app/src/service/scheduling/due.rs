@@ -9,7 +9,8 @@ use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
 use super::{CycleConfig, CycleReport, DueReport, Ending, StateOutcome};
 use crate::error::AppError;
 use crate::ports::{
-    BackendError, EventSink, SchedulingStore, StoreError, TrainingBackend, TrainingJobState,
+    BackendError, Document, EventSink, ReconcileMark, SchedulingStore, StoreError, TrainingBackend,
+    TrainingJobState, Versioned, Write,
 };
 use crate::service::Service;
 
@@ -52,6 +53,43 @@ impl DueWork {
             reconcile_since_ms: None,
             launch_grace_ms: 0,
             deadline_ms: None,
+        }
+    }
+}
+
+impl<S: SchedulingStore, E: EventSink> Service<S, E> {
+    /// When the last complete reconciliation pass began ([`ReconcileMark`]), with the version
+    /// to move it forward from; `None` before any.
+    pub async fn reconcile_mark(&self) -> Result<Option<Versioned<ReconcileMark>>, AppError> {
+        Ok(self
+            .store
+            .get_document(&ReconcileMark::default().key())
+            .await?)
+    }
+
+    /// Records that a complete pass began at `began_ms`, over `seen` (what
+    /// [`Self::reconcile_mark`] read before the pass): only forward. A host that lost the race
+    /// to another leaves the other's mark (at worst older: the next pass describes more, never
+    /// less).
+    pub async fn mark_reconciled(
+        &self,
+        began_ms: i64,
+        seen: Option<&Versioned<ReconcileMark>>,
+    ) -> Result<(), AppError> {
+        if seen.is_some_and(|m| m.value.complete_pass_began_ms >= began_ms) {
+            return Ok(());
+        }
+        let mark = ReconcileMark {
+            complete_pass_began_ms: began_ms,
+        };
+        let version = seen.map_or(0, |m| m.version);
+        match self
+            .store
+            .commit(&[Write::document_value(mark, version)])
+            .await
+        {
+            Ok(()) | Err(StoreError::Conflict) => Ok(()),
+            Err(error) => Err(error.into()),
         }
     }
 }
