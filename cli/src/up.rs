@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::sync::watch;
 use trainyard_app::Service;
 use trainyard_app::ports::{Clock, RandomIds, Store, StoreError, SystemClock};
-use trainyard_app::service::estimates::KeptForecaster;
+use trainyard_app::service::estimates::{KeptForecaster, host_forecaster};
 use trainyard_app::service::scheduling::CycleConfig;
 use trainyard_domain::arn::ArnContext;
 use trainyard_domain::environment::{
@@ -35,7 +35,6 @@ use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::driver;
 use trainyard_emulator::model::Emulator;
 use trainyard_emulator::shared::SharedEmulator;
-use trainyard_forecast::Forecaster;
 use trainyard_local::SqliteStore;
 use trainyard_local::event_loop::{self, LocalEvents, LoopConfig, PassRunner};
 use trainyard_local::metrics::{self, Metrics};
@@ -110,6 +109,10 @@ pub struct UpArgs {
     /// in seconds; 0 estimates nothing.
     #[arg(long, default_value_t = 60)]
     estimate_every_s: u64,
+    /// Wall time a forecast round runs rollouts for, at most, once it has run 8 (of 32): large
+    /// backlogs get fewer rollouts instead of rounds minutes apart.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    estimate_budget_s: u64,
     /// Batch's strict head-of-line FIFO: a job that does not fit blocks the jobs behind it
     /// (the default lets smaller jobs backfill when they cannot delay it).
     #[arg(long)]
@@ -389,7 +392,8 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.retry.retry_cap_ms = scale(cycle.retry.retry_cap_ms);
         cycle.retry.jitter_max_ms = scale(cycle.retry.jitter_max_ms);
         if args.estimate_every_s > 0 {
-            let mut forecasts = KeptForecaster::new(Forecaster::new(Default::default()));
+            let budget = Duration::from_secs(args.estimate_budget_s);
+            let mut forecasts = KeptForecaster::new(host_forecaster(budget));
             forecasts.keep_in(store.clone());
             tokio::spawn(event_loop::run_estimates(
                 service.clone(),

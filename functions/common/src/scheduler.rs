@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use trainyard_app::ports::{ConfigStore, EventSink, Fence, SchedulingStore, TrainingBackend};
 pub use trainyard_app::ports::{ForecastMemory, MemoryFuture};
-use trainyard_app::service::estimates::KeptForecaster;
+use trainyard_app::service::estimates::{KeptForecaster, ROUND_BUDGET, host_forecaster};
 use trainyard_app::service::lease::Lease;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput};
 pub use trainyard_app::service::scheduling::{DecisionLog, NoDecisions};
@@ -235,7 +235,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
     /// [`Self::with_forecast_memory`] keeps it.
     pub fn with_start_estimates(mut self) -> Self {
         self.estimates = Some(tokio::sync::Mutex::new(Rounds {
-            forecasts: KeptForecaster::new(trainyard_forecast::Forecaster::new(Default::default())),
+            forecasts: KeptForecaster::new(host_forecaster(ROUND_BUDGET)),
             last_took: Duration::ZERO,
         }));
         self

@@ -1,10 +1,13 @@
 //! What a forecast round costs: every waiting job of a backlog of 1,000 / 10,000 jobs over 10 /
 //! 1,000 fair shares, on a 1,000-instance pool that 1,000 running attempts fill, runtimes learnt
-//! for every family. Prints the CPU time of one rollout and of a round of 32 (the local-mode
-//! default), and how many of the waiting jobs started within the 7-day horizon.
+//! for every family. Prints the CPU time of one rollout and of a round of 32 (the hosts'
+//! default), how many of the waiting jobs started within the 7-day horizon, and what a round
+//! bounded by the hosts' 10 s budget ran (`trainyard_app`'s `ROUND_BUDGET`: at least 8
+//! rollouts, then none started after 10 s).
 //!
 //! Run: `cargo bench -p trainyard-forecast --bench forecast_cost`
-//! (`FORECAST_ROLLOUTS=N` changes the rollouts of the timed round; default 32).
+//! (`FORECAST_ROLLOUTS=N` changes the rollouts of the timed round; default 32;
+//! `FORECAST_BUDGET_S=N` the budget; default 10).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -95,8 +98,15 @@ fn main() {
     println!(
         "cargo bench -p trainyard-forecast --bench forecast_cost  (rollouts per round: {rollouts})"
     );
-    println!("| waiting | shares | one rollout | round of {rollouts} | started within 7 days |");
-    println!("|---:|---:|---:|---:|---:|");
+    let budget_s: u64 = std::env::var("FORECAST_BUDGET_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    println!(
+        "| waiting | shares | one rollout | round of {rollouts} | started within 7 days | \
+         round within {budget_s} s: rollouts, wall |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
     for (pending, shares) in [(1_000, 10), (10_000, 10), (10_000, 1_000)] {
         let (snapshot, history) = world(pending, shares);
         let heads_extra = std::env::var("FORECAST_HEADS_EXTRA")
@@ -123,8 +133,22 @@ fn main() {
         let round_s = started.elapsed().as_secs_f64();
         let within = round.values().filter(|s| s.quantile(0.5).is_some()).count();
         let _ = one;
+        let started = Instant::now();
+        let bounded = forecast(
+            &snapshot,
+            NOW,
+            &Config::default(),
+            &history,
+            &Options {
+                budget: Some(std::time::Duration::from_secs(budget_s)),
+                ..options(rollouts)
+            },
+        );
+        let bounded_s = started.elapsed().as_secs_f64();
+        let bounded_rollouts = bounded.values().next().map_or(0, |s| s.rollouts);
         println!(
-            "| {pending} | {shares} | {:.2} s | {:.1} s | {within} of {pending} |",
+            "| {pending} | {shares} | {:.2} s | {:.1} s | {within} of {pending} | \
+             {bounded_rollouts}, {bounded_s:.1} s |",
             one_s, round_s
         );
     }

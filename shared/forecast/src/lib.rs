@@ -43,7 +43,8 @@ pub use forecaster::{Forecaster, Learned, Learnt, Open, Resolved};
 pub use history::{Arrival, Family, History, Line};
 pub use rollout::{Options, World};
 
-/// Runs `options.rollouts` rollouts from `snapshot` and gathers each waiting job's start times.
+/// Runs `options.rollouts` rollouts from `snapshot` (fewer, but at least `min_rollouts`, when
+/// `options.budget` runs out first) and gathers each waiting job's start times.
 pub fn forecast(
     snapshot: &Snapshot,
     now_ms: i64,
@@ -62,7 +63,14 @@ pub fn forecast(
             (job.job_id.clone(), empty)
         })
         .collect();
+    let started = std::time::Instant::now();
+    let mut run = 0;
     for k in 0..options.rollouts {
+        let spent = |budget| started.elapsed() >= budget;
+        if k >= options.min_rollouts && options.budget.is_some_and(spent) {
+            break;
+        }
+        run += 1;
         let rng = SplitMix64::new(mix64(options.seed.wrapping_add(u64::from(k))));
         let starts = rollout::roll(
             snapshot,
@@ -80,6 +88,7 @@ pub fn forecast(
     }
     for s in samples.values_mut() {
         s.starts_ms.sort_unstable();
+        s.rollouts = run;
     }
     samples
 }

@@ -39,6 +39,12 @@ pub struct Options {
     pub max_arrivals: usize,
     /// Seed of the first rollout; rollout `k` uses `mix64(seed + k)`.
     pub seed: u64,
+    /// Wall time after which a forecast starts no more rollouts, once it has run
+    /// [`Self::min_rollouts`]: a host's CPU budget per round, whatever the backlog. `None` runs
+    /// all [`Self::rollouts`] (the simulator, whose replays must not depend on the machine).
+    pub budget: Option<std::time::Duration>,
+    /// Rollouts run whatever the budget.
+    pub min_rollouts: u32,
 }
 
 impl Default for Options {
@@ -51,6 +57,8 @@ impl Default for Options {
             step_fraction: 0.05,
             max_arrivals: 2_000,
             seed: 0,
+            budget: None,
+            min_rollouts: 8,
         }
     }
 }

@@ -220,3 +220,26 @@ fn a_forecaster_restored_from_what_another_learnt_estimates_as_it_did() {
     let fresh = Forecaster::<()>::new(options(8)).estimate(now, &world(), &planner, true, |_| ());
     assert_eq!(fresh["a"].p50_ms, Some(24 * HOUR_MS), "{fresh:?}");
 }
+
+/// A host's budget bounds a round: once it is spent, no more rollouts start past the minimum,
+/// and the samples say how many ran (the quantiles count from them). Without one, all run.
+#[test]
+fn a_spent_budget_stops_the_rollouts_at_the_minimum() {
+    let bounded = Options {
+        budget: Some(std::time::Duration::ZERO),
+        min_rollouts: 3,
+        ..options(16)
+    };
+    let history = history_of_hour_long_jobs();
+    let samples = forecast(&world(), 0, &Config::default(), &history, &bounded);
+    assert_eq!(samples["a"].rollouts, 3);
+    assert_eq!(samples["a"].starts_ms.len(), 3);
+    let all = forecast(&world(), 0, &Config::default(), &history, &options(16));
+    assert_eq!(all["a"].rollouts, 16);
+    let generous = Options {
+        budget: Some(std::time::Duration::from_secs(3_600)),
+        ..bounded
+    };
+    let samples = forecast(&world(), 0, &Config::default(), &history, &generous);
+    assert_eq!(samples["a"].rollouts, 16, "a budget not spent runs them all");
+}

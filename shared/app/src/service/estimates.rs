@@ -30,6 +30,20 @@ pub const ESTIMATED_PER_LINE: usize = 1_000;
 /// so a document stays well within DynamoDB's 400 KB item; the jobs past them show no estimate.
 pub const KEPT_PER_QUEUE: usize = 1_000;
 
+/// How long a host's round runs rollouts for, at most, once it has run the forecaster's
+/// minimum (`trainyard_forecast::Options::min_rollouts`): at 10,000 waiting jobs over 1,000
+/// shares a rollout takes about a second on one core, so large backlogs get fewer rollouts
+/// rather than rounds that come minutes apart (docs/benchmarks.md, "Start-time estimates").
+pub const ROUND_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A host's forecaster: the default options, rollouts bounded by `budget` per round.
+pub fn host_forecaster(budget: std::time::Duration) -> Forecaster {
+    Forecaster::new(trainyard_forecast::Options {
+        budget: Some(budget),
+        ..trainyard_forecast::Options::default()
+    })
+}
+
 /// What a forecast round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EstimateReport {
