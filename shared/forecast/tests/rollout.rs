@@ -241,5 +241,8 @@ fn a_spent_budget_stops_the_rollouts_at_the_minimum() {
         ..bounded
     };
     let samples = forecast(&world(), 0, &Config::default(), &history, &generous);
-    assert_eq!(samples["a"].rollouts, 16, "a budget not spent runs them all");
+    assert_eq!(
+        samples["a"].rollouts, 16,
+        "a budget not spent runs them all"
+    );
 }
