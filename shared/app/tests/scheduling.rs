@@ -13,7 +13,8 @@ use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
     BackendError, CapacityRelease, Clock, EnvironmentUsage, Fence, LineWaits, NoEvents,
-    ShareUsageRecord, TrainingBackend, TrainingJobState, Versioned, Write, quota_share_key,
+    ObservedCheckpoint, ShareUsageRecord, TrainingBackend, TrainingJobState, Versioned, Write,
+    quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -1624,6 +1625,94 @@ async fn a_pass_holding_a_stale_lease_stands_aside_for_the_newer_holder() {
         .await;
     let totals = after.cycle_totals();
     assert_eq!((totals.dispatched, totals.fenced), (1, false), "{totals:?}");
+}
+
+/// SageMaker as the emulator plays it, with checkpoint listings that take a while (they yield
+/// a few times, as a network call would) and a count of how many were in flight at once.
+struct SlowListings {
+    inner: EmulatedSageMaker,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    listed: std::sync::atomic::AtomicUsize,
+}
+
+impl TrainingBackend for SlowListings {
+    async fn create_training_job(&self, request: Value) -> Result<String, BackendError> {
+        self.inner.create_training_job(request).await
+    }
+    async fn describe_training_job(&self, name: &str) -> Result<TrainingJobState, BackendError> {
+        self.inner.describe_training_job(name).await
+    }
+    async fn stop_training_job(&self, name: &str) -> Result<(), BackendError> {
+        self.inner.stop_training_job(name).await
+    }
+    async fn latest_checkpoint(
+        &self,
+        s3_uri: &str,
+    ) -> Result<Option<ObservedCheckpoint>, BackendError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        self.listed.fetch_add(1, SeqCst);
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        let found = self.inner.latest_checkpoint(s3_uri).await;
+        self.in_flight.fetch_sub(1, SeqCst);
+        found
+    }
+}
+
+/// A preempting cycle lists its candidates' checkpoints a bounded number at a time, not one
+/// after another: 20 borrowed jobs with checkpoint URIs, listed at most 16 at once.
+#[tokio::test]
+async fn a_preempting_cycle_lists_checkpoints_side_by_side() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut w = World::new(EmulatorConfig::default());
+    w.config.planner.min_runtime_before_preemption_s = 0;
+    let shares = [
+        ("owner", SharingStrategy::Lend),
+        ("borrower", SharingStrategy::LendAndBorrow),
+    ];
+    w.quota_queue("teams", 24, &shares).await;
+    for i in 0..24 {
+        w.submit_with(&format!("b{i}"), "teams", 1, quick(600), |cmd| {
+            quota("borrower")(cmd);
+            let mut payload: Value = serde_json::from_str(&cmd.service_request_payload).unwrap();
+            payload["CheckpointConfig"] = json!({"S3Uri": format!("s3://ckpt/b{i}")});
+            cmd.service_request_payload = payload.to_string();
+        })
+        .await;
+    }
+    for _ in 0..5 {
+        w.tick().await;
+        w.clock.advance(250);
+    }
+    assert_eq!(w.dispatched_ids().await.len(), 24);
+    w.submit_with("o0", "teams", 1, quick(600), quota("owner"))
+        .await;
+    let backend = SlowListings {
+        inner: w.sagemaker.clone(),
+        in_flight: Default::default(),
+        most: Default::default(),
+        listed: Default::default(),
+    };
+    let pass = w
+        .service
+        .pass(&backend, &w.config, accept_and_cycle())
+        .await;
+    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+    assert_eq!(pass.cycle_totals().preemptions, 1, "the owner reclaims one");
+    assert_eq!(
+        backend.listed.load(SeqCst),
+        24,
+        "every running job of the queue"
+    );
+    assert_eq!(
+        backend.most.load(SeqCst),
+        trainyard_app::service::scheduling::CHECKPOINT_LISTINGS_AT_ONCE,
+        "listed side by side, at most the bound at once"
+    );
 }
 
 /// SageMaker as the emulator plays it, except that the first launch lets a newer holder of the

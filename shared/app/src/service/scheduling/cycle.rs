@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt;
 use trainyard_domain::job::{Attempt, JobStatus, ServiceJob};
 use trainyard_domain::training::attempt_name;
 use trainyard_scheduler::fair_share::ShareUsage;
@@ -35,9 +36,14 @@ fn fenced_out(loaded: &Loaded, now: i64) -> bool {
     })
 }
 
+/// Checkpoint listings a cycle has in flight at once (each one S3 `ListObjectsV2` on AWS): a
+/// queue of 500 running jobs is listed in about 32 round trips' time, not 500.
+pub const CHECKPOINT_LISTINGS_AT_ONCE: usize = 16;
+
 /// Observes the newest checkpoint of every running job, in a queue the plan preempts in, that
-/// has a `CheckpointConfig.S3Uri`, into the snapshot; whether any was seen. A listing that fails
-/// leaves its job as publishing nothing (the planner then assumes the worst for it).
+/// has a `CheckpointConfig.S3Uri`, into the snapshot, [`CHECKPOINT_LISTINGS_AT_ONCE`] listings
+/// at a time; whether any was seen. A listing that fails leaves its job as publishing nothing
+/// (the planner then assumes the worst for it).
 async fn observe_checkpoints<B: TrainingBackend>(
     backend: &B,
     loaded: &mut Loaded,
@@ -58,8 +64,14 @@ async fn observe_checkpoints<B: TrainingBackend>(
         .filter_map(|(i, (_, uri))| Some((i, uri.clone()?)))
         .collect();
     let mut seen = false;
-    for (i, uri) in listed {
-        match backend.latest_checkpoint(&uri).await {
+    let mut listings = futures::stream::iter(listed)
+        .map(|(i, uri)| async move {
+            let found = backend.latest_checkpoint(&uri).await;
+            (i, uri, found)
+        })
+        .buffer_unordered(CHECKPOINT_LISTINGS_AT_ONCE);
+    while let Some((i, uri, found)) = listings.next().await {
+        match found {
             Ok(Some(checkpoint)) => {
                 let job = &mut loaded.snapshot.running[i];
                 job.checkpoint_ms = Some(checkpoint.at_ms);

@@ -58,6 +58,7 @@ mod pass;
 mod snapshot;
 mod waits;
 
+pub use cycle::CHECKPOINT_LISTINGS_AT_ONCE;
 pub use decision::{DecisionLog, DecisionRecord, NoDecisions, Replay, capped};
 pub use due::{DueWork, RECONCILE_MAX_INTERVAL_MS, describe_due};
 pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};
