@@ -216,14 +216,29 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
     // (shares, backlog per share, free instances in the second cycle). Heads read per share:
     // free + 16 (the cycle's `head_extra`), so a backlog of 24 already exceeds what is read.
     // The last case dispatches 64 jobs, so its third cycle reads 64 holders of capacity.
-    for (shares, backlog, free) in [
+    // `TRAINYARD_UNITS_MORE_SHARES=100,1000` adds larger fleets of shares (24 jobs each), held
+    // to the same bounds (minutes on moto: docs/storage-dynamodb.md).
+    let more: Vec<(usize, usize, u32)> = std::env::var("TRAINYARD_UNITS_MORE_SHARES")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            let shares = s
+                .trim()
+                .parse()
+                .expect("TRAINYARD_UNITS_MORE_SHARES: share counts");
+            (shares, 24, 0)
+        })
+        .collect();
+    let cases = [
         (1, 24, 0),
         (4, 24, 0),
         (16, 24, 0),
         (4, 48, 0),
         (4, 24, 4),
         (4, 24, 64),
-    ] {
+    ];
+    for (shares, backlog, free) in cases.into_iter().chain(more.iter().copied()) {
         let (first, next, held, dispatched) = cycle_cost(shares, backlog, free).await;
         let mut cycles = vec![("first", &first, 0, 0), ("next", &next, free, dispatched)];
         if dispatched > 0 {
@@ -297,14 +312,21 @@ async fn one_cycle_reads_grow_with_shares_and_dispatches_not_with_the_backlog() 
     // head entries may grow to 512 bytes; a `BatchGetItem` of the heads (16 RCU a share) fails.
     // The first cycle, which records a skip reason on every head, reads no more: each reason is
     // set in place (`UpdateItem` with the head's version as its condition), no job is read.
-    for (shares, which, cycle) in [
-        (1, "steady", &one),
-        (4, "steady", &four),
-        (16, "steady", &sixteen),
-        (1, "first", &one_first),
-        (4, "first", &four_first),
-        (16, "first", &sixteen_first),
-    ] {
+    let mut bounded = vec![
+        (1, "steady", one.clone()),
+        (4, "steady", four.clone()),
+        (16, "steady", sixteen.clone()),
+        (1, "first", one_first.clone()),
+        (4, "first", four_first.clone()),
+        (16, "first", sixteen_first.clone()),
+    ];
+    for key in &more {
+        let (first, steady, _) = get(*key);
+        bounded.push((key.0, "steady", steady));
+        bounded.push((key.0, "first", first));
+    }
+    for (shares, which, cycle) in &bounded {
+        let (shares, which) = (u32::try_from(*shares).unwrap_or(u32::MAX), *which);
         assert!(
             !cycle.reads_by_source.contains_key("BatchGetItem"),
             "{which} cycle over {shares} shares: {:?}",
