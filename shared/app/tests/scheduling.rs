@@ -473,6 +473,23 @@ async fn jobs_run_to_success_in_queue_priority_order_as_capacity_frees() {
     assert_every_cycle_replays(&w.decisions);
 }
 
+/// A one-instance job of queue `q`, running 600 s, that prefers `ml.p5.48xlarge` and then
+/// `ml.g5.xlarge` (`ResourceConfig.InstancePreferences`).
+async fn submit_preferring(w: &World) -> String {
+    w.submit_with("prefers", "q", 1, quick(600), |cmd| {
+        let mut payload: Value = serde_json::from_str(&cmd.service_request_payload).unwrap();
+        payload["ResourceConfig"] = json!({
+            "InstancePreferences": [
+                {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1},
+                {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
+            ],
+            "VolumeSizeInGB": 50
+        });
+        cmd.service_request_payload = payload.to_string();
+    })
+    .await
+}
+
 /// A job with `InstancePreferences` holds every preferred type from its dispatch (SageMaker may
 /// launch any of them), and gives back the others once a state change names the type SageMaker
 /// launched: a job waiting for one of those starts while the first still runs. Capacity in use
@@ -482,19 +499,7 @@ async fn a_job_with_instance_preferences_gives_back_the_types_not_launched() {
     let mut w = World::new(EmulatorConfig::default());
     w.environment("local", 2).await;
     w.queue("q", 1, "local").await;
-    let preferring = w
-        .submit_with("prefers", "q", 1, quick(600), |cmd| {
-            let mut payload: Value = serde_json::from_str(&cmd.service_request_payload).unwrap();
-            payload["ResourceConfig"] = json!({
-                "InstancePreferences": [
-                    {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1},
-                    {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
-                ],
-                "VolumeSizeInGB": 50
-            });
-            cmd.service_request_payload = payload.to_string();
-        })
-        .await;
+    let preferring = submit_preferring(&w).await;
     w.tick().await;
     let held = w.job(&preferring).await;
     assert_eq!(held.held_total(), 2, "both preferences held at dispatch");
@@ -541,19 +546,7 @@ async fn reconciliation_gives_back_the_preferences_no_event_named() {
     w.events_without_selected_type = true;
     w.environment("local", 2).await;
     w.queue("q", 1, "local").await;
-    let preferring = w
-        .submit_with("prefers", "q", 1, quick(600), |cmd| {
-            let mut payload: Value = serde_json::from_str(&cmd.service_request_payload).unwrap();
-            payload["ResourceConfig"] = json!({
-                "InstancePreferences": [
-                    {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1},
-                    {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
-                ],
-                "VolumeSizeInGB": 50
-            });
-            cmd.service_request_payload = payload.to_string();
-        })
-        .await;
+    let preferring = submit_preferring(&w).await;
     let waiting = w.submit("waits", "q", 1, quick(60)).await;
     let mut running = w.job(&preferring).await;
     for _ in 0..20 {

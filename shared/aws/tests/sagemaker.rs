@@ -428,15 +428,7 @@ async fn every_member_sent_is_what_the_emulator_stores_and_describes() {
 #[tokio::test]
 async fn members_newer_than_the_sdk_reach_sagemaker_unchanged() {
     let stand = Stand::start(Config::default()).await;
-    let mut sent = request("newer-1", "ml.p5.48xlarge", json!({}));
-    sent["ResourceConfig"] = json!({
-        "InstanceCount": 2,
-        "VolumeSizeInGB": 100,
-        "InstancePreferences": [
-            {"InstanceType": "ml.p5.48xlarge"},
-            {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4}
-        ]
-    });
+    let mut sent = preferring("newer-1");
     sent["MlflowConfig"] = json!({
         "MlflowResourceArn": "arn:aws:sagemaker:us-east-1:000000000000:mlflow-tracking-server/t",
         "MlflowExperimentName": "exp"
@@ -469,44 +461,15 @@ async fn members_newer_than_the_sdk_reach_sagemaker_unchanged() {
 /// preferences has none.
 #[tokio::test]
 async fn describe_reads_which_preference_sagemaker_launched() {
-    let preferring = |name: &str| {
-        let mut sent = request(name, "ml.p5.48xlarge", json!({}));
-        sent["ResourceConfig"] = json!({
-            "InstanceCount": 2,
-            "VolumeSizeInGB": 100,
-            "InstancePreferences": [
-                {"InstanceType": "ml.p5.48xlarge"},
-                {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4}
-            ]
-        });
-        sent
-    };
     let stand = Stand::start(Config::default()).await;
-    stand
-        .backend
-        .create_training_job(preferring("first-1"))
-        .await
-        .unwrap();
-    stand
-        .backend
-        .create_training_job(request("plain-1", "ml.p5.48xlarge", json!({})))
-        .await
-        .unwrap();
-    let first = stand
-        .backend
-        .describe_training_job("first-1")
-        .await
-        .unwrap();
     assert_eq!(
-        first.selected_instance_type.as_deref(),
+        launched_type(&stand, preferring("first-1"))
+            .await
+            .as_deref(),
         Some("ml.p5.48xlarge")
     );
-    let plain = stand
-        .backend
-        .describe_training_job("plain-1")
-        .await
-        .unwrap();
-    assert_eq!(plain.selected_instance_type, None);
+    let plain = request("plain-1", "ml.p5.48xlarge", json!({}));
+    assert_eq!(launched_type(&stand, plain).await, None);
 
     // No p5 quota: SageMaker launches the second preference, and describe says so.
     let stand = Stand::start(Config {
@@ -514,20 +477,36 @@ async fn describe_reads_which_preference_sagemaker_launched() {
         ..Config::default()
     })
     .await;
-    stand
-        .backend
-        .create_training_job(preferring("second-1"))
-        .await
-        .unwrap();
-    let second = stand
-        .backend
-        .describe_training_job("second-1")
-        .await
-        .unwrap();
     assert_eq!(
-        second.selected_instance_type.as_deref(),
+        launched_type(&stand, preferring("second-1"))
+            .await
+            .as_deref(),
         Some("ml.p4d.24xlarge")
     );
+}
+
+/// A request for 2 `ml.p5.48xlarge`, else 4 `ml.p4d.24xlarge` (`InstancePreferences`, newer
+/// than the SDK's types).
+fn preferring(name: &str) -> Value {
+    let mut sent = request(name, "ml.p5.48xlarge", json!({}));
+    sent["ResourceConfig"] = json!({
+        "InstanceCount": 2,
+        "VolumeSizeInGB": 100,
+        "InstancePreferences": [
+            {"InstanceType": "ml.p5.48xlarge"},
+            {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 4}
+        ]
+    });
+    sent
+}
+
+/// Launches `request` through the backend and returns the `SelectedInstanceType` its
+/// `DescribeTrainingJob` reads.
+async fn launched_type(stand: &Stand, request: Value) -> Option<String> {
+    let name = request["TrainingJobName"].as_str().unwrap().to_owned();
+    stand.backend.create_training_job(request).await.unwrap();
+    let state = stand.backend.describe_training_job(&name).await.unwrap();
+    state.selected_instance_type
 }
 
 /// A stand-in for SageMaker that answers every request with one canned error, counting the
