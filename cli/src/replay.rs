@@ -154,7 +154,7 @@ fn with_overrides(
     };
     merged.extend(overrides.clone());
     serde_json::from_value(serde_json::Value::Object(merged))
-        .context("the planner settings in --config (known: strict_fifo, default_runtime_s, min_runtime_before_preemption_s, min_wait_before_in_share_preemption_s, min_wait_before_reclaim_s, min_runtime_after_preemption_s, restart_overhead_s, checkpoint_alignment_s)")
+        .context("the planner settings in --config (known: strict_fifo, default_runtime_s, min_runtime_before_preemption_s, min_wait_before_in_share_preemption_s, min_priority_for_in_share_preemption, min_wait_before_reclaim_s, min_runtime_after_preemption_s, restart_overhead_s, checkpoint_alignment_s)")
 }
 
 fn list(store: &SqliteStore, limit: usize, output: Output) -> anyhow::Result<()> {

@@ -121,6 +121,11 @@ pub struct UpArgs {
     /// (0, the default, is Batch's behaviour: at once).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     min_wait_before_in_share_preemption_s: u64,
+    /// Only a job of at least this scheduling priority preempts lower-priority jobs of its own
+    /// quota share; one below it waits for them to end (0, the default, is Batch's behaviour:
+    /// any job of higher priority).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=9_999))]
+    min_priority_for_in_share_preemption: u32,
     /// Seconds a job waits before it may preempt other shares' jobs running on capacity its
     /// quota share lent (0, the default, is Batch's behaviour: at once).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=86_400))]
@@ -381,6 +386,8 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.planner.strict_fifo = args.strict_fifo;
         cycle.planner.min_wait_before_in_share_preemption_s =
             args.min_wait_before_in_share_preemption_s;
+        cycle.planner.min_priority_for_in_share_preemption =
+            args.min_priority_for_in_share_preemption;
         cycle.planner.min_wait_before_reclaim_s = args.min_wait_before_reclaim_s;
         cycle.planner.min_runtime_after_preemption_s = args.min_runtime_after_preemption_s;
         cycle.planner.restart_overhead_s = args.restart_overhead_s;

@@ -45,6 +45,10 @@ pub const STRICT_FIFO: &str = "TRAINYARD_STRICT_FIFO";
 /// behaviour).
 pub const MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION: &str =
     "TRAINYARD_MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION_SECONDS";
+/// `TRAINYARD_MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION`: only a job of at least this scheduling
+/// priority preempts jobs of its own quota share (0 to 9,999; default 0, Batch's behaviour).
+pub const MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION: &str =
+    "TRAINYARD_MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION";
 /// `TRAINYARD_MIN_WAIT_BEFORE_RECLAIM_SECONDS`: how long a job waits before it may preempt
 /// other shares' jobs running on capacity its quota share lent (0 to 86,400; default 0, Batch's
 /// behaviour).
@@ -134,6 +138,8 @@ pub struct Config {
     pub strict_fifo: bool,
     /// The planner's `min_wait_before_in_share_preemption_s`.
     pub min_wait_before_in_share_preemption_s: u64,
+    /// The planner's `min_priority_for_in_share_preemption`.
+    pub min_priority_for_in_share_preemption: u32,
     /// The planner's `min_wait_before_reclaim_s`.
     pub min_wait_before_reclaim_s: u64,
     /// The planner's `min_runtime_after_preemption_s`.
@@ -268,6 +274,7 @@ impl Config {
             1_000_000,
         );
         let in_share_wait_s = number(MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, 0, 86_400);
+        let in_share_min_priority = number(MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION, 0, 9_999);
         let reclaim_wait_s = number(MIN_WAIT_BEFORE_RECLAIM, 0, 86_400);
         let planner = CycleConfig::default().planner;
         let default_s = |s: u64| u32::try_from(s).unwrap_or(u32::MAX);
@@ -378,6 +385,7 @@ impl Config {
             rate_limit,
             strict_fifo,
             min_wait_before_in_share_preemption_s: u64::from(in_share_wait_s),
+            min_priority_for_in_share_preemption: in_share_min_priority,
             min_wait_before_reclaim_s: u64::from(reclaim_wait_s),
             min_runtime_after_preemption_s: u64::from(after_preemption_s),
             restart_overhead_s: u64::from(restart_overhead_s),
@@ -396,6 +404,8 @@ impl Config {
         cycle.planner.strict_fifo = self.strict_fifo;
         cycle.planner.min_wait_before_in_share_preemption_s =
             self.min_wait_before_in_share_preemption_s;
+        cycle.planner.min_priority_for_in_share_preemption =
+            self.min_priority_for_in_share_preemption;
         cycle.planner.min_wait_before_reclaim_s = self.min_wait_before_reclaim_s;
         cycle.planner.min_runtime_after_preemption_s = self.min_runtime_after_preemption_s;
         cycle.planner.restart_overhead_s = self.restart_overhead_s;
@@ -557,6 +567,7 @@ mod tests {
                     (INITIAL_QUEUE_PRIORITY, "-1"),
                     (AUDIT_RETENTION_DAYS, "401"),
                     (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "86401"),
+                    (MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION, "10000"),
                     (MIN_WAIT_BEFORE_RECLAIM, "86401"),
                     (MIN_RUNTIME_AFTER_PREEMPTION, "86401"),
                     (RESTART_OVERHEAD, "-5"),
@@ -568,6 +579,7 @@ mod tests {
                     INITIAL_QUEUE_PRIORITY,
                     AUDIT_RETENTION_DAYS,
                     MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION,
+                    MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION,
                     MIN_WAIT_BEFORE_RECLAIM,
                     MIN_RUNTIME_AFTER_PREEMPTION,
                     RESTART_OVERHEAD,
@@ -646,6 +658,7 @@ mod tests {
             (RECONCILE_QUIET_SECONDS, "5"),
             (STRICT_FIFO, "true"),
             (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "900"),
+            (MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION, "300"),
             (MIN_WAIT_BEFORE_RECLAIM, "300"),
             (MIN_RUNTIME_AFTER_PREEMPTION, "7200"),
             (RESTART_OVERHEAD, "60"),
@@ -668,6 +681,7 @@ mod tests {
         let cycle = config.cycle();
         assert!(cycle.planner.strict_fifo);
         assert_eq!(cycle.planner.min_wait_before_in_share_preemption_s, 900);
+        assert_eq!(cycle.planner.min_priority_for_in_share_preemption, 300);
         assert_eq!(cycle.planner.min_wait_before_reclaim_s, 300);
         assert_eq!(cycle.planner.min_runtime_after_preemption_s, 7_200);
         assert_eq!(cycle.planner.restart_overhead_s, 60);

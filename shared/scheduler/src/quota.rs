@@ -51,7 +51,8 @@
 //! - *cross-share* (a *reclaim*): borrowed jobs of other shares (always on in Batch), once `J`
 //!   has waited `Config::min_wait_before_reclaim_s` since it last became runnable (default 0);
 //! - *in-share* (if `S` enables it): jobs of `S` with priority strictly below `J`'s, once `J`
-//!   has waited `Config::min_wait_before_in_share_preemption_s`.
+//!   has waited `Config::min_wait_before_in_share_preemption_s`, and only if `J`'s priority is
+//!   at least `Config::min_priority_for_in_share_preemption` (default 0).
 //!
 //! Both waits let jobs that end free the capacity first, which costs no work.
 //!
@@ -861,7 +862,8 @@ fn decide<'a>(
         .not_before_ms
         .map_or(job.runnable_at_ms, |t| t.max(job.runnable_at_ms));
     let waited_ms = now_ms.saturating_sub(since_ms);
-    let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s);
+    let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s)
+        && job.priority >= config.min_priority_for_in_share_preemption;
     let reclaim_at_ms = since_ms.saturating_add(seconds_ms(config.min_wait_before_reclaim_s));
     let reclaim = now_ms >= reclaim_at_ms;
     // No room to be made: an entitled job waiting for a full environment is told who holds

@@ -372,6 +372,11 @@ pub struct Config {
     /// its wait): until then its share's jobs that end free capacity for it, which costs no
     /// work. Reclaiming lent capacity has a wait of its own, `min_wait_before_reclaim_s`.
     pub min_wait_before_in_share_preemption_s: u64,
+    /// Only a waiting job whose priority is at least this preempts jobs of its own quota share
+    /// (after `min_wait_before_in_share_preemption_s`); one below it waits for them to end.
+    /// Reclaims of lent capacity are not affected. Default 0: any job of higher priority, as
+    /// Batch does.
+    pub min_priority_for_in_share_preemption: u32,
     /// A waiting job preempts other shares' jobs running on capacity its quota share lent
     /// (a reclaim) only once it has waited this long since it last became runnable: until then
     /// borrowers and its share's own jobs that end give capacity back without losing work.
@@ -402,6 +407,7 @@ impl Default for Config {
             default_runtime_s: 86_400,
             min_runtime_before_preemption_s: 600,
             min_wait_before_in_share_preemption_s: 0,
+            min_priority_for_in_share_preemption: 0,
             min_wait_before_reclaim_s: 0,
             min_runtime_after_preemption_s: 3_600,
             restart_overhead_s: 300,

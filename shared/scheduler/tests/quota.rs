@@ -582,6 +582,51 @@ fn in_share_preemption_waits_for_the_minimum_wait_and_reclaim_does_not() {
     assert_eq!(preempted(&plan), [("b-borrowed", "a1")], "{plan:#?}");
 }
 
+/// With `min_priority_for_in_share_preemption`, a job below that priority waits for its share's
+/// lower-priority jobs to end instead of preempting them, however long it has waited; one at
+/// or above it preempts as before; reclaims are not affected.
+#[test]
+fn only_a_job_of_the_minimum_priority_preempts_in_its_share() {
+    let config = Config {
+        min_priority_for_in_share_preemption: 5,
+        ..Config::default()
+    };
+    let in_share = |priority: u32| {
+        let mut waiting = prio(job("a-waits", "a", 2), priority);
+        waiting.runnable_at_ms = NOW - 10 * HOUR_MS;
+        snapshot(
+            2,
+            vec![share("a", 2, Lend).in_share()],
+            vec![prio(run("a-low", "a", 2, 5), 0)],
+            vec![waiting],
+        )
+    };
+    let below = plan_cycle(&in_share(4), NOW, &config);
+    assert!(below.preemptions.is_empty(), "{below:#?}");
+    assert!(matches!(
+        reason(&below, "a-waits"),
+        SkipReason::QuotaExhausted { .. }
+    ));
+    let at = plan_cycle(&in_share(5), NOW, &config);
+    assert_eq!(preempted(&at), [("a-low", "a-waits")]);
+    let batch = plan_cycle(&in_share(4), NOW, &Config::default());
+    assert_eq!(
+        preempted(&batch),
+        [("a-low", "a-waits")],
+        "Batch: any higher priority"
+    );
+
+    // A job below the minimum still reclaims lent capacity.
+    let reclaim = snapshot(
+        4,
+        vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
+        vec![run("b-own", "b", 2, 5), run("b-borrowed", "b", 2, 1)],
+        vec![job("a1", "a", 2)],
+    );
+    let plan = plan_cycle(&reclaim, NOW, &config);
+    assert_eq!(preempted(&plan), [("b-borrowed", "a1")], "{plan:#?}");
+}
+
 /// With `min_wait_before_reclaim_s`, the owner of lent capacity reclaims it only once it has
 /// waited that long, and meanwhile is told when it will; capacity that frees first is its own,
 /// at no loss.

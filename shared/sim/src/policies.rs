@@ -298,6 +298,7 @@ impl Setup {
             strict_fifo,
             min_runtime_before_preemption_s: scenario.min_runtime_before_preemption_s,
             min_wait_before_in_share_preemption_s: scenario.min_wait_before_in_share_preemption_s,
+            min_priority_for_in_share_preemption: scenario.min_priority_for_in_share_preemption,
             min_wait_before_reclaim_s: scenario.min_wait_before_reclaim_s,
             min_runtime_after_preemption_s: scenario.min_runtime_after_preemption_s,
             restart_overhead_s: scenario.restart_overhead_s,

@@ -171,6 +171,10 @@ pub struct Scenario {
     /// seconds (`Config::min_wait_before_in_share_preemption_s`).
     #[serde(default)]
     pub min_wait_before_in_share_preemption_s: u64,
+    /// Only a job of at least this scheduling priority preempts jobs of its own quota share
+    /// (`Config::min_priority_for_in_share_preemption`; 0: any of higher priority).
+    #[serde(default)]
+    pub min_priority_for_in_share_preemption: u32,
     /// A job reclaims capacity its quota share lent only after waiting this long, seconds
     /// (`Config::min_wait_before_reclaim_s`).
     #[serde(default)]
@@ -539,6 +543,10 @@ impl Scenario {
             (
                 "min_wait_before_in_share_preemption_s",
                 self.min_wait_before_in_share_preemption_s.to_string(),
+            ),
+            (
+                "min_priority_for_in_share_preemption",
+                self.min_priority_for_in_share_preemption.to_string(),
             ),
             (
                 "min_wait_before_reclaim_s",
