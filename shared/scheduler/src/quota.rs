@@ -449,25 +449,26 @@ impl<'a> Quota<'a> {
 
     /// Whether an earlier search this cycle already shows that `job` (of one instance type) finds
     /// no room (see `no_room`).
-    fn known_no_room(&self, share: &str, job: &PendingJob) -> bool {
+    fn known_no_room(&self, share: &str, job: &PendingJob, priority: u32) -> bool {
         let mut types = job.instances.iter();
         let (Some((ty, n)), None) = (types.next(), types.next()) else {
             return false;
         };
         self.no_room
             .get(&(share, ty.as_str()))
-            .is_some_and(|failed| failed.iter().any(|(p, m)| job.priority <= *p && n >= m))
+            .is_some_and(|failed| failed.iter().any(|(p, m)| priority <= *p && n >= m))
     }
 
-    /// Notes that `job` (of share `share`) found no room.
-    fn note_no_room(&mut self, share: &'a str, job: &'a PendingJob) {
+    /// Notes that `job` (of share `share`) found no room when preempting as a job of
+    /// `priority` would (its own when it may preempt in its share, else 0: reclaims only).
+    fn note_no_room(&mut self, share: &'a str, job: &'a PendingJob, priority: u32) {
         let mut types = job.instances.iter();
         if let (Some((ty, n)), None) = (types.next(), types.next()) {
             let failed = self.no_room.entry((share, ty.as_str())).or_default();
             // Keep only what the others do not already imply.
-            if !failed.iter().any(|(p, m)| job.priority <= *p && n >= m) {
-                failed.retain(|(p, m)| !(*p <= job.priority && m >= n));
-                failed.push((job.priority, *n));
+            if !failed.iter().any(|(p, m)| priority <= *p && n >= m) {
+                failed.retain(|(p, m)| !(*p <= priority && m >= n));
+                failed.push((priority, *n));
             }
         }
     }
@@ -896,12 +897,15 @@ fn decide<'a>(
         }
         other => skip(plan, other),
     };
-    if in_share && quota.known_no_room(&share.name, job) {
+    // A job that may not preempt in its share has the candidates of a job of priority 0 (none
+    // of its own share's jobs is below that): it shares the memo of failures with them.
+    let as_priority = if in_share { job.priority } else { 0 };
+    if (in_share || reclaim) && quota.known_no_room(&share.name, job, as_priority) {
         return no_room(plan, quota, reason);
     }
     let Some(victims) = quota.make_room(share, job, env, in_share, reclaim) else {
-        if in_share && reclaim {
-            quota.note_no_room(&share.name, job);
+        if reclaim {
+            quota.note_no_room(&share.name, job, as_priority);
         }
         return no_room(plan, quota, reason);
     };
