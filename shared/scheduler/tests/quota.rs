@@ -544,6 +544,29 @@ fn preemption_reasons_say_which_rule_applied() {
     ));
 }
 
+/// Share `a` (2 instances, in-share preemption on) full with a priority-0 job, and job `id` of
+/// `priority` needing both instances, waiting `waited_s`.
+fn share_full_of_low_priority(id: &str, priority: u32, waited_s: i64) -> Snapshot {
+    let mut waiting = prio(job(id, "a", 2), priority);
+    waiting.runnable_at_ms = NOW - waited_s * 1000;
+    snapshot(
+        2,
+        vec![share("a", 2, Lend).in_share()],
+        vec![prio(run("a-low", "a", 2, 5), 0)],
+        vec![waiting],
+    )
+}
+
+/// Share `a` lent 2 instances to `b`, which runs a job on them; `a1` needs them back.
+fn lent_to_b() -> Snapshot {
+    snapshot(
+        4,
+        vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
+        vec![run("b-own", "b", 2, 5), run("b-borrowed", "b", 2, 1)],
+        vec![job("a1", "a", 2)],
+    )
+}
+
 /// With `min_wait_before_in_share_preemption_s`, a job preempts its own share's lower-priority
 /// jobs only once it has waited that long; reclaiming borrowed capacity is not deferred.
 #[test]
@@ -552,16 +575,7 @@ fn in_share_preemption_waits_for_the_minimum_wait_and_reclaim_does_not() {
         min_wait_before_in_share_preemption_s: 900,
         ..Config::default()
     };
-    let in_share = |waited_s: i64| {
-        let mut high = prio(job("a-high", "a", 2), 7);
-        high.runnable_at_ms = NOW - waited_s * 1000;
-        snapshot(
-            2,
-            vec![share("a", 2, Lend).in_share()],
-            vec![prio(run("a-low", "a", 2, 5), 0)],
-            vec![high],
-        )
-    };
+    let in_share = |waited_s: i64| share_full_of_low_priority("a-high", 7, waited_s);
     let early = plan_cycle(&in_share(899), NOW, &config);
     assert!(early.preemptions.is_empty(), "{early:#?}");
     assert!(matches!(
@@ -572,13 +586,7 @@ fn in_share_preemption_waits_for_the_minimum_wait_and_reclaim_does_not() {
     assert_eq!(preempted(&late), [("a-low", "a-high")]);
 
     // The owner of lent capacity reclaims it at once.
-    let reclaim = snapshot(
-        4,
-        vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
-        vec![run("b-own", "b", 2, 5), run("b-borrowed", "b", 2, 1)],
-        vec![job("a1", "a", 2)],
-    );
-    let plan = plan_cycle(&reclaim, NOW, &config);
+    let plan = plan_cycle(&lent_to_b(), NOW, &config);
     assert_eq!(preempted(&plan), [("b-borrowed", "a1")], "{plan:#?}");
 }
 
@@ -591,16 +599,7 @@ fn only_a_job_of_the_minimum_priority_preempts_in_its_share() {
         min_priority_for_in_share_preemption: 5,
         ..Config::default()
     };
-    let in_share = |priority: u32| {
-        let mut waiting = prio(job("a-waits", "a", 2), priority);
-        waiting.runnable_at_ms = NOW - 10 * HOUR_MS;
-        snapshot(
-            2,
-            vec![share("a", 2, Lend).in_share()],
-            vec![prio(run("a-low", "a", 2, 5), 0)],
-            vec![waiting],
-        )
-    };
+    let in_share = |priority: u32| share_full_of_low_priority("a-waits", priority, 36_000);
     let below = plan_cycle(&in_share(4), NOW, &config);
     assert!(below.preemptions.is_empty(), "{below:#?}");
     assert!(matches!(
@@ -617,13 +616,7 @@ fn only_a_job_of_the_minimum_priority_preempts_in_its_share() {
     );
 
     // A job below the minimum still reclaims lent capacity.
-    let reclaim = snapshot(
-        4,
-        vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
-        vec![run("b-own", "b", 2, 5), run("b-borrowed", "b", 2, 1)],
-        vec![job("a1", "a", 2)],
-    );
-    let plan = plan_cycle(&reclaim, NOW, &config);
+    let plan = plan_cycle(&lent_to_b(), NOW, &config);
     assert_eq!(preempted(&plan), [("b-borrowed", "a1")], "{plan:#?}");
 }
 
