@@ -70,14 +70,14 @@ pub const DEMO_QUEUES: [(&str, u32); 3] = [("production", 900), ("research", 500
 /// so a sweep that has waited 200 hours goes before fresh research, never before production.
 pub const DEMO_SWEEPS_AGING: [(&str, &str); 2] =
     [(AGING_PER_HOUR_TAG, "2"), (AGING_MAX_PRIORITY_TAG, "899")];
-/// Every demo queue puts shorter jobs first within a day (`trainyard:shorter-first-hours`), and
-/// research and sweeps jobs that do not fit hold the backfill reservation only after 150 hours
-/// (`trainyard:reserve-after-hours`): the `trainyard` policy as the simulator measures it
+/// Every demo queue puts shorter jobs first within three days (`trainyard:shorter-first-hours`),
+/// and a research job that does not fit holds the backfill reservation only after 50 hours, a
+/// sweep only after 400 (`trainyard:reserve-after-hours`; when its aging has made it overdue): the
+/// `trainyard` policy as the simulator measures it
 /// (docs/scheduling.md#shorter-jobs-first-and-late-reservations).
-pub const DEMO_LINE_RULES: [(&str, &str); 2] = [
-    (SHORTER_FIRST_HOURS_TAG, "24"),
-    (RESERVE_AFTER_HOURS_TAG, "150"),
-];
+pub const DEMO_SHORTER_FIRST: (&str, &str) = (SHORTER_FIRST_HOURS_TAG, "72");
+/// How long a demo queue's blocked job waits before it reserves: production at once.
+pub const DEMO_RESERVE_AFTER: [(&str, &str); 2] = [("research", "50"), ("sweeps", "400")];
 
 /// Arguments of `trainyard up`.
 #[derive(Debug, Args)]
@@ -644,11 +644,13 @@ pub fn demo_setup(now_ms: i64) -> (ServiceEnvironment, Vec<JobQueue>) {
             job_queue_type: JobQueueType::SagemakerTraining,
             tags: {
                 let mut tags = tags.clone();
-                let [shorter_first, reserve_after] = DEMO_LINE_RULES;
-                let mut extra = vec![shorter_first];
-                if *name != "production" {
-                    extra.push(reserve_after);
-                }
+                let mut extra = vec![DEMO_SHORTER_FIRST];
+                extra.extend(
+                    DEMO_RESERVE_AFTER
+                        .iter()
+                        .filter(|(queue, _)| queue == name)
+                        .map(|(_, hours)| (RESERVE_AFTER_HOURS_TAG, *hours)),
+                );
                 if *name == "sweeps" {
                     extra.extend(DEMO_SWEEPS_AGING);
                 }
@@ -721,29 +723,29 @@ mod tests {
             .iter()
             .map(|q| (q.value.job_queue_name.as_str(), q.value.line_rules()))
             .collect();
-        let day = Some(86_400);
+        let three_days = Some(3 * 86_400);
         assert_eq!(
             rules,
             BTreeMap::from([
                 (
                     "production",
                     LineRules {
-                        shorter_first_max_s: day,
+                        shorter_first_max_s: three_days,
                         reserve_after_s: 0
                     }
                 ),
                 (
                     "research",
                     LineRules {
-                        shorter_first_max_s: day,
-                        reserve_after_s: 540_000
+                        shorter_first_max_s: three_days,
+                        reserve_after_s: 50 * 3_600
                     }
                 ),
                 (
                     "sweeps",
                     LineRules {
-                        shorter_first_max_s: day,
-                        reserve_after_s: 540_000
+                        shorter_first_max_s: three_days,
+                        reserve_after_s: 400 * 3_600
                     }
                 ),
             ])

@@ -115,9 +115,14 @@ pub const AGING_PER_HOUR_TAG: &str = "trainyard:aging-per-hour";
 /// Set it below the priority of the queues whose fresh work must always go first.
 pub const AGING_MAX_PRIORITY_TAG: &str = "trainyard:aging-max-priority";
 
+/// Tag on a job queue with aging: the hours a job waits before it starts to age (0–8760,
+/// default 0). With a high rate, aging becomes a step: a job keeps its queue's priority until it
+/// has waited this long, then soon goes to the ceiling.
+pub const AGING_AFTER_HOURS_TAG: &str = "trainyard:aging-after-hours";
+
 /// Aging: a waiting job of a queue of priority `p` is evaluated as if its queue had priority
-/// `min(p + floor(per_hour × hours waited), max(max_priority, p))`, where the wait counts from the
-/// job's place in line (its submission or its last requeue). A job whose priority has reached
+/// `min(p + floor(per_hour × max(0, hours waited − after_hours)), max(max_priority, p))`, where
+/// the wait counts from the job's place in line (its submission or its last requeue). A job whose priority has reached
 /// `max_priority` is *overdue*: among jobs of equal evaluated priority, overdue jobs go first,
 /// oldest first, whatever their queue or share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,6 +131,8 @@ pub struct Aging {
     pub per_hour: u32,
     /// The highest priority aging reaches.
     pub max_priority: u32,
+    /// How long a job waits before it starts to age, in hours.
+    pub after_hours: u32,
 }
 
 /// Milliseconds in an hour.
@@ -135,7 +142,9 @@ impl Aging {
     /// The priority a job of a queue of priority `base` is evaluated at after waiting
     /// `waited_ms`.
     pub fn priority(&self, base: u32, waited_ms: i64) -> u32 {
-        let waited = u64::try_from(waited_ms).unwrap_or(0);
+        let waited = u64::try_from(waited_ms)
+            .unwrap_or(0)
+            .saturating_sub(u64::from(self.after_hours) * HOUR_MS);
         let gained = u64::from(self.per_hour).saturating_mul(waited) / HOUR_MS;
         let ceiling = self.max_priority.max(base);
         let aged = u64::from(base)
@@ -242,15 +251,23 @@ pub fn aging_of(tags: &Tags) -> Result<Option<Aging>, String> {
     let number = |key: &str, range| number_tag(tags, key, range);
     let per_hour = number(AGING_PER_HOUR_TAG, 1..=1000)?;
     let max_priority = number(AGING_MAX_PRIORITY_TAG, 0..=1000)?;
-    match (per_hour, max_priority) {
-        (Some(per_hour), max_priority) => Ok(Some(Aging {
+    let after_hours = number(AGING_AFTER_HOURS_TAG, 0..=8_760)?;
+    match (per_hour, max_priority.or(after_hours)) {
+        (Some(per_hour), _) => Ok(Some(Aging {
             per_hour,
             max_priority: max_priority.unwrap_or(1000),
+            after_hours: after_hours.unwrap_or(0),
         })),
-        (None, Some(_)) => Err(format!(
-            "tag {AGING_MAX_PRIORITY_TAG} needs {AGING_PER_HOUR_TAG} too: aging is on only \
-             when the rate is set"
-        )),
+        (None, Some(_)) => {
+            let tag = if max_priority.is_some() {
+                AGING_MAX_PRIORITY_TAG
+            } else {
+                AGING_AFTER_HOURS_TAG
+            };
+            Err(format!(
+                "tag {tag} needs {AGING_PER_HOUR_TAG} too: aging is on only when the rate is set"
+            ))
+        }
         (None, None) => Ok(None),
     }
 }
@@ -273,6 +290,7 @@ mod tests {
         let aging = Aging {
             per_hour: 100,
             max_priority: 899,
+            after_hours: 0,
         };
         assert_eq!(aging.priority(100, 0), 100);
         assert_eq!(aging.priority(100, HOUR / 2), 150);
@@ -289,6 +307,21 @@ mod tests {
         // A queue already above the ceiling keeps its own priority and is never overdue.
         assert_eq!(aging.priority(950, 100 * HOUR), 950);
         assert!(!aging.overdue(950, 100 * HOUR));
+    }
+
+    #[test]
+    fn a_delayed_aging_keeps_the_queue_priority_until_the_delay_then_steps() {
+        let step = Aging {
+            per_hour: 1000,
+            max_priority: 899,
+            after_hours: 200,
+        };
+        assert_eq!(step.priority(100, 200 * HOUR), 100);
+        assert!(!step.overdue(100, 200 * HOUR));
+        assert_eq!(step.priority(100, 200 * HOUR + HOUR / 2), 600);
+        assert_eq!(step.priority(100, 201 * HOUR), 899);
+        assert!(step.overdue(100, 201 * HOUR));
+        assert_eq!(step.priority(100, i64::MAX), 899, "no overflow");
     }
 
     #[test]
@@ -325,24 +358,35 @@ mod tests {
             aging_of(&tags(&[(AGING_PER_HOUR_TAG, "20")])),
             Ok(Some(Aging {
                 per_hour: 20,
-                max_priority: 1000
+                max_priority: 1000,
+                after_hours: 0,
             }))
         );
         assert_eq!(
             aging_of(&tags(&[
                 (AGING_PER_HOUR_TAG, "20"),
-                (AGING_MAX_PRIORITY_TAG, "899")
+                (AGING_MAX_PRIORITY_TAG, "899"),
+                (AGING_AFTER_HOURS_TAG, "150"),
             ])),
             Ok(Some(Aging {
                 per_hour: 20,
-                max_priority: 899
+                max_priority: 899,
+                after_hours: 150,
             }))
         );
         for bad in ["0", "1001", "-1", "fast", ""] {
             let err = aging_of(&tags(&[(AGING_PER_HOUR_TAG, bad)])).unwrap_err();
             assert!(err.contains(AGING_PER_HOUR_TAG), "{err}");
         }
-        let err = aging_of(&tags(&[(AGING_MAX_PRIORITY_TAG, "500")])).unwrap_err();
-        assert!(err.contains("needs"), "{err}");
+        for lone in [AGING_MAX_PRIORITY_TAG, AGING_AFTER_HOURS_TAG] {
+            let err = aging_of(&tags(&[(lone, "500")])).unwrap_err();
+            assert!(err.contains("needs") && err.contains(lone), "{err}");
+        }
+        let err = aging_of(&tags(&[
+            (AGING_PER_HOUR_TAG, "2"),
+            (AGING_AFTER_HOURS_TAG, "8761"),
+        ]))
+        .unwrap_err();
+        assert!(err.contains(AGING_AFTER_HOURS_TAG), "{err}");
     }
 }

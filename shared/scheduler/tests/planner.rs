@@ -221,6 +221,7 @@ fn aging(mut queue: QueueState, per_hour: u32, max: u32) -> QueueState {
     queue.aging = Some(Aging {
         per_hour,
         max_priority: max,
+        after_hours: 0,
     });
     queue
 }

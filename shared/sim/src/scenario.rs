@@ -57,6 +57,10 @@ pub struct Tier {
     /// 1000).
     #[serde(default)]
     pub aging_max_priority: Option<u32>,
+    /// Hours the tier's jobs wait before they start to age (`trainyard:aging-after-hours`;
+    /// default 0).
+    #[serde(default)]
+    pub aging_after_hours: Option<u32>,
     /// Under the `trainyard` policy, the tier's queue puts shorter jobs first within this many
     /// hours (`trainyard:shorter-first-hours`; unset, by time alone).
     #[serde(default)]
@@ -72,12 +76,13 @@ impl Tier {
     /// The tags that give the tier's queue its aging and line rules under the `trainyard` policy.
     pub fn queue_tags(&self) -> trainyard_domain::Tags {
         use trainyard_domain::queue::{
-            AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG, RESERVE_AFTER_HOURS_TAG,
-            SHORTER_FIRST_HOURS_TAG,
+            AGING_AFTER_HOURS_TAG, AGING_MAX_PRIORITY_TAG, AGING_PER_HOUR_TAG,
+            RESERVE_AFTER_HOURS_TAG, SHORTER_FIRST_HOURS_TAG,
         };
         [
             (AGING_PER_HOUR_TAG, self.aging_per_hour),
             (AGING_MAX_PRIORITY_TAG, self.aging_max_priority),
+            (AGING_AFTER_HOURS_TAG, self.aging_after_hours),
             (SHORTER_FIRST_HOURS_TAG, self.shorter_first_hours),
             (RESERVE_AFTER_HOURS_TAG, self.reserve_after_hours),
         ]
@@ -492,8 +497,10 @@ impl Scenario {
                     tier.max_duration_s
                         .map_or_else(String::new, |d| format!(" max_duration_s={d}")),
                     tier.aging_per_hour.map_or_else(String::new, |rate| format!(
-                        " aging={rate}/h up to {}",
-                        tier.aging_max_priority.unwrap_or(1000)
+                        " aging={rate}/h up to {}{}",
+                        tier.aging_max_priority.unwrap_or(1000),
+                        tier.aging_after_hours
+                            .map_or_else(String::new, |h| format!(" after {h}h"))
                     )),
                     tier.shorter_first_hours
                         .map_or_else(String::new, |h| format!(" shorter_first={h}h")),

@@ -127,7 +127,8 @@ fn trainyard_serves_production_then_research_then_sweeps() {
 /// On one instance, a research job of an hour arrives every hour for 40 hours, and one sweep
 /// arrives just after the first. Without aging the sweep waits for the whole stream; with the
 /// sweeps queue aging 100 points an hour (from 100), it passes fresh research (500) once it has
-/// waited more than 4 hours, at the next instant the instance frees.
+/// waited more than 4 hours, at the next instant the instance frees (more than 14 hours when
+/// its aging starts after 10 hours waited).
 #[test]
 fn an_aging_sweep_is_not_starved_by_a_stream_of_research() {
     let mut lines: Vec<String> = (0..40)
@@ -163,6 +164,14 @@ fn an_aging_sweep_is_not_starved_by_a_stream_of_research() {
     assert!(
         (4.0 * 3600.0..6.0 * 3600.0).contains(&aged),
         "with aging: {aged} s"
+    );
+    // Aging that starts after 10 hours waited passes research 10 hours later.
+    let sweeps = scenario.tiers.iter_mut().find(|t| t.name == "sweeps");
+    sweeps.unwrap().aging_after_hours = Some(10);
+    let delayed = sweep_wait(&scenario);
+    assert!(
+        (14.0 * 3600.0..16.0 * 3600.0).contains(&delayed),
+        "with aging after 10 hours: {delayed} s"
     );
 }
 
