@@ -30,6 +30,19 @@
 //! Every level keeps its own correction; an estimate takes the narrowest with
 //! [`Calibration::MIN_OUTCOMES`] outcomes (then the queue and wait, then the queue). With none,
 //! the estimate is raw and says it is uncalibrated.
+//!
+//! # Two forecasters of the p90
+//!
+//! The p90 comes from one of two forecasters, per group: the rollouts' own p90, or the job's
+//! start in Slurm's shadow schedule (every attempt runs to its `MaxRuntimeInSeconds`, nothing
+//! arrives). Both are scored by the mean pinball loss at 0.9 of their uncorrected p90 over the
+//! last [`Calibration::WINDOW`] starts, in groups by size first (queue, size and wait; queue and
+//! size; size), and an estimate's p90 comes from the one with the lower loss in the narrowest of
+//! those with [`Calibration::MIN_OUTCOMES`] starts, corrected by its calibration group's `θ` for
+//! that forecaster. Rollouts
+//! sample runtimes from history, which suits a job that needs one instance of many that turn
+//! over; a job that needs many instances free at once waits for the long runners, whose time
+//! limits the shadow schedule reads (docs/benchmarks.md#start-time-estimates).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -42,6 +55,8 @@ pub struct Samples {
     pub starts_ms: Vec<i64>,
     /// Rollouts run in all (those in which it did not start within the horizon count too).
     pub rollouts: u32,
+    /// Its start in the shadow schedule (epoch ms); `None` beyond the horizon or not computed.
+    pub shadow_ms: Option<i64>,
 }
 
 impl Samples {
@@ -77,6 +92,23 @@ pub struct Estimate {
     pub raw_ms: [Option<i64>; 2],
     /// Coverage measured in its calibration group so far; `None` while it is uncalibrated.
     pub coverage: Option<Coverage>,
+    /// Which forecaster the p90 comes from.
+    #[serde(default)]
+    pub p90_from: P90From,
+    /// The job's start in the shadow schedule (epoch ms), the other forecaster of the p90.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_ms: Option<i64>,
+}
+
+/// The forecaster a published p90 comes from (see the module's docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum P90From {
+    /// The rollouts' own p90.
+    #[default]
+    Rollouts,
+    /// The job's start in the shadow schedule.
+    Shadow,
 }
 
 /// Horizons of [`Estimate::within`].
@@ -103,9 +135,29 @@ struct Group {
     round: [f64; 2],
     /// Whether each recent outcome was covered, newest last.
     covered: [VecDeque<bool>; 2],
+    /// The p90's correction and misses this round when it comes from the shadow schedule.
+    #[serde(default)]
+    shadow_theta: f64,
+    #[serde(default)]
+    shadow_round: f64,
+    /// Mean pinball loss at 0.9 of the rollouts' and the shadow schedule's uncorrected p90,
+    /// seconds, over the last [`Calibration::WINDOW`] starts; and how many starts scored them.
+    #[serde(default)]
+    loss_s: [f64; 2],
+    #[serde(default)]
+    scored: usize,
 }
 
 impl Group {
+    /// The forecaster whose p90 it publishes: the one with the lower loss.
+    fn p90_from(&self) -> P90From {
+        if self.loss_s[1] < self.loss_s[0] {
+            P90From::Shadow
+        } else {
+            P90From::Rollouts
+        }
+    }
+
     fn coverage(&self) -> Coverage {
         let share = |i: usize| {
             let window = &self.covered[i];
@@ -139,13 +191,30 @@ fn adjust(wait_s: f64, theta: f64) -> i64 {
     (((wait_s + OFFSET_S) * theta.exp() - OFFSET_S).max(0.0) * 1_000.0) as i64
 }
 
-/// The groups an estimate belongs to, narrowest first.
-fn groups(scope: Scope<'_>, raw_p50_wait_s: Option<f64>) -> [String; 3] {
-    let size = match scope.instances {
+/// The size class of a job of `scope`.
+fn size(scope: Scope<'_>) -> &'static str {
+    match scope.instances {
         0 | 1 => "1",
         2..=8 => "2-8",
         _ => "9+",
-    };
+    }
+}
+
+/// The groups whose scores choose an estimate's p90 forecaster, narrowest first: its size
+/// matters more than its queue (how many instances must free at once).
+fn choice_groups(scope: Scope<'_>, raw_p50_wait_s: Option<f64>) -> [String; 3] {
+    let [narrowest, ..] = groups(scope, raw_p50_wait_s);
+    let size = size(scope);
+    [
+        narrowest,
+        format!("{}|{size}|*", scope.queue),
+        format!("*|{size}|*"),
+    ]
+}
+
+/// The groups an estimate belongs to, narrowest first.
+fn groups(scope: Scope<'_>, raw_p50_wait_s: Option<f64>) -> [String; 3] {
+    let size = size(scope);
     let wait = match raw_p50_wait_s {
         None => "beyond",
         Some(w) if w < 600.0 => "<10m",
@@ -183,9 +252,24 @@ impl Calibration {
                 .filter(|g| g.outcomes[1] >= Self::MIN_OUTCOMES)
         });
         let theta = group.map_or([0.0, 0.0], |g| g.theta);
-        let publish = |i: usize| {
-            raw_wait[i]
-                .map(|w| adjust(w, theta[i]))
+        let p90_from = choice_groups(scope, raw_wait[0])
+            .into_iter()
+            .find_map(|g| {
+                self.groups
+                    .get(&g)
+                    .filter(|g| g.scored >= Self::MIN_OUTCOMES)
+            })
+            .filter(|_| group.is_some())
+            .map_or(P90From::Rollouts, Group::p90_from);
+        let (p90_wait, p90_theta) = match (p90_from, group) {
+            (P90From::Shadow, Some(g)) => (
+                samples.shadow_ms.map(|at| wait_s(at, now_ms)),
+                g.shadow_theta,
+            ),
+            _ => (raw_wait[1], theta[1]),
+        };
+        let publish = |wait: Option<f64>, theta: f64| {
+            wait.map(|w| adjust(w, theta))
                 .filter(|w| *w <= horizon_ms)
                 .map(|w| now_ms + w)
         };
@@ -198,8 +282,8 @@ impl Calibration {
             started as f64 / f64::from(samples.rollouts.max(1))
         });
         // The two corrections are learnt apart: the p90 never goes before the p50.
-        let p50_ms = publish(0);
-        let p90_ms = publish(1).map(|p90| p50_ms.map_or(p90, |p50| p90.max(p50)));
+        let p50_ms = publish(raw_wait[0], theta[0]);
+        let p90_ms = publish(p90_wait, p90_theta).map(|p90| p50_ms.map_or(p90, |p50| p90.max(p50)));
         Estimate {
             at_ms: now_ms,
             p50_ms,
@@ -207,6 +291,8 @@ impl Calibration {
             within,
             raw_ms,
             coverage: group.map(Group::coverage),
+            p90_from,
+            shadow_ms: samples.shadow_ms,
         }
     }
 
@@ -221,13 +307,45 @@ impl Calibration {
         for name in groups(scope, raw_p50_wait) {
             let group = self.groups.entry(name).or_default();
             let miss = if covered { 0.0 } else { 1.0 };
-            group.round[i] += miss - ALPHA[i];
+            if i == 1 && estimate.p90_from == P90From::Shadow {
+                group.shadow_round += miss - ALPHA[1];
+            } else {
+                group.round[i] += miss - ALPHA[i];
+            }
             group.outcomes[i] += 1;
             let window = &mut group.covered[i];
             if window.len() == Self::WINDOW {
                 window.pop_front();
             }
             window.push_back(covered);
+        }
+    }
+
+    /// Scores both forecasters of `estimate`'s p90 (uncorrected) against the start that
+    /// followed, in every group of the job: what decides which one its group publishes. A
+    /// quantile beyond the horizon counts as the horizon.
+    pub fn score(
+        &mut self,
+        scope: Scope<'_>,
+        estimate: &Estimate,
+        started_ms: i64,
+        horizon_ms: i64,
+    ) {
+        let latest = estimate.at_ms.saturating_add(horizon_ms);
+        let loss = |q: Option<i64>| {
+            let q = q.unwrap_or(latest).min(latest);
+            let (late, early) = ((started_ms - q).max(0), (q - started_ms).max(0));
+            (0.9 * late as f64 + 0.1 * early as f64) / 1_000.0
+        };
+        let losses = [loss(estimate.raw_ms[1]), loss(estimate.shadow_ms)];
+        let raw_p50_wait = estimate.raw_ms[0].map(|at| wait_s(at, estimate.at_ms));
+        for name in choice_groups(scope, raw_p50_wait) {
+            let group = self.groups.entry(name).or_default();
+            group.scored += 1;
+            let n = group.scored.min(Self::WINDOW) as f64;
+            for (mean, l) in group.loss_s.iter_mut().zip(losses) {
+                *mean += (l - *mean) / n;
+            }
         }
     }
 
@@ -239,6 +357,9 @@ impl Calibration {
                 let excess = std::mem::take(&mut group.round[i]);
                 group.theta[i] = (group.theta[i] + gamma * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
             }
+            let excess = std::mem::take(&mut group.shadow_round);
+            group.shadow_theta =
+                (group.shadow_theta + GAMMA[1] * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
         }
     }
 
@@ -289,6 +410,7 @@ mod tests {
         Samples {
             starts_ms,
             rollouts,
+            shadow_ms: None,
         }
     }
 
@@ -350,6 +472,62 @@ mod tests {
                 .coverage
                 .is_none()
         );
+    }
+
+    /// Replays `n` estimates of one group whose rollouts wait `rollout_s` (give or take a
+    /// minute) and whose shadow schedule says `shadow_s`, each job really waiting a uniform draw
+    /// from `actual_s`; returns the last half's p90 coverage and where its p90s came from.
+    fn replay_two_forecasters(
+        scope: Scope<'_>,
+        rollout_s: i64,
+        shadow_s: i64,
+        actual_s: std::ops::Range<u64>,
+    ) -> (f64, Vec<P90From>) {
+        let mut calibration = Calibration::default();
+        let mut rng = SplitMix64::new(7);
+        let n = 20_000;
+        let (mut covered, mut from) = (0, Vec::new());
+        for i in 0..n {
+            let waits: Vec<i64> = (0..16).map(|_| rollout_s + rng.below(60) as i64).collect();
+            let mut s = samples(&waits, 16);
+            s.shadow_ms = Some(shadow_s * 1_000);
+            let estimate = calibration.estimate(scope, 0, &s, i64::MAX);
+            let span = actual_s.end - actual_s.start;
+            let actual_ms = (actual_s.start + rng.below(span)) as i64 * 1_000;
+            if i >= n / 2 {
+                covered += usize::from(estimate.p90_ms.is_some_and(|p| actual_ms <= p));
+                from.push(estimate.p90_from);
+            }
+            for (q, hit) in Calibration::due(&estimate, [false; 2], 0, Some(actual_ms)) {
+                calibration.observe(scope, &estimate, q, hit);
+            }
+            calibration.score(scope, &estimate, actual_ms, i64::MAX);
+            if i % 20 == 19 {
+                calibration.settle();
+            }
+        }
+        (covered as f64 / (n / 2) as f64, from)
+    }
+
+    /// Rollouts far too optimistic, a shadow schedule late but close: the group publishes the
+    /// shadow schedule's p90, narrowed to its target coverage. The reverse keeps the rollouts.
+    #[test]
+    fn a_group_publishes_the_p90_of_the_forecaster_that_erred_less() {
+        let large = Scope {
+            queue: "q",
+            instances: 16,
+        };
+        let (coverage, from) = replay_two_forecasters(large, 600, 20_000, 8_000..16_000);
+        assert!(from.iter().all(|f| *f == P90From::Shadow), "{:?}", from[0]);
+        assert!((0.85..=0.95).contains(&coverage), "p90 coverage {coverage}");
+
+        let (coverage, from) = replay_two_forecasters(SCOPE, 3_000, 1_000_000, 2_000..3_500);
+        assert!(
+            from.iter().all(|f| *f == P90From::Rollouts),
+            "{:?}",
+            from[0]
+        );
+        assert!((0.85..=0.95).contains(&coverage), "p90 coverage {coverage}");
     }
 
     #[test]

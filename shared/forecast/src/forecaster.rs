@@ -329,6 +329,11 @@ impl<T> Forecaster<T> {
             self.calibration.observe(scope, &open.estimate, q, covered);
             open.observed[q] = true;
         }
+        if let Some(started_ms) = started_ms {
+            let horizon_ms = self.options.horizon_ms();
+            self.calibration
+                .score(scope, &open.estimate, started_ms, horizon_ms);
+        }
     }
 
     /// Estimates the waiting jobs of `snapshot` at `now_ms`: every one with `all`, otherwise
@@ -350,9 +355,7 @@ impl<T> Forecaster<T> {
             seed: self.options.seed ^ (now_ms as u64),
             ..self.options.clone()
         };
-        let horizon_ms = i64::try_from(options.horizon_s)
-            .unwrap_or(i64::MAX / 1_000)
-            .saturating_mul(1_000);
+        let horizon_ms = options.horizon_ms();
         let samples = crate::forecast(snapshot, now_ms, planner, &self.history, &options);
         for p in &snapshot.pending {
             let first = !self.estimated.contains(&p.job_id);

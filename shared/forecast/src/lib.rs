@@ -16,7 +16,8 @@
 //! followed, and publishes the coverage it measured.
 //!
 //! [`rollout::World::Shadow`] is Slurm's estimate (every attempt runs to its time limit, nothing
-//! arrives), kept as the baseline estimates are measured against.
+//! arrives): the baseline estimates are measured against, and the p90's other forecaster, which
+//! a calibration group publishes where it has erred less ([`estimate`]).
 //!
 //! Pure and deterministic like the planner: the same snapshot, history, options and seed give
 //! the same samples.
@@ -38,13 +39,14 @@ use std::collections::BTreeMap;
 use trainyard_domain::random::{SplitMix64, mix64};
 use trainyard_scheduler::{Config, SharedStr, Snapshot};
 
-pub use estimate::{Calibration, Coverage, Estimate, Samples, Scope};
+pub use estimate::{Calibration, Coverage, Estimate, P90From, Samples, Scope};
 pub use forecaster::{Forecaster, Learned, Learnt, Open, Resolved};
 pub use history::{Arrival, Family, History, Line};
 pub use rollout::{Options, World};
 
 /// Runs `options.rollouts` rollouts from `snapshot` (fewer, but at least `min_rollouts`, when
-/// `options.budget` runs out first) and gathers each waiting job's start times.
+/// `options.budget` runs out first) and gathers each waiting job's start times, with its start
+/// in the shadow schedule.
 pub fn forecast(
     snapshot: &Snapshot,
     now_ms: i64,
@@ -59,11 +61,17 @@ pub fn forecast(
             let empty = Samples {
                 starts_ms: Vec::new(),
                 rollouts: options.rollouts,
+                shadow_ms: None,
             };
             (job.job_id.clone(), empty)
         })
         .collect();
     let started = std::time::Instant::now();
+    for (job, at) in shadow(snapshot, now_ms, planner, options) {
+        if let Some(s) = samples.get_mut(&job) {
+            s.shadow_ms = Some(at);
+        }
+    }
     let mut run = 0;
     for k in 0..options.rollouts {
         let spent = |budget| started.elapsed() >= budget;

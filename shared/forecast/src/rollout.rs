@@ -47,6 +47,13 @@ pub struct Options {
     pub min_rollouts: u32,
 }
 
+impl Options {
+    /// [`Self::horizon_s`] in milliseconds.
+    pub fn horizon_ms(&self) -> i64 {
+        secs_ms(self.horizon_s)
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Self {
@@ -237,7 +244,7 @@ impl<'a> Rollout<'a> {
     }
 
     fn run(&mut self, now_ms: i64, targets: &BTreeSet<SharedStr>) -> BTreeMap<SharedStr, i64> {
-        let horizon_ms = now_ms.saturating_add(secs_ms(self.options.horizon_s));
+        let horizon_ms = now_ms.saturating_add(self.options.horizon_ms());
         let mut starts = BTreeMap::new();
         let mut t = now_ms;
         loop {

@@ -497,6 +497,8 @@ mod tests {
             within: [1.0; 3],
             raw_ms: [Some(60_000), Some(120_000)],
             coverage: None,
+            p90_from: trainyard_forecast::P90From::Rollouts,
+            shadow_ms: None,
         };
         let docs = [
             StartEstimates {

@@ -93,7 +93,6 @@ pub struct EtaRun {
 struct Baselines {
     made_ms: i64,
     position_ms: Option<i64>,
-    shadow_ms: Option<i64>,
 }
 
 /// Makes and scores estimates over one run.
@@ -167,15 +166,12 @@ impl Tracker {
             self.submitted_since = false;
             return;
         }
-        let shadow =
-            trainyard_forecast::shadow(snapshot, now_ms, planner, self.forecaster.options());
         let positions = self.positions(now_ms, snapshot);
         let made = self
             .forecaster
             .estimate(now_ms, snapshot, planner, periodic, |p| Baselines {
                 made_ms: now_ms,
                 position_ms: positions.get(&p.job_id).copied(),
-                shadow_ms: shadow.get(&p.job_id).copied(),
             });
         self.run.forecasts += usize::from(!made.is_empty());
         self.last_ms = now_ms;
@@ -204,7 +200,7 @@ impl Tracker {
             instances: open.instances,
             actual_s: (started_ms - made_ms) as f64 / 1_000.0,
             position_s: wait(open.extra.position_ms),
-            shadow_s: wait(open.extra.shadow_ms),
+            shadow_s: wait(open.estimate.shadow_ms),
             raw_s: open.estimate.raw_ms.map(wait),
             published_s: [open.estimate.p50_ms, open.estimate.p90_ms].map(wait),
             calibrated: open.estimate.coverage.is_some(),

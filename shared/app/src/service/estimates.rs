@@ -359,6 +359,8 @@ mod tests {
             within: [0.0; 3],
             raw_ms: [p50_ms, p50_ms],
             coverage: None,
+            p90_from: trainyard_forecast::P90From::Rollouts,
+            shadow_ms: None,
         };
         let all = [
             estimate(None),
