@@ -39,10 +39,10 @@
 //! last [`Calibration::WINDOW`] starts, in groups by size first (queue, size and wait; queue and
 //! size; size), and an estimate's p90 comes from the one with the lower loss in the narrowest of
 //! those with [`Calibration::MIN_OUTCOMES`] starts, corrected by its calibration group's `θ` for
-//! that forecaster. Rollouts
-//! sample runtimes from history, which suits a job that needs one instance of many that turn
-//! over; a job that needs many instances free at once waits for the long runners, whose time
-//! limits the shadow schedule reads (docs/benchmarks.md#start-time-estimates).
+//! that forecaster. Rollouts sample runtimes from history, which suits a job that needs one
+//! instance of many that turn over; a job that needs many instances free at once waits for the
+//! long runners, whose time limits the shadow schedule reads
+//! (docs/benchmarks.md#start-time-estimates).
 
 use std::collections::{BTreeMap, VecDeque};
 
