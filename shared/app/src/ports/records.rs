@@ -460,10 +460,15 @@ pub struct ReconcileMark {
     pub complete_pass_began_ms: i64,
 }
 
+impl ReconcileMark {
+    /// The key of the one mark.
+    pub const KEY: &'static str = "due-work";
+}
+
 impl Document for ReconcileMark {
     const KIND: &'static str = "reconcile-mark";
     fn key(&self) -> String {
-        "due-work".to_owned()
+        Self::KEY.to_owned()
     }
 }
 

@@ -9,7 +9,7 @@ use trainyard_scheduler::retry::{self, AttemptFailure, StopCause};
 use super::{CycleConfig, CycleReport, DueReport, Ending, StateOutcome};
 use crate::error::AppError;
 use crate::ports::{
-    BackendError, Document, EventSink, ReconcileMark, SchedulingStore, StoreError, TrainingBackend,
+    BackendError, EventSink, ReconcileMark, SchedulingStore, StoreError, TrainingBackend,
     TrainingJobState, Versioned, Write,
 };
 use crate::service::Service;
@@ -61,10 +61,7 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
     /// When the last complete reconciliation pass began ([`ReconcileMark`]), with the version
     /// to move it forward from; `None` before any.
     pub async fn reconcile_mark(&self) -> Result<Option<Versioned<ReconcileMark>>, AppError> {
-        Ok(self
-            .store
-            .get_document(&ReconcileMark::default().key())
-            .await?)
+        Ok(self.store.get_document(ReconcileMark::KEY).await?)
     }
 
     /// Records that a complete pass began at `began_ms`, over `seen` (what
@@ -92,9 +89,7 @@ impl<S: SchedulingStore, E: EventSink> Service<S, E> {
             Err(error) => Err(error.into()),
         }
     }
-}
 
-impl<S: SchedulingStore, E: EventSink> Service<S, E> {
     /// The periodic pass over jobs holding capacity, doing the parts `work` names: launches to
     /// retry, stops for terminated and timed-out attempts, and a describe of attempts not heard
     /// from for a while. Bounded by the number of dispatched jobs.
