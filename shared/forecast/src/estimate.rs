@@ -100,6 +100,13 @@ pub struct Estimate {
     pub shadow_ms: Option<i64>,
 }
 
+impl Estimate {
+    /// The rollouts' median wait from when it was made, in seconds: what places it in a group.
+    fn raw_p50_wait_s(&self) -> Option<f64> {
+        self.raw_ms[0].map(|at| wait_s(at, self.at_ms))
+    }
+}
+
 /// The forecaster a published p90 comes from (see the module's docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -187,6 +194,21 @@ fn wait_s(at_ms: i64, now_ms: i64) -> f64 {
     (at_ms - now_ms).max(0) as f64 / 1_000.0
 }
 
+/// Pinball (quantile) loss at `tau` of predicting `predicted` when `actual` followed: what a
+/// quantile forecast is scored by (late misses weigh `tau`, early ones `1 − tau`).
+pub fn pinball(tau: f64, actual: f64, predicted: f64) -> f64 {
+    if actual >= predicted {
+        tau * (actual - predicted)
+    } else {
+        (1.0 - tau) * (predicted - actual)
+    }
+}
+
+/// One step of a correction towards the outcomes of a round, within bounds.
+fn step(theta: &mut f64, gamma: f64, excess: f64) {
+    *theta = (*theta + gamma * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
+}
+
 fn adjust(wait_s: f64, theta: f64) -> i64 {
     (((wait_s + OFFSET_S) * theta.exp() - OFFSET_S).max(0.0) * 1_000.0) as i64
 }
@@ -252,14 +274,18 @@ impl Calibration {
                 .filter(|g| g.outcomes[1] >= Self::MIN_OUTCOMES)
         });
         let theta = group.map_or([0.0, 0.0], |g| g.theta);
-        let p90_from = choice_groups(scope, raw_wait[0])
-            .into_iter()
-            .find_map(|g| {
-                self.groups
-                    .get(&g)
-                    .filter(|g| g.scored >= Self::MIN_OUTCOMES)
+        // An uncalibrated estimate is the rollouts' own.
+        let scored = |g: String| {
+            self.groups
+                .get(&g)
+                .filter(|g| g.scored >= Self::MIN_OUTCOMES)
+        };
+        let p90_from = group
+            .and_then(|_| {
+                choice_groups(scope, raw_wait[0])
+                    .into_iter()
+                    .find_map(scored)
             })
-            .filter(|_| group.is_some())
             .map_or(P90From::Rollouts, Group::p90_from);
         let (p90_wait, p90_theta) = match (p90_from, group) {
             (P90From::Shadow, Some(g)) => (
@@ -303,8 +329,7 @@ impl Calibration {
         if estimate.raw_ms[i].is_none() {
             return;
         }
-        let raw_p50_wait = estimate.raw_ms[0].map(|at| wait_s(at, estimate.at_ms));
-        for name in groups(scope, raw_p50_wait) {
+        for name in groups(scope, estimate.raw_p50_wait_s()) {
             let group = self.groups.entry(name).or_default();
             let miss = if covered { 0.0 } else { 1.0 };
             if i == 1 && estimate.p90_from == P90From::Shadow {
@@ -334,12 +359,10 @@ impl Calibration {
         let latest = estimate.at_ms.saturating_add(horizon_ms);
         let loss = |q: Option<i64>| {
             let q = q.unwrap_or(latest).min(latest);
-            let (late, early) = ((started_ms - q).max(0), (q - started_ms).max(0));
-            (0.9 * late as f64 + 0.1 * early as f64) / 1_000.0
+            pinball(1.0 - ALPHA[1], started_ms as f64, q as f64) / 1_000.0
         };
         let losses = [loss(estimate.raw_ms[1]), loss(estimate.shadow_ms)];
-        let raw_p50_wait = estimate.raw_ms[0].map(|at| wait_s(at, estimate.at_ms));
-        for name in choice_groups(scope, raw_p50_wait) {
+        for name in choice_groups(scope, estimate.raw_p50_wait_s()) {
             let group = self.groups.entry(name).or_default();
             group.scored += 1;
             let n = group.scored.min(Self::WINDOW) as f64;
@@ -354,12 +377,14 @@ impl Calibration {
     pub fn settle(&mut self) {
         for group in self.groups.values_mut() {
             for (i, gamma) in GAMMA.iter().enumerate() {
-                let excess = std::mem::take(&mut group.round[i]);
-                group.theta[i] = (group.theta[i] + gamma * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
+                step(
+                    &mut group.theta[i],
+                    *gamma,
+                    std::mem::take(&mut group.round[i]),
+                );
             }
             let excess = std::mem::take(&mut group.shadow_round);
-            group.shadow_theta =
-                (group.shadow_theta + GAMMA[1] * excess).clamp(-THETA_LIMIT, THETA_LIMIT);
+            step(&mut group.shadow_theta, GAMMA[1], excess);
         }
     }
 

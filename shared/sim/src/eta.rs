@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use trainyard_domain::job::ServiceJob;
+use trainyard_forecast::estimate::pinball;
 use trainyard_forecast::{Arrival, Forecaster, Line, Options, Resolved};
 use trainyard_scheduler::{Config, SharedStr, Snapshot};
 
@@ -309,14 +310,6 @@ fn quantiles(p: &Prediction, method: &str, horizon_s: f64) -> [f64; 2] {
         "shadow" => [or_horizon(p.shadow_s); 2],
         "rollouts" => p.raw_s.map(or_horizon),
         _ => p.published_s.map(or_horizon),
-    }
-}
-
-fn pinball(tau: f64, actual: f64, predicted: f64) -> f64 {
-    if actual >= predicted {
-        tau * (actual - predicted)
-    } else {
-        (1.0 - tau) * (predicted - actual)
     }
 }
 
