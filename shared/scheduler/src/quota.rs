@@ -10,16 +10,21 @@
 //! U(S,t)   instances in use: running attempts (including those being preempted, which hold
 //!          their instances until they stop) + this cycle's dispatches + instances claimed by
 //!          its jobs waiting for preempted capacity
+//! U_p(S,t) the same, of its jobs of `schedulingPriority` p or higher
 //! cap(S,t) borrow cap: floor(L(S,t) × borrowLimit / 100) for LEND_AND_BORROW (unlimited when
 //!          borrowLimit < 0), 0 for RESERVE and LEND
 //! E(t)     the environment's limit for t
 //! ```
 //!
-//! **Borrowed jobs.** A share with `U > L` for a type is borrowing `U − L` of it. The borrowing
-//! is attributed to its *most recently started* running jobs holding that type (ties: lower
-//! priority first, then the greater job id), marking jobs until the marked instances cover
-//! `U − L`: the jobs that started last are the ones that could only start by borrowing, and the
-//! share's older jobs keep their entitlement. See [`borrowed_jobs`].
+//! **A share's limit serves its highest-priority jobs first.** A share with `U > L` for a type
+//! is borrowing `U − L` of it. The borrowing is attributed to its *lowest-priority* running jobs
+//! holding that type, the most recently started first (then the greater job id), marking jobs
+//! until the marked instances cover `U − L`: the share's production keeps its entitlement while
+//! its sweeps are the ones on lent capacity, and among equals the jobs that started last are the
+//! ones that could only start by borrowing. See [`borrowed_jobs`]. Likewise a job is *entitled*
+//! when it fits within its share's limit together with the share's jobs of its priority or
+//! higher, `U_p(S,t) + n ≤ L(S,t)`, and the share stays within `L + cap` with all of them: a
+//! production job of a share whose sweeps borrow is entitled, and goes before borrowers.
 //!
 //! # Admission (per instance type, every type of the job must pass)
 //!
@@ -28,8 +33,9 @@
 //!    `lendable(S,t) = Σ L(X,t) over lending shares X ≠ S + max(0, E(t) − Σ L(·,t))`
 //!    (capacity no share claims is lendable too). The cause names the bound that binds.
 //! 2. **Pass 1, entitled jobs** — every share's jobs, by `schedulingPriority` desc, then
-//!    `runnable_at`, then job id. A job with `U(S,t) + n ≤ L(S,t)` for all its types is
-//!    *entitled*: dispatched if the environment has the instances free, otherwise it tries to
+//!    `runnable_at`, then job id. A job with `U_p(S,t) + n ≤ L(S,t)` (and `U(S,t) + n ≤
+//!    L(S,t) + cap(S,t)`) for all its types is *entitled*: dispatched if the environment has the
+//!    instances free, otherwise it tries to
 //!    make room by preemption (below), otherwise it waits with `InsufficientCapacity`. Jobs that
 //!    are not entitled go to pass 2, so that a lender's own jobs always get its idle capacity
 //!    before borrowers do.
@@ -80,7 +86,10 @@
 //! priority (the rules stay first), then least cost per instance freed of the types `J` needs,
 //! then job id, and taken greedily until `J` would fit **within its share's own limit** and the
 //! environment's capacity; then victims that turn out unnecessary are dropped, walking back from
-//! the last. If the candidates cannot make room, nobody is preempted. Each [`Preemption`] carries
+//! the last. A share already over its limit (`U(S,t) + n > L(S,t)`) lent nothing: it reclaims
+//! nothing, and an entitled job of it needs only the environment's room (and its share within
+//! `L + cap`), so it preempts as many of its share's lower-priority jobs as that takes, not
+//! enough to bring the share back within its limit (those would only borrow again). If the candidates cannot make room, nobody is preempted. Each [`Preemption`] carries
 //! its victim's estimated loss and `tck`. `J` does not start in the same cycle: it claims the
 //! victims' instances (and the free ones it needs), waits with `WaitingForPreemptedCapacity`,
 //! and starts once the victims' capacity is released.
@@ -111,18 +120,21 @@
 //!   between them exists; or
 //! - *cross-share*: `V` was borrowed (its share over its limit) and `J` is admitted within its
 //!   own share's limit. For `V` to preempt `J` back, `J` would have to be borrowed; but `J` fits
-//!   within `L(S)`, and borrowing is attributed to the most recently started jobs of a share, so
-//!   `J` only becomes borrowed if its own share later borrows more than the jobs started after
-//!   `J` hold — which needs a configuration change (a lowered limit, as in Batch) or equal start
-//!   times.
+//!   within `L(S)`, and borrowing is attributed to a share's lowest-priority jobs, the most
+//!   recently started first, so `J` only becomes borrowed if its own share later starts jobs of
+//!   **higher priority** than `J`'s beyond its limit (its limit serves them first), or borrows
+//!   more than the jobs of `J`'s priority started after `J` hold — which needs a configuration
+//!   change (a lowered limit, as in Batch) or equal start times.
 //!
-//! Longer cycles (`A` preempts `B` preempts … preempts `A`) would need some job to go from
-//! entitled to borrowed, or a priority to go up, between two of its preemptions; both take a
-//! change from outside the planner (a limit lowered, `UpdateServiceJob`) or the tie-breaks of
-//! equal start times. This argument is not a formal proof for every interleaving with jobs
-//! ending: `tests/quota_properties.rs` simulates 40 cycles per seed (with and without jobs
-//! ending, victims re-queued each time) and checks that no job preempts a job that preempted it
-//! and that the preempted-by graph has no cycle.
+//! So a job may be reclaimed back by the job it reclaimed from, but only after its share started
+//! higher-priority work: each such turn takes a job start, and none repeats without one.
+//! Longer cycles (`A` preempts `B` preempts … preempts `A`) likewise need some job to go from
+//! entitled to borrowed (through such a start, or a limit lowered), or a priority to go up
+//! (`UpdateServiceJob`), between two of its preemptions. This argument is not a formal proof for
+//! every interleaving with jobs ending: `tests/quota_properties.rs` simulates 40 cycles per seed
+//! (with and without jobs ending, victims re-queued each time) and checks that, between starts
+//! of higher-priority jobs in a share, none of its jobs preempts a job that preempted it, and the
+//! preempted-by graph has no cycle.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -134,7 +146,7 @@ use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJo
 use trainyard_domain::quota_share::SharingStrategy;
 
 /// The jobs treated as borrowed: for each share and instance type in use above its own limit,
-/// its most recently started jobs holding that type (ties: lower priority, then greater job id)
+/// its lowest-priority jobs holding that type, the most recently started first (then the greater job id)
 /// until they cover the excess. Jobs of unknown shares are never borrowed.
 pub fn borrowed_jobs<'a>(
     shares: &[QuotaShareState],
@@ -169,9 +181,9 @@ fn borrowed<'a>(
     let mut borrowed = Vec::new();
     for (name, mut jobs) in by_share {
         jobs.sort_by(|a, b| {
-            (Reverse(a.started_at_ms), a.priority, Reverse(&a.job_id)).cmp(&(
-                Reverse(b.started_at_ms),
+            (a.priority, Reverse(a.started_at_ms), Reverse(&a.job_id)).cmp(&(
                 b.priority,
+                Reverse(b.started_at_ms),
                 Reverse(&b.job_id),
             ))
         });
@@ -205,6 +217,9 @@ struct Quota<'a> {
     shares: BTreeMap<&'a str, &'a QuotaShareState>,
     /// `U(S,t)` (see the module docs), by (share, instance type).
     used: BTreeMap<(&'a str, &'a str), u64>,
+    /// The same by priority: `U(S,t)` of the jobs of each `schedulingPriority`, by (share,
+    /// instance type, priority).
+    used_by_priority: BTreeMap<(&'a str, &'a str, u32), u64>,
     /// Running attempts of the queue.
     running: Vec<&'a RunningJob>,
     /// Jobs being preempted in this cycle.
@@ -332,17 +347,50 @@ impl<'a> Quota<'a> {
         self.used.get(&(share, ty)).copied().unwrap_or(0)
     }
 
-    fn add(&mut self, share: &'a str, job: &'a crate::snapshot::Instances) {
+    /// `U_p(S,t)`: what the share's jobs of priority `p` or higher use of the type.
+    fn used_from(&self, share: &str, ty: &str, p: u32) -> u64 {
+        self.used_by_priority
+            .range((share, ty, p)..=(share, ty, u32::MAX))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn add(&mut self, share: &'a str, job: &'a crate::snapshot::Instances, priority: u32) {
         for (ty, n) in job {
             *self.used.entry((share, ty.as_str())).or_insert(0) += u64::from(*n);
+            *self
+                .used_by_priority
+                .entry((share, ty.as_str(), priority))
+                .or_insert(0) += u64::from(*n);
         }
     }
 
-    /// Whether the job fits within its share's own limit.
-    fn entitled(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
+    /// Whether the job fits within its share's own limit, all the share's jobs counted.
+    fn within_limit(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
         job.instances
             .iter()
             .all(|(ty, n)| self.used(&share.name, ty) + u64::from(*n) <= share.limit(ty))
+    }
+
+    /// Whether the job is entitled: it fits within its share's own limit with the share's jobs
+    /// of its priority or higher (`U_p(S,t) + n ≤ L(S,t)`), and the share stays within its
+    /// limit plus its borrow cap with all of them (see the module docs).
+    fn entitled(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
+        self.first_at_its_priority(share, job)
+            && job.instances.iter().all(|(ty, n)| {
+                share.borrow_cap(ty).is_none_or(|cap| {
+                    self.used(&share.name, ty) + u64::from(*n)
+                        <= share.limit(ty).saturating_add(cap)
+                })
+            })
+    }
+
+    /// Whether the job fits within its share's own limit with the share's jobs of its
+    /// priority or higher: `U_p(S,t) + n ≤ L(S,t)` for every type it needs.
+    fn first_at_its_priority(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
+        job.instances.iter().all(|(ty, n)| {
+            self.used_from(&share.name, ty, job.priority) + u64::from(*n) <= share.limit(ty)
+        })
     }
 
     /// Rule 1's bound for a share and an instance type: its own limit, what it could ever
@@ -552,11 +600,18 @@ impl<'a> Quota<'a> {
             !self.victims.contains(&key(r))
                 && r.instances.keys().any(|ty| job.instances.contains_key(ty))
         };
+        // A share over its own limit lent nothing: it makes room in itself alone, by
+        // priority, and the job need only be entitled (its share's jobs of lower priority are
+        // the ones counted as borrowed).
+        let over = !self.within_limit(share, job);
+        if over && !self.first_at_its_priority(share, job) {
+            return None;
+        }
         let others = self
             .preemptible_borrowed
             .iter()
             .copied()
-            .filter(|_| reclaim)
+            .filter(|_| reclaim && !over)
             .filter(|r| r.share.as_deref() != Some(share.name.as_str()))
             .filter(usable)
             .map(|r| (r, true));
@@ -596,6 +651,17 @@ impl<'a> Quota<'a> {
                 .then((ca * fb).cmp(&(cb * fa)))
                 .then_with(|| a.job_id.cmp(&b.job_id))
         });
+        // Whether the share, once `leaving` of its instances of `ty` are gone and the job's `n`
+        // added, is within its limit (over it: within its limit plus its borrow cap).
+        let within = |ty: &str, n: u32, leaving: u64| {
+            let after = (self.used(&share.name, ty) + u64::from(n)).saturating_sub(leaving);
+            let limit = share.limit(ty);
+            match share.borrow_cap(ty) {
+                _ if !over => after <= limit,
+                Some(cap) => after <= limit.saturating_add(cap),
+                None => true,
+            }
+        };
         let fits = |chosen: &[&RunningJob]| {
             let mut pool = env.pool.clone();
             for victim in chosen {
@@ -611,8 +677,7 @@ impl<'a> Quota<'a> {
                     .filter_map(|v| v.instances.get(ty))
                     .map(|n| u64::from(*n))
                     .sum();
-                (self.used(&share.name, ty) + u64::from(*n)).saturating_sub(leaving)
-                    <= share.limit(ty)
+                within(ty, *n, leaving)
             })
         };
         // Greedy, in victim order, until the job fits: `fits(&chosen)` kept up to date one
@@ -622,11 +687,10 @@ impl<'a> Quota<'a> {
         let mut leaving: BTreeMap<&str, u64> = BTreeMap::new();
         let fits_now = |pool: &crate::pool::Pool, leaving: &BTreeMap<&str, u64>| {
             pool.check(&job.instances) == Fit::Fits
-                && job.instances.iter().all(|(ty, n)| {
-                    let gone = leaving.get(ty.as_str()).copied().unwrap_or(0);
-                    (self.used(&share.name, ty) + u64::from(*n)).saturating_sub(gone)
-                        <= share.limit(ty)
-                })
+                && job
+                    .instances
+                    .iter()
+                    .all(|(ty, n)| within(ty, *n, leaving.get(ty.as_str()).copied().unwrap_or(0)))
         };
         let mut chosen: Vec<&RunningJob> = Vec::new();
         for (candidate, _, _) in candidates {
@@ -705,6 +769,7 @@ pub(crate) fn plan_quota_queue<'a>(
         all: shares,
         shares: shares.iter().map(|s| (s.name.as_str(), s)).collect(),
         used: BTreeMap::new(),
+        used_by_priority: BTreeMap::new(),
         borrowed: BTreeSet::new(),
         preemptible,
         reclaimable,
@@ -720,7 +785,7 @@ pub(crate) fn plan_quota_queue<'a>(
     quota.set_borrowed(borrowed(shares, quota.running.iter().copied()));
     for job in quota.running.clone() {
         if let Some(name) = job.share.as_deref() {
-            quota.add(name, &job.instances);
+            quota.add(name, &job.instances, job.priority);
         }
     }
 
@@ -842,7 +907,7 @@ fn decide<'a>(
     let Some(reason) = waiting else {
         return match dispatch(plan, queue, job, env, now_ms, config) {
             Ok(()) => {
-                quota.add(&share.name, &job.instances);
+                quota.add(&share.name, &job.instances, job.priority);
                 if entitled {
                     quota
                         .entitled_start
@@ -875,7 +940,7 @@ fn decide<'a>(
             unit,
             needed,
             free,
-        } if entitled => {
+        } if entitled && quota.within_limit(share, job) => {
             let reason = match quota.lent(share, &unit, now_ms, config) {
                 Some((lent_to, preemptible_from_ms)) => SkipReason::QuotaLent {
                     quota_share: share.name.clone(),
@@ -971,7 +1036,7 @@ fn decide<'a>(
         });
     }
     env.pool.take(&claim);
-    quota.add(&share.name, &job.instances);
+    quota.add(&share.name, &job.instances, job.priority);
     let left = quota
         .running
         .iter()

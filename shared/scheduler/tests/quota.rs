@@ -380,6 +380,9 @@ fn cases() -> Vec<Case> {
             skipped: vec![("urgent", |r| matches!(r, SkipReason::QuotaExhausted { .. }))],
         },
         Case {
+            // `a` is over its limit (3 of 2): its lowest-priority job `y` is the one counted
+            // as borrowed, and `h` (entitled at its priority) needs only the environment's room,
+            // one instance, not `a` back within its limit.
             name: "victims: borrowed first, then lowest priority, and only as many as needed",
             snapshot: snapshot(
                 3,
@@ -393,7 +396,7 @@ fn cases() -> Vec<Case> {
             ),
             min_runtime_s: 600,
             dispatched: &[],
-            preempted: &[("z", "h"), ("y", "h")],
+            preempted: &[("y", "h")],
             skipped: vec![],
         },
         Case {
@@ -662,6 +665,59 @@ fn a_reclaim_waits_for_the_minimum_wait() {
     let ended = plan_cycle(&reclaim(299, false), NOW, &config);
     assert_eq!(dispatched(&ended), ["a1"]);
     assert!(ended.preemptions.is_empty());
+}
+
+/// A share's limit serves its highest-priority jobs first. Share `a` (limit 3) runs five sweeps
+/// (priority 1), two of them on capacity `b` lent; its production job (priority 9, 2 instances)
+/// is entitled at its priority and needs only the environment's room: one sweep is preempted,
+/// not four to bring `a` back within its limit (the four would only borrow again). Started,
+/// the production job is not what `a` borrows: its lowest-priority jobs are, and `b`
+/// reclaims those.
+#[test]
+fn a_share_over_its_limit_makes_room_for_its_higher_priority_job_by_priority() {
+    let shares = vec![share("a", 3, LendAndBorrow).in_share(), share("b", 3, Lend)];
+    let sweeps: Vec<RunningJob> = (1..=5)
+        .map(|i| prio(run(&format!("a-sweep{i}"), "a", 1, 7 - i64::from(i)), 1))
+        .collect();
+    let s = snapshot(
+        6,
+        shares.clone(),
+        sweeps.clone(),
+        vec![prio(job("a-prod", "a", 2), 9)],
+    );
+    let plan = plan_cycle(&s, NOW, &Config::default());
+    assert_eq!(preempted(&plan), [("a-sweep5", "a-prod")], "{plan:#?}");
+
+    // The sweep stopped: the production job starts first, though `a` stays over its limit.
+    let later = NOW + HOUR_MS;
+    let mut left: Vec<RunningJob> = sweeps[..4].to_vec();
+    let requeued = PendingJob {
+        runnable_at_ms: later,
+        ..prio(job("a-sweep5", "a", 1), 1)
+    };
+    let s = snapshot(
+        6,
+        shares.clone(),
+        left.clone(),
+        vec![prio(job("a-prod", "a", 2), 9), requeued],
+    );
+    let plan = plan_cycle(&s, later, &Config::default());
+    assert_eq!(dispatched(&plan), ["a-prod"], "{plan:#?}");
+
+    // `b` needs its capacity back: it reclaims `a`'s newest sweeps, not the production job
+    // that started after them.
+    let then = later + HOUR_MS;
+    left.push(RunningJob {
+        started_at_ms: later,
+        ..prio(run("a-prod", "a", 2, 0), 9)
+    });
+    let s = snapshot(6, shares, left, vec![job("b1", "b", 2)]);
+    let plan = plan_cycle(&s, then, &Config::default());
+    assert_eq!(
+        preempted(&plan),
+        [("a-sweep4", "b1"), ("a-sweep3", "b1")],
+        "{plan:#?}"
+    );
 }
 
 /// Two cycles: the lender reclaims, the victims are re-queued, the preemptor starts, and the

@@ -201,11 +201,26 @@ fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<(), Str
 }
 
 /// Runs the cycles; returns the preemption edges (preemptor, victim) in order.
+///
+/// A share's limit serves its highest-priority jobs first, so a job that reclaimed within its
+/// share's limit is counted as borrowed once its share starts jobs of higher priority beyond
+/// the limit, and may then be reclaimed back: such a start (progress) ends the edges out of the
+/// share's lower-priority jobs for the loop check. Without one, no job preempts a job that
+/// preempted it, and no cycle forms.
 fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
     let (mut s, finite) = world(seed);
     let config = Config::default();
     let mut now = NOW;
     let mut edges: Vec<(String, String)> = Vec::new();
+    let mut live: Vec<(String, String)> = Vec::new();
+    let job_of: BTreeMap<String, (Option<String>, u32)> = s
+        .pending
+        .iter()
+        .map(|p| {
+            let share = p.share.as_deref().map(str::to_owned);
+            (p.job_id.to_string(), (share, p.priority))
+        })
+        .collect();
     for cycle in 0..CYCLES {
         let plan = plan_cycle(&s, now, &config);
         check(&s, &plan, now, &config).map_err(|e| format!("cycle {cycle}: {e}"))?;
@@ -216,7 +231,7 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
             return Err(format!("cycle {cycle}: the plan depends on input order"));
         }
         for p in &plan.preemptions {
-            if edges
+            if live
                 .iter()
                 .any(|(a, b)| *a == *p.victim_job_id && *b == *p.for_job_id)
             {
@@ -225,7 +240,19 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
                     p.for_job_id, p.victim_job_id
                 ));
             }
-            edges.push((p.for_job_id.to_string(), p.victim_job_id.to_string()));
+            let edge = (p.for_job_id.to_string(), p.victim_job_id.to_string());
+            edges.push(edge.clone());
+            live.push(edge);
+        }
+        for d in &plan.dispatches {
+            let (share, priority) = &job_of[d.job_id.as_str()];
+            live.retain(|(a, _)| {
+                let (a_share, a_priority) = &job_of[a.as_str()];
+                a_share != share || a_priority >= priority
+            });
+        }
+        if let Some(jobs) = find_cycle(&live) {
+            return Err(format!("cycle {cycle}: preemption cycle: {jobs:?}"));
         }
         // Commit: start the dispatched jobs, stop the victims and requeue them.
         for d in &plan.dispatches {
@@ -267,9 +294,6 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
         }
         now += STEP_MS;
         s.running.retain(|r| r.expected_end_ms > now);
-    }
-    if let Some(cycle) = find_cycle(&edges) {
-        return Err(format!("preemption cycle: {cycle:?}"));
     }
     Ok(edges)
 }
@@ -336,6 +360,18 @@ fn a_reclaiming_job_is_never_counted_as_its_shares_borrower() {
             panic!("seed {seed}: {e}");
         }
     }
+}
+
+/// A seed in which a job reclaims back from the job that reclaimed from it: `j04` (share `s2`,
+/// priority 0) reclaims from `j13` (`s1`) within `s2`'s limit; later `s2` starts `j14`
+/// (priority 3) beyond its limit, which makes `j04`, its lowest-priority job, the one counted as
+/// borrowed, and `j13` reclaims from it. It took a start of higher priority in between.
+#[test]
+fn a_job_is_reclaimed_back_only_after_its_share_starts_higher_priority_work() {
+    let seed = 15_146_130_885_058_380_428;
+    let edges = simulate(seed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let edge = |a: &str, b: &str| edges.iter().any(|(x, y)| x == a && y == b);
+    assert!(edge("j04", "j13") && edge("j13", "j04"), "{edges:?}");
 }
 
 /// The generator does produce preemptions (otherwise the loop property would be vacuous).
