@@ -731,21 +731,21 @@ mod tests {
                     "production",
                     LineRules {
                         shorter_first_max_s: three_days,
-                        reserve_after_s: 0
+                        reserve_after_s: None
                     }
                 ),
                 (
                     "research",
                     LineRules {
                         shorter_first_max_s: three_days,
-                        reserve_after_s: 50 * 3_600
+                        reserve_after_s: Some(50 * 3_600)
                     }
                 ),
                 (
                     "sweeps",
                     LineRules {
                         shorter_first_max_s: three_days,
-                        reserve_after_s: 400 * 3_600
+                        reserve_after_s: Some(400 * 3_600)
                     }
                 ),
             ])

@@ -183,7 +183,9 @@ pub const SHORTER_FIRST_HOURS_TAG: &str = "trainyard:shorter-first-hours";
 
 /// Tag on a job queue: a job of it that does not fit holds its environment's backfill
 /// reservation only once it has waited this many hours (0–8760; default 0, every blocked job may).
-/// Before that, jobs behind it start whenever they fit.
+/// Before that, jobs behind it start whenever they fit. In a quota-managed queue, where by
+/// default no job reserves (Batch's FIFO assignment of idle capacity), it lets a borrower that
+/// has waited this long hold the reservation.
 pub const RESERVE_AFTER_HOURS_TAG: &str = "trainyard:reserve-after-hours";
 
 /// A queue's line rules beyond Batch's (`trainyard:shorter-first-hours`,
@@ -192,8 +194,9 @@ pub const RESERVE_AFTER_HOURS_TAG: &str = "trainyard:reserve-after-hours";
 pub struct LineRules {
     /// The most a job's line offset can be, in seconds; `None`: jobs line up by time alone.
     pub shorter_first_max_s: Option<u64>,
-    /// How long a blocked job waits before it may hold the backfill reservation, in seconds.
-    pub reserve_after_s: u64,
+    /// How long a blocked job waits before it may hold the backfill reservation, in seconds;
+    /// `None` when the queue does not say (at once, but never in a quota-managed queue).
+    pub reserve_after_s: Option<u64>,
 }
 
 /// SageMaker's `MaxRuntimeInSeconds` when a payload sets none: one day.
@@ -217,7 +220,7 @@ pub fn line_rules_of(tags: &Tags) -> Result<LineRules, String> {
         |key: &str, range| number_tag(tags, key, range).map(|h| h.map(|h| u64::from(h) * 3_600));
     Ok(LineRules {
         shorter_first_max_s: hours(SHORTER_FIRST_HOURS_TAG, 1..=720)?,
-        reserve_after_s: hours(RESERVE_AFTER_HOURS_TAG, 0..=8_760)?.unwrap_or(0),
+        reserve_after_s: hours(RESERVE_AFTER_HOURS_TAG, 0..=8_760)?,
     })
 }
 
@@ -333,7 +336,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(rules.shorter_first_max_s, Some(86_400));
-        assert_eq!(rules.reserve_after_s, 540_000);
+        assert_eq!(rules.reserve_after_s, Some(540_000));
         // Offsets: the job's own runtime up to the bound; a day when it names none.
         assert_eq!(rules.line_offset_ms(Some(3_600)), 3_600_000);
         assert_eq!(rules.line_offset_ms(Some(2_419_200)), 86_400_000);

@@ -68,7 +68,7 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
             environment: Some("gpu".into()),
             policy: QueuePolicy::FairShare(FairsharePolicy::default()),
             aging: None,
-            reserve_after_ms: 0,
+            reserve_after_ms: None,
         }],
         running,
         pending,

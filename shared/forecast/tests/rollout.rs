@@ -24,7 +24,7 @@ fn queue(name: &str, priority: u32) -> QueueState {
         environment: Some("env".into()),
         policy: QueuePolicy::Fifo,
         aging: None,
-        reserve_after_ms: 0,
+        reserve_after_ms: None,
     }
 }
 

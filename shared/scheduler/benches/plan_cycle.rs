@@ -27,7 +27,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(FairsharePolicy::default()),
         aging: None,
-        reserve_after_ms: 0,
+        reserve_after_ms: None,
     };
     let env = EnvironmentState {
         name: "gpu".into(),

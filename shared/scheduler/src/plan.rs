@@ -568,7 +568,8 @@ fn consider<'a>(
         Fit::NotNow { unit, needed, free } => {
             // Rule 4: the first job that does not fit holds a reservation (backfill mode), if
             // it has waited as long as its queue asks (`reserve_after_ms`).
-            let may_reserve = now_ms.saturating_sub(job.runnable_at_ms) >= queue.reserve_after_ms;
+            let may_reserve =
+                now_ms.saturating_sub(job.runnable_at_ms) >= queue.reserve_after_ms.unwrap_or(0);
             if env.head.is_none() && !config.strict_fifo && may_reserve {
                 let (shadow_ms, extra) = env.reserve(&job.instances);
                 env.head = Some(Head {

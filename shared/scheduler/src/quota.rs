@@ -48,7 +48,11 @@
 //!    `InsufficientCapacity`. A borrower never preempts anyone to borrow.
 //!
 //! The environment's capacity stays the hard limit throughout (the pool is checked for every
-//! dispatch), and a quota-managed queue holds no backfill reservation of its own.
+//! dispatch). A quota-managed queue holds no backfill reservation of its own unless it sets
+//! `QueueState::reserve_after_ms` (`trainyard:reserve-after-hours`): then the first borrower in
+//! pass 2 that does not fit and has waited that long holds the environment's reservation, and
+//! the borrowers after it start only where they do not delay it (entitled jobs, in pass 1, are
+//! not held back: the capacity is theirs).
 //!
 //! # Preemption
 //!
@@ -140,7 +144,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::decision::{Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason};
-use crate::env::{EnvPlan, dispatch, fifo, within_share};
+use crate::env::{EnvPlan, Head, dispatch, fifo, within_share};
 use crate::pool::Fit;
 use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob, SharedStr};
 use trainyard_domain::quota_share::SharingStrategy;
@@ -889,6 +893,24 @@ fn decide<'a>(
             },
         },
     };
+    // A borrower that does not fit holds the environment's reservation once it has waited as
+    // long as its queue says, if it says (`reserve_after_ms`; by default none does, as in Batch):
+    // the borrowers after it then start only where they do not delay it.
+    if !entitled
+        && env.head.is_none()
+        && matches!(waiting, Some(SkipReason::InsufficientCapacity { .. }))
+        && queue
+            .reserve_after_ms
+            .is_some_and(|after_ms| now_ms.saturating_sub(job.runnable_at_ms) >= after_ms)
+    {
+        let (shadow_ms, extra) = env.reserve(&job.instances);
+        env.head = Some(Head {
+            job_id: job.job_id.clone(),
+            queue: queue.name.as_str().into(),
+            shadow_ms,
+            extra,
+        });
+    }
     // A borrower starts only after the entitled jobs of this cycle: borrowed capacity is counted
     // on the jobs that started last, so one starting beside them (or before a job that reclaims
     // within the limit) could make that entitled job the one counted as borrowed, and reclaimed

@@ -208,9 +208,10 @@ pub struct QueueState {
     /// Aging, from the queue's tags: how its jobs' priority grows while they wait.
     pub aging: Option<Aging>,
     /// How long a job of it that does not fit waits before it may hold its environment's
-    /// backfill reservation (`trainyard:reserve-after-hours`; 0: at once, EASY backfill).
+    /// backfill reservation (`trainyard:reserve-after-hours`; `None`: at once, EASY backfill,
+    /// but never for a quota-managed queue's borrowers).
     #[serde(default)]
-    pub reserve_after_ms: i64,
+    pub reserve_after_ms: Option<i64>,
 }
 
 /// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.

@@ -35,7 +35,7 @@ fn queue(name: &str, priority: u32, env: &str, policy: QueuePolicy) -> QueueStat
         environment: Some(env.into()),
         policy,
         aging: None,
-        reserve_after_ms: 0,
+        reserve_after_ms: None,
     }
 }
 
@@ -379,7 +379,7 @@ fn a_job_holds_the_reservation_only_once_it_has_waited_as_long_as_its_queue_asks
     // As above, in a queue whose blocked jobs reserve only after 2 h: a head that has waited an
     // hour holds nothing, so the 2 h job behind it starts; at 2 h it holds the reservation.
     let rules = |mut q: QueueState| {
-        q.reserve_after_ms = 7_200_000;
+        q.reserve_after_ms = Some(7_200_000);
         q
     };
     let plan = |waited_ms: i64| {

@@ -47,7 +47,7 @@ fn generate(seed: u64) -> Snapshot {
                 })
             },
             aging: None,
-            reserve_after_ms: 0,
+            reserve_after_ms: None,
         })
         .collect();
     let mut used = 0;
@@ -282,7 +282,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
         environment: Some("gpu".into()),
         policy: QueuePolicy::FairShare(policy),
         aging: None,
-        reserve_after_ms: 0,
+        reserve_after_ms: None,
     };
     let env = EnvironmentState {
         name: "gpu".into(),

@@ -113,7 +113,7 @@ fn snapshot(
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
             aging: None,
-            reserve_after_ms: 0,
+            reserve_after_ms: None,
         }],
         running,
         pending,
@@ -718,6 +718,46 @@ fn a_share_over_its_limit_makes_room_for_its_higher_priority_job_by_priority() {
         [("a-sweep4", "b1"), ("a-sweep3", "b1")],
         "{plan:#?}"
     );
+}
+
+/// With `trainyard:reserve-after-hours` on a quota-managed queue, the first borrower that does
+/// not fit and has waited that long holds the environment's reservation: a later borrower that
+/// would delay it waits (`PRIORITY:RESERVED_FOR_HEAD`), and one that ends before it backfills.
+/// Without the tag (Batch) nothing is reserved.
+#[test]
+fn a_long_waiting_borrower_holds_the_reservation_when_the_queue_says() {
+    let world = |reserve_after_ms: Option<i64>, small_runtime_s: u64| {
+        let mut big = job("b-big", "b", 3);
+        big.runnable_at_ms = NOW - 10 * HOUR_MS;
+        let mut small = job("b-small", "b", 1);
+        small.max_runtime_s = Some(small_runtime_s);
+        let mut a_own = run("a-own", "a", 1, 1);
+        a_own.expected_end_ms = NOW + 100 * HOUR_MS;
+        let mut s = snapshot(
+            4,
+            vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
+            vec![run("b-own", "b", 2, 1), a_own],
+            vec![big, small],
+        );
+        s.queues[0].reserve_after_ms = reserve_after_ms;
+        s
+    };
+    let day = 24 * 3_600;
+    let batch = plan_cycle(&world(None, day), NOW, &Config::default());
+    assert_eq!(dispatched(&batch), ["b-small"], "{batch:#?}");
+
+    let reserved = plan_cycle(&world(Some(HOUR_MS), day), NOW, &Config::default());
+    assert!(dispatched(&reserved).is_empty(), "{reserved:#?}");
+    assert!(matches!(
+        reason(&reserved, "b-small"),
+        SkipReason::ReservedForHead { head_job_id, .. } if head_job_id.as_str() == "b-big"
+    ));
+    // One that ends before the big borrower can start (when `b-own` ends) backfills.
+    let backfilled = plan_cycle(&world(Some(HOUR_MS), 3_600), NOW, &Config::default());
+    assert_eq!(dispatched(&backfilled), ["b-small"], "{backfilled:#?}");
+    // Not waited long enough yet: nothing is reserved.
+    let early = plan_cycle(&world(Some(20 * HOUR_MS), day), NOW, &Config::default());
+    assert_eq!(dispatched(&early), ["b-small"], "{early:#?}");
 }
 
 /// Two cycles: the lender reclaims, the victims are re-queued, the preemptor starts, and the

@@ -93,7 +93,7 @@ fn world(seed: u64) -> (Snapshot, bool) {
             environment: Some("qm".into()),
             policy: QueuePolicy::QuotaShare(shares),
             aging: None,
-            reserve_after_ms: 0,
+            reserve_after_ms: None,
         }],
         running: vec![],
         pending,

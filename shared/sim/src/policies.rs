@@ -287,9 +287,22 @@ impl Setup {
                         created_at: 0,
                     });
                 }
+                let reserve_after = scenario
+                    .quota_reserve_after_hours
+                    .filter(|_| policy == Policy::QuotaShares);
+                let tags = reserve_after
+                    .map(|h| {
+                        let tag = trainyard_domain::queue::RESERVE_AFTER_HOURS_TAG;
+                        (tag.to_owned(), h.to_string())
+                    })
+                    .into_iter()
+                    .collect();
                 (
                     vec![quota],
-                    vec![queue(SHARED_QUEUE, 1, Some(POLICY_NAME), &env_name)],
+                    vec![JobQueue {
+                        tags,
+                        ..queue(SHARED_QUEUE, 1, Some(POLICY_NAME), &env_name)
+                    }],
                     false,
                 )
             }

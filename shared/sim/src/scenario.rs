@@ -184,6 +184,11 @@ pub struct Scenario {
     /// (`Config::min_wait_before_reclaim_s`).
     #[serde(default)]
     pub min_wait_before_reclaim_s: u64,
+    /// Under `quota-shares`, a borrower that does not fit holds the backfill reservation once it
+    /// has waited this many hours (the quota-managed queue's `trainyard:reserve-after-hours`;
+    /// unset, no borrower reserves, as in Batch).
+    #[serde(default)]
+    pub quota_reserve_after_hours: Option<u32>,
     /// Anti-thrash: an attempt of a job preempted before is protected this long (doubling with
     /// each further preemption), seconds (`Config::min_runtime_after_preemption_s`).
     #[serde(default = "default_after_preemption")]
@@ -558,6 +563,11 @@ impl Scenario {
             (
                 "min_wait_before_reclaim_s",
                 self.min_wait_before_reclaim_s.to_string(),
+            ),
+            (
+                "quota_reserve_after_hours",
+                self.quota_reserve_after_hours
+                    .map_or_else(|| "-".to_owned(), |h| h.to_string()),
             ),
             (
                 "min_runtime_after_preemption_s",

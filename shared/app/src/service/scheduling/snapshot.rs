@@ -522,8 +522,10 @@ pub fn queue_state(
         environment: queue.service_environment().map(str::to_owned),
         policy,
         aging: queue.aging().ok().flatten(),
-        reserve_after_ms: i64::try_from(queue.line_rules().reserve_after_s * 1_000)
-            .unwrap_or(i64::MAX),
+        reserve_after_ms: queue
+            .line_rules()
+            .reserve_after_s
+            .map(|s| i64::try_from(s.saturating_mul(1_000)).unwrap_or(i64::MAX)),
     }
 }
 
