@@ -54,6 +54,21 @@ impl EnvPlan<'_> {
         pool.take(demand);
         (shadow, pool)
     }
+
+    /// Rule 4: `job` of `queue`, which does not fit, holds the reservation unless another job
+    /// already does.
+    pub(crate) fn hold_reservation(&mut self, job: &PendingJob, queue: &QueueState) {
+        if self.head.is_some() {
+            return;
+        }
+        let (shadow_ms, extra) = self.reserve(&job.instances);
+        self.head = Some(Head {
+            job_id: job.job_id.clone(),
+            queue: queue.name.as_str().into(),
+            shadow_ms,
+            extra,
+        });
+    }
 }
 
 /// Rule 3: within a share, priority desc, then place in line (age, later by the job's line

@@ -4,7 +4,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::decision::{Plan, Skip, SkipReason};
-use crate::env::{EnvPlan, Head, dispatch, fifo, within_share};
+use crate::env::{EnvPlan, dispatch, fifo, within_share};
 use crate::fair_share::{ShareUsage, reserved_instances, score};
 use crate::pool::{Fit, Pool};
 use crate::quota::plan_quota_queue;
@@ -570,14 +570,8 @@ fn consider<'a>(
             // it has waited as long as its queue asks (`reserve_after_ms`).
             let may_reserve =
                 now_ms.saturating_sub(job.runnable_at_ms) >= queue.reserve_after_ms.unwrap_or(0);
-            if env.head.is_none() && !config.strict_fifo && may_reserve {
-                let (shadow_ms, extra) = env.reserve(&job.instances);
-                env.head = Some(Head {
-                    job_id: job.job_id.clone(),
-                    queue: queue.name.as_str().into(),
-                    shadow_ms,
-                    extra,
-                });
+            if !config.strict_fifo && may_reserve {
+                env.hold_reservation(job, queue);
             }
             skip(SkipReason::InsufficientCapacity {
                 environment: env.name.clone(),

@@ -144,14 +144,14 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::decision::{Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason};
-use crate::env::{EnvPlan, Head, dispatch, fifo, within_share};
+use crate::env::{EnvPlan, dispatch, fifo, within_share};
 use crate::pool::Fit;
 use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob, SharedStr};
 use trainyard_domain::quota_share::SharingStrategy;
 
 /// The jobs treated as borrowed: for each share and instance type in use above its own limit,
-/// its lowest-priority jobs holding that type, the most recently started first (then the greater job id)
-/// until they cover the excess. Jobs of unknown shares are never borrowed.
+/// its lowest-priority jobs holding that type, the most recently started first (then the
+/// greater job id), until they cover the excess. Jobs of unknown shares are never borrowed.
 pub fn borrowed_jobs<'a>(
     shares: &[QuotaShareState],
     running: impl IntoIterator<Item = &'a RunningJob>,
@@ -897,19 +897,12 @@ fn decide<'a>(
     // long as its queue says, if it says (`reserve_after_ms`; by default none does, as in Batch):
     // the borrowers after it then start only where they do not delay it.
     if !entitled
-        && env.head.is_none()
         && matches!(waiting, Some(SkipReason::InsufficientCapacity { .. }))
         && queue
             .reserve_after_ms
             .is_some_and(|after_ms| now_ms.saturating_sub(job.runnable_at_ms) >= after_ms)
     {
-        let (shadow_ms, extra) = env.reserve(&job.instances);
-        env.head = Some(Head {
-            job_id: job.job_id.clone(),
-            queue: queue.name.as_str().into(),
-            shadow_ms,
-            extra,
-        });
+        env.hold_reservation(job, queue);
     }
     // A borrower starts only after the entitled jobs of this cycle: borrowed capacity is counted
     // on the jobs that started last, so one starting beside them (or before a job that reclaims

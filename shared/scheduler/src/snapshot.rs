@@ -229,7 +229,8 @@ pub struct RunningJob {
     /// `schedulingPriority` (0 when unset): in-share preemption only takes lower ones.
     pub priority: u32,
     /// When the attempt started (dispatch time): the minimum runtime before preemption counts
-    /// from here, and borrowed capacity is attributed to the most recently started jobs of the lowest priority.
+    /// from here, and borrowed capacity is attributed to the lowest-priority jobs, the most
+    /// recently started first.
     pub started_at_ms: i64,
     /// Instances held.
     pub instances: Arc<Instances>,
