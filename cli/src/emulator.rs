@@ -17,6 +17,7 @@ use trainyard_emulator::http;
 use trainyard_emulator::model::{Config, Emulator};
 use trainyard_emulator::shared::SharedEmulator;
 
+use crate::checkpoints::{S3Copies, copy_until_stopped};
 use crate::process::{StopSignals, init_logging, stopped};
 use crate::{LogFormat, parse_listen};
 
@@ -83,6 +84,11 @@ pub struct EmulatorArgs {
     account: String,
     #[command(flatten)]
     emulator: EmulatorOptions,
+    /// Copy each checkpoint the training jobs save to their `CheckpointConfig.S3Uri`, as
+    /// SageMaker uploads a job's checkpoint directory: to the S3-compatible endpoint in
+    /// AWS_ENDPOINT_URL_S3 (plain HTTP), signed with the environment's keys.
+    #[arg(long)]
+    copy_checkpoints_to_s3: bool,
     /// Log line format (the level comes from RUST_LOG, default `info`).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -100,6 +106,10 @@ pub fn run(args: EmulatorArgs) -> anyhow::Result<()> {
 
 async fn serve(args: EmulatorArgs) -> anyhow::Result<()> {
     let mut signals = StopSignals::install()?;
+    let copies = args
+        .copy_checkpoints_to_s3
+        .then(|| S3Copies::from_environment(&args.region))
+        .transpose()?;
     let shared = SharedEmulator::with_wall_clock(Emulator::new(
         args.emulator.config(&args.region, &args.account),
     ));
@@ -128,8 +138,17 @@ async fn serve(args: EmulatorArgs) -> anyhow::Result<()> {
             );
         }
     });
-    let mut server = tokio::spawn(http::serve(listener, shared, stopped(stopping)));
+    let mut server = tokio::spawn(http::serve(
+        listener,
+        shared.clone(),
+        stopped(stopping.clone()),
+    ));
+    // The banner's address first: scripts wait for the first URL the emulator prints.
     print_banner(address, &args.region);
+    let copier = copies.map(|copies| {
+        tracing::info!(?copies, "copying checkpoints to S3");
+        tokio::task::spawn_blocking(move || copy_until_stopped(shared, copies, stopping))
+    });
 
     let outcome = tokio::select! {
         signal = signals.next() => Ok(signal),
@@ -149,6 +168,9 @@ async fn serve(args: EmulatorArgs) -> anyhow::Result<()> {
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), driver).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), logger).await;
+    if let Some(copier) = copier {
+        let _ = tokio::time::timeout(Duration::from_secs(15), copier).await;
+    }
     let signal = outcome?;
     println!("Emulator stopped ({signal}).");
     Ok(())

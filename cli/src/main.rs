@@ -26,6 +26,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod access;
+mod checkpoints;
 mod client;
 mod commands;
 mod emulator;

@@ -18,11 +18,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::http_request::{
+    PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode, sign,
+};
 use aws_sigv4::sign::v4;
 
 /// The signing name API Gateway's IAM auth checks.
 pub const EXECUTE_API: &str = "execute-api";
+
+/// S3's signing name (the emulator's checkpoint copies, `checkpoints.rs`).
+pub const S3: &str = "s3";
 
 /// The signing names local mode accepts: API Gateway's, which the CLI and `trainyard_sigv4.py`
 /// use, and Batch's own, which unmodified Batch clients use.
@@ -57,6 +63,18 @@ impl std::fmt::Debug for Keys {
 }
 
 impl Keys {
+    /// An access key and its secret, with nothing else.
+    #[cfg(test)]
+    pub fn new(access_key_id: &str, secret: &str) -> Keys {
+        Keys {
+            access_key_id: access_key_id.to_owned(),
+            secret: secret.to_owned(),
+            session_token: None,
+            principal_arn: None,
+            principal_tags: BTreeMap::new(),
+        }
+    }
+
     /// The caller's keys from the environment or the shared credentials file; `None` when
     /// neither has any.
     pub fn from_environment() -> anyhow::Result<Option<Keys>> {
@@ -211,7 +229,7 @@ pub fn sign_request(
         .region(region)
         .name(service)
         .time(now)
-        .settings(SigningSettings::default())
+        .settings(settings_for(service))
         .build()
         .context("building the signing parameters")?
         .into();
@@ -224,6 +242,19 @@ pub fn sign_request(
         .headers()
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect())
+}
+
+/// How `service` wants its requests signed: S3 signs the payload's hash in
+/// `x-amz-content-sha256` and the path as sent (encoded once, not normalized); the rest take
+/// SigV4's defaults.
+fn settings_for(service: &str) -> SigningSettings {
+    let mut settings = SigningSettings::default();
+    if service == S3 {
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    }
+    settings
 }
 
 /// Why local mode refused a request's signature: the error type Batch clients know, and a

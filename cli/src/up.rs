@@ -130,6 +130,9 @@ pub struct UpArgs {
     /// quota share lent (0, the default, is Batch's behaviour: at once).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     min_wait_before_reclaim_s: u64,
+    /// Seconds any attempt runs before it may be preempted.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    min_runtime_before_preemption_s: u64,
     /// Seconds a resumable job (one with a CheckpointConfig) that was preempted before runs, or
     /// until it saves a checkpoint, before it may be preempted again (doubling with each
     /// further preemption, at most a day).
@@ -389,6 +392,7 @@ async fn serve(args: UpArgs, arns: ArnContext) -> anyhow::Result<()> {
         cycle.planner.min_priority_for_in_share_preemption =
             args.min_priority_for_in_share_preemption;
         cycle.planner.min_wait_before_reclaim_s = args.min_wait_before_reclaim_s;
+        cycle.planner.min_runtime_before_preemption_s = args.min_runtime_before_preemption_s;
         cycle.planner.min_runtime_after_preemption_s = args.min_runtime_after_preemption_s;
         cycle.planner.restart_overhead_s = args.restart_overhead_s;
         cycle.planner.checkpoint_alignment_s = args.checkpoint_alignment_s;

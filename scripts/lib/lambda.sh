@@ -74,10 +74,12 @@ start_announcing() {
   return 1
 }
 
-# start_emulator BIN LOG [DEADLINE_S] — `BIN emulator` on 127.0.0.1:0; sets EMULATOR_PID and
-# EMULATOR_URL.
+# start_emulator BIN LOG [DEADLINE_S] [ARGS...] — `BIN emulator ARGS` on 127.0.0.1:0; sets
+# EMULATOR_PID and EMULATOR_URL.
 start_emulator() {
-  start_announcing "$2" "${3:-30}" "$1" emulator --listen 127.0.0.1:0 || return 1
+  local bin=$1 log=$2 deadline_s=${3:-30}
+  shift 3 || shift $#
+  start_announcing "$log" "$deadline_s" "$bin" emulator --listen 127.0.0.1:0 "$@" || return 1
   EMULATOR_PID=$ANNOUNCED_PID
   EMULATOR_URL=$ANNOUNCED_URL
 }
@@ -86,14 +88,19 @@ start_emulator() {
 # behind the table, and on first attempts throttles, 500s and lost answers, which the SDK
 # retries with its default backoff, and writes that meet a transaction in progress, which the
 # store sends again after a pause.
+# The bucket the e2e's jobs checkpoint into (created by the test; the stack's
+# CheckpointBucketArns names it, so the scheduler may list it).
+E2E_CHECKPOINT_BUCKET=trainyard-e2e-checkpoints
+
 E2E_FAULTS='{"seed": 7, "index_lag_ms": 300, "throttle": 0.03, "internal": 0.03, "conflict": 0.15, "lost": 0.3}'
 
-# start_stand VENV LOG [DEADLINE_S] — tests/stand/aws_stand.py (moto in-process behind an IAM
-# gate and STAND_FAULTS, default E2E_FAULTS; SageMaker forwarded to EMULATOR_URL) on
-# 127.0.0.1:0; sets STAND_PID and STAND_URL.
+# start_stand VENV LOG [DEADLINE_S] [PORT] — tests/stand/aws_stand.py (moto in-process behind an
+# IAM gate and STAND_FAULTS, default E2E_FAULTS; SageMaker forwarded to EMULATOR_URL) on
+# 127.0.0.1:PORT (default 0: any); sets STAND_PID and STAND_URL.
 start_stand() {
   start_announcing "$2" "${3:-30}" "$1/bin/python" "$ROOT/tests/stand/aws_stand.py" \
-    --listen 127.0.0.1:0 --sagemaker "$EMULATOR_URL" --faults "${STAND_FAULTS:-$E2E_FAULTS}" || return 1
+    --listen "127.0.0.1:${4:-0}" --sagemaker "$EMULATOR_URL" \
+    --faults "${STAND_FAULTS:-$E2E_FAULTS}" || return 1
   STAND_PID=$ANNOUNCED_PID
   STAND_URL=$ANNOUNCED_URL
 }
@@ -220,8 +227,13 @@ run_lambda_e2e() {
     # run as their roles (below), never as root.
     export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
     export AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-    start_emulator "$target_dir/debug/trainyard" "$log_dir/lambda-emulator.log" 30
-    start_stand "$venv" "$log_dir/lambda-stand.log" 30
+    # The emulator copies its jobs' checkpoints into the stand's S3 as SageMaker uploads them,
+    # so it is told the stand's port before either starts (the stand forwards SageMaker to it).
+    local stand_port
+    stand_port=$(free_port)
+    AWS_ENDPOINT_URL_S3=http://127.0.0.1:$stand_port start_emulator \
+      "$target_dir/debug/trainyard" "$log_dir/lambda-emulator.log" 30 --copy-checkpoints-to-s3
+    start_stand "$venv" "$log_dir/lambda-stand.log" 30 "$stand_port"
     export AWS_ENDPOINT_URL_DYNAMODB=$STAND_URL AWS_ENDPOINT_URL_EVENTBRIDGE=$STAND_URL
     export AWS_ENDPOINT_URL_SAGEMAKER=$STAND_URL AWS_ENDPOINT_URL_SQS=$STAND_URL
     export AWS_ENDPOINT_URL_IAM=$STAND_URL AWS_ENDPOINT_URL_S3=$STAND_URL
@@ -233,7 +245,8 @@ run_lambda_e2e() {
     echo "+ deploy_stack.py --template $template"
     "$venv/bin/python" "$ROOT/tests/stand/deploy_stack.py" --endpoint "$STAND_URL" \
       --template "$template" --stack trainyard-e2e --table trainyard-e2e \
-      --parameter TrainingRoleArns=arn:aws:iam::123456789012:role/SageMakerRole --out "$roles"
+      --parameter TrainingRoleArns=arn:aws:iam::123456789012:role/SageMakerRole \
+      --parameter "CheckpointBucketArns=arn:aws:s3:::$E2E_CHECKPOINT_BUCKET" --out "$roles"
     set -a
     . "$roles/stack.env"
     set +a
@@ -243,6 +256,9 @@ run_lambda_e2e() {
     export TRAINYARD_INITIAL_ENVIRONMENT=default TRAINYARD_INITIAL_MAX_INSTANCES=4
     export TRAINYARD_INITIAL_QUEUE=default TRAINYARD_INITIAL_QUEUE_PRIORITY=1
     export TRAINYARD_BACKOFF_SCALE=0.01 RUST_LOG=info
+    # Preemptions after 2 s of running, not 10 minutes, so the quota case takes seconds.
+    export TRAINYARD_MIN_RUNTIME_BEFORE_PREEMPTION_SECONDS=2
+    export TRAINYARD_E2E_CHECKPOINT_BUCKET=$E2E_CHECKPOINT_BUCKET
     local name var
     for name in "${LAMBDA_FUNCTIONS[@]}"; do
       start_lambda_watch "$lambda_venv_dir" "$log_dir/lambda-watch-$name.log" "$roles/$name.env" 60

@@ -53,6 +53,9 @@ pub const MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION: &str =
 /// other shares' jobs running on capacity its quota share lent (0 to 86,400; default 0, Batch's
 /// behaviour).
 pub const MIN_WAIT_BEFORE_RECLAIM: &str = "TRAINYARD_MIN_WAIT_BEFORE_RECLAIM_SECONDS";
+/// `TRAINYARD_MIN_RUNTIME_BEFORE_PREEMPTION_SECONDS`: how long any attempt runs before it may
+/// be preempted (0 to 86,400; default 600).
+pub const MIN_RUNTIME_BEFORE_PREEMPTION: &str = "TRAINYARD_MIN_RUNTIME_BEFORE_PREEMPTION_SECONDS";
 /// `TRAINYARD_MIN_RUNTIME_AFTER_PREEMPTION_SECONDS`: anti-thrash protection of a resumable job
 /// preempted before (0 to 86,400; default 3,600).
 pub const MIN_RUNTIME_AFTER_PREEMPTION: &str = "TRAINYARD_MIN_RUNTIME_AFTER_PREEMPTION_SECONDS";
@@ -142,6 +145,8 @@ pub struct Config {
     pub min_priority_for_in_share_preemption: u32,
     /// The planner's `min_wait_before_reclaim_s`.
     pub min_wait_before_reclaim_s: u64,
+    /// The planner's `min_runtime_before_preemption_s`.
+    pub min_runtime_before_preemption_s: u64,
     /// The planner's `min_runtime_after_preemption_s`.
     pub min_runtime_after_preemption_s: u64,
     /// The planner's `restart_overhead_s`.
@@ -278,6 +283,11 @@ impl Config {
         let reclaim_wait_s = number(MIN_WAIT_BEFORE_RECLAIM, 0, 86_400);
         let planner = CycleConfig::default().planner;
         let default_s = |s: u64| u32::try_from(s).unwrap_or(u32::MAX);
+        let before_preemption_s = number(
+            MIN_RUNTIME_BEFORE_PREEMPTION,
+            default_s(planner.min_runtime_before_preemption_s),
+            86_400,
+        );
         let after_preemption_s = number(
             MIN_RUNTIME_AFTER_PREEMPTION,
             default_s(planner.min_runtime_after_preemption_s),
@@ -387,6 +397,7 @@ impl Config {
             min_wait_before_in_share_preemption_s: u64::from(in_share_wait_s),
             min_priority_for_in_share_preemption: in_share_min_priority,
             min_wait_before_reclaim_s: u64::from(reclaim_wait_s),
+            min_runtime_before_preemption_s: u64::from(before_preemption_s),
             min_runtime_after_preemption_s: u64::from(after_preemption_s),
             restart_overhead_s: u64::from(restart_overhead_s),
             checkpoint_alignment_s: u64::from(checkpoint_alignment_s),
@@ -407,6 +418,7 @@ impl Config {
         cycle.planner.min_priority_for_in_share_preemption =
             self.min_priority_for_in_share_preemption;
         cycle.planner.min_wait_before_reclaim_s = self.min_wait_before_reclaim_s;
+        cycle.planner.min_runtime_before_preemption_s = self.min_runtime_before_preemption_s;
         cycle.planner.min_runtime_after_preemption_s = self.min_runtime_after_preemption_s;
         cycle.planner.restart_overhead_s = self.restart_overhead_s;
         cycle.planner.checkpoint_alignment_s = self.checkpoint_alignment_s;
@@ -569,6 +581,7 @@ mod tests {
                     (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "86401"),
                     (MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION, "10000"),
                     (MIN_WAIT_BEFORE_RECLAIM, "86401"),
+                    (MIN_RUNTIME_BEFORE_PREEMPTION, "86401"),
                     (MIN_RUNTIME_AFTER_PREEMPTION, "86401"),
                     (RESTART_OVERHEAD, "-5"),
                     (CHECKPOINT_ALIGNMENT, "3601"),
@@ -581,6 +594,7 @@ mod tests {
                     MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION,
                     MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION,
                     MIN_WAIT_BEFORE_RECLAIM,
+                    MIN_RUNTIME_BEFORE_PREEMPTION,
                     MIN_RUNTIME_AFTER_PREEMPTION,
                     RESTART_OVERHEAD,
                     CHECKPOINT_ALIGNMENT,
@@ -660,6 +674,7 @@ mod tests {
             (MIN_WAIT_BEFORE_IN_SHARE_PREEMPTION, "900"),
             (MIN_PRIORITY_FOR_IN_SHARE_PREEMPTION, "300"),
             (MIN_WAIT_BEFORE_RECLAIM, "300"),
+            (MIN_RUNTIME_BEFORE_PREEMPTION, "30"),
             (MIN_RUNTIME_AFTER_PREEMPTION, "7200"),
             (RESTART_OVERHEAD, "60"),
             (CHECKPOINT_ALIGNMENT, "600"),
@@ -683,6 +698,7 @@ mod tests {
         assert_eq!(cycle.planner.min_wait_before_in_share_preemption_s, 900);
         assert_eq!(cycle.planner.min_priority_for_in_share_preemption, 300);
         assert_eq!(cycle.planner.min_wait_before_reclaim_s, 300);
+        assert_eq!(cycle.planner.min_runtime_before_preemption_s, 30);
         assert_eq!(cycle.planner.min_runtime_after_preemption_s, 7_200);
         assert_eq!(cycle.planner.restart_overhead_s, 60);
         assert_eq!(cycle.planner.checkpoint_alignment_s, 600);

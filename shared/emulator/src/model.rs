@@ -744,6 +744,36 @@ impl Emulator {
         }
     }
 
+    /// The newest checkpoint under every URI written so far, at `now_ms`, by URI: what a copy of
+    /// the bucket to S3 has to show ([`Emulator::latest_checkpoint`] of each).
+    pub fn latest_checkpoints(&self, now_ms: i64) -> BTreeMap<&str, Checkpoint> {
+        self.bucket
+            .keys()
+            .chain(self.writers.keys())
+            .filter_map(|uri| Some((uri.as_str(), self.latest_checkpoint(uri, now_ms)?)))
+            .collect()
+    }
+
+    /// When the next periodic checkpoint after `now_ms` lands, of all jobs training now; `None`
+    /// when no job will save another by itself (saves on stop come with a stop request).
+    pub fn next_checkpoint_at(&self, now_ms: i64) -> Option<i64> {
+        self.writers
+            .values()
+            .filter_map(|key| self.jobs.get(key))
+            .filter_map(|job| {
+                let writer = job.checkpoints.as_ref()?;
+                let interval = writer.interval_ms?;
+                let started = job.training_start_ms?;
+                if job.secondary != Secondary::Training || writer.saved_ms.is_some() {
+                    return None;
+                }
+                let trained = now_ms.saturating_sub(started).max(0);
+                let next = (trained / interval + 1).saturating_mul(interval);
+                (next <= job.training_ms).then(|| started.saturating_add(next))
+            })
+            .min()
+    }
+
     /// A training job's checkpoint progress; `None` for a job without a `CheckpointConfig` or
     /// not known.
     pub fn checkpoint_progress(&self, name: &str) -> Option<CheckpointProgress> {

@@ -503,6 +503,58 @@ fn checkpoint_writers_save_on_a_cadence_and_the_next_attempt_resumes() {
     assert_eq!((second.resumed_ms, second.kept_ms()), (4_000, 6_000));
 }
 
+/// The whole bucket at an instant (what a copy to S3 shows): every URI's newest checkpoint,
+/// stored or being written, and when the next periodic one lands, so a copier can wake then.
+#[test]
+fn the_bucket_lists_every_uri_and_tells_when_the_next_checkpoint_lands() {
+    let mut e = Emulator::new(Config::default()); // training starts 400 ms after create
+    let trained = |ms: i64| T0 + 400 + ms;
+    let cadence =
+        |s: &str| json!({"emulator_duration_s": "10", "emulator_checkpoint_interval_s": s});
+    e.create_training_job(&checkpointing("two", "s3://b/two", cadence("2")), T0)
+        .unwrap();
+    e.create_training_job(&checkpointing("three", "s3://b/three", cadence("3")), T0)
+        .unwrap();
+    e.create_training_job(
+        &checkpointing(
+            "quiet",
+            "s3://b/quiet",
+            json!({"emulator_duration_s": "10"}),
+        ),
+        T0,
+    )
+    .unwrap();
+    assert_eq!(e.next_checkpoint_at(T0), None, "nobody trains yet");
+    run(&mut e, T0, trained(1_000));
+    assert_eq!(e.next_checkpoint_at(trained(1_000)), Some(trained(2_000)));
+    assert!(e.latest_checkpoints(trained(1_000)).is_empty());
+    run(&mut e, trained(1_000), trained(3_500));
+    let at = |c: &trainyard_emulator::model::Checkpoint| (c.progress_ms, c.at_ms);
+    let listed: Vec<_> = e
+        .latest_checkpoints(trained(3_500))
+        .into_iter()
+        .map(|(uri, c)| (uri.to_owned(), at(&c)))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("s3://b/three".to_owned(), (3_000, trained(3_000))),
+            ("s3://b/two".to_owned(), (2_000, trained(2_000))),
+        ]
+    );
+    assert_eq!(e.next_checkpoint_at(trained(3_500)), Some(trained(4_000)));
+    // Exactly at a landing, the next is a whole interval on; the end of training is the last.
+    assert_eq!(e.next_checkpoint_at(trained(6_000)), Some(trained(8_000)));
+    assert_eq!(e.next_checkpoint_at(trained(9_500)), Some(trained(10_000)));
+    assert_eq!(e.next_checkpoint_at(trained(10_000)), None);
+    // A stopped writer's checkpoint stays listed, from the bucket.
+    e.stop_training_job("two", trained(3_500)).unwrap();
+    run(&mut e, trained(3_500), trained(4_500));
+    let two = e.latest_checkpoints(trained(4_500))["s3://b/two"];
+    assert_eq!(at(&two), (2_000, trained(2_000)));
+    assert_eq!(e.next_checkpoint_at(trained(4_500)), Some(trained(6_000)));
+}
+
 /// A writer that saves when told to stop keeps all its progress; a job with a
 /// `CheckpointConfig` but no cadence publishes nothing; a cadence that is not a positive number
 /// is refused.

@@ -151,6 +151,20 @@ impl Stand {
         text
     }
 
+    /// Creates `bucket` (path style) as the account's root.
+    fn s3_create_bucket(&self, bucket: &str) {
+        let authorization = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, \
+             SignedHeaders=host, Signature=0";
+        let mut response = self
+            .agent
+            .put(format!("{}/{bucket}", self.stand))
+            .header("authorization", authorization)
+            .send_empty()
+            .unwrap();
+        let text = response.body_mut().read_to_string().unwrap();
+        assert_eq!(response.status().as_u16(), 200, "create {bucket}: {text}");
+    }
+
     /// The keys under `prefix` in `bucket` (one page: up to 1,000).
     fn s3_keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
         let listing = self.s3(&format!(
@@ -289,15 +303,32 @@ impl Stand {
 
     /// [`Stand::submit`] of a job needing `instances` instances.
     fn submit_wide(&mut self, name: &str, instances: u32, hyper: Value, extra: Value) -> String {
-        let payload = json!({
+        let resources = json!({"ResourceConfig": {"InstanceType": "ml.g5.xlarge",
+            "InstanceCount": instances, "VolumeSizeInGB": 50}});
+        self.submit_shaped(name, hyper, resources, extra)
+    }
+
+    /// [`Stand::submit`] with the members of `payload_extra` set in the `CreateTrainingJob`
+    /// payload (replacing the sample's) and those of `extra` in the request.
+    fn submit_shaped(
+        &mut self,
+        name: &str,
+        hyper: Value,
+        payload_extra: Value,
+        extra: Value,
+    ) -> String {
+        let mut payload = json!({
             "TrainingJobName": name,
             "RoleArn": ROLE,
             "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
             "HyperParameters": hyper,
             "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
-            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
             "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
         });
+        for (k, v) in payload_extra.as_object().unwrap() {
+            payload[k] = v.clone();
+        }
         let mut request = json!({
             "jobName": name,
             "jobQueue": "default",
@@ -320,6 +351,24 @@ impl Stand {
 
     fn schedule(&mut self) -> Value {
         self.invoke("scheduler", &fixture("scheduler", "schedule.json"))
+    }
+
+    /// Ticks the schedule until job `job_id` has `attempts` attempts (the event-woken passes
+    /// may have launched it already; an index that lags can leave it to a tick).
+    fn tick_until_attempts(&mut self, job_id: &str, attempts: usize) {
+        let start = Instant::now();
+        while self.describe(job_id)["attempts"]
+            .as_array()
+            .map_or(0, Vec::len)
+            < attempts
+        {
+            assert!(
+                start.elapsed() < STATE_TIMEOUT,
+                "{job_id} never had {attempts} attempts"
+            );
+            std::thread::sleep(POLL);
+            self.schedule();
+        }
     }
 
     /// What the stand allowed, per principal and action, and what it refused.
@@ -627,6 +676,184 @@ fn jobs_live_their_whole_lives_through_the_four_functions() {
     let stopped = s.describe(&long);
     assert_eq!(stopped["status"], "FAILED", "{stopped}");
     assert_eq!(stopped["isTerminated"], true, "{stopped}");
+
+    // 6. Checkpoint-aware preemption on S3. A quota-managed queue whose owner lends its two
+    // instances to a borrower; the emulated SageMaker copies each checkpoint a job saves into
+    // its CheckpointConfig.S3Uri (`trainyard emulator --copy-checkpoints-to-s3`), as SageMaker
+    // uploads a checkpoint directory. When the owner wants its capacity back, the scheduler
+    // lists the borrowed jobs' checkpoints in S3 as its role (the stack's CheckpointBucketArns)
+    // and stops the one that loses least: b3, which saved a moment ago, rather than b2, which
+    // publishes nothing and so counts as having saved one observed interval ago (without the
+    // listing, b3 would have run longer and lost more). b3 resumes under the same URI.
+    let checkpoints = var("TRAINYARD_E2E_CHECKPOINT_BUCKET");
+    s.s3_create_bucket(&checkpoints);
+    let (status, env) = s.api(
+        "createserviceenvironment",
+        &json!({"serviceEnvironmentName": "e2e-teams", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+            "capacityLimits": [{"maxCapacity": 4, "capacityUnit": "ml.g5.xlarge"}]}),
+    );
+    assert_eq!(status, 200, "{env}");
+    let (status, policy) = s.api(
+        "createschedulingpolicy",
+        &json!({"name": "e2e-quota", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+    );
+    assert_eq!(status, 200, "{policy}");
+    let (status, queue) = s.api(
+        "createjobqueue",
+        &json!({"jobQueueName": "e2e-teams", "priority": 5, "jobQueueType": "SAGEMAKER_TRAINING",
+            "schedulingPolicyArn": policy["arn"],
+            "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": env["serviceEnvironmentArn"]}]}),
+    );
+    assert_eq!(status, 200, "{queue}");
+    for share in ["owner", "borrower"] {
+        let (status, body) = s.api(
+            "createquotashare",
+            &json!({"quotaShareName": share, "jobQueue": "e2e-teams",
+                "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.g5.xlarge"}],
+                "resourceSharingConfiguration": {"strategy": "LEND_AND_BORROW", "borrowLimit": 100},
+                "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}),
+        );
+        assert_eq!(status, 200, "{share}: {body}");
+    }
+    let in_share = |share: &str| json!({"jobQueue": "e2e-teams", "quotaShareName": share});
+    let long_run = || json!({"emulator_duration_s": "120"});
+    let b3_uri = format!("s3://{checkpoints}/e2e/b3");
+    let mut borrowed = Vec::new();
+    for name in ["e2e-b0", "e2e-b1", "e2e-b3"] {
+        let (hyper, payload) = if name == "e2e-b3" {
+            (
+                json!({"emulator_duration_s": "120", "emulator_checkpoint_interval_s": "6"}),
+                json!({"CheckpointConfig": {"S3Uri": b3_uri}}),
+            )
+        } else {
+            (long_run(), json!({}))
+        };
+        borrowed.push(s.submit_shaped(name, hyper, payload, in_share("borrower")));
+    }
+    // b0 and b1 start within the borrower's own two, b3 on the owner's idle capacity.
+    s.deliver_bus();
+    for id in &borrowed {
+        s.tick_until_attempts(id, 1);
+    }
+    let training = |_: &str, secondary: &str| secondary == "Training";
+    let mut seen_b3 = None;
+    for (name, id) in ["e2e-b0", "e2e-b1", "e2e-b3"].into_iter().zip(&borrowed) {
+        let mut seen = None;
+        let seen = if name == "e2e-b3" {
+            &mut seen_b3
+        } else {
+            &mut seen
+        };
+        s.deliver_until(&attempt(name, id, 1), seen, training);
+    }
+    let b2 = s.submit_shaped("e2e-b2", long_run(), json!({}), in_share("borrower"));
+    s.deliver_bus();
+    s.tick_until_attempts(&b2, 1);
+    s.deliver_until(&attempt("e2e-b2", &b2, 1), &mut None, training);
+    // b3's second checkpoint in S3 (12 s of training): its interval is observed.
+    let start = Instant::now();
+    let markers = |s: &Stand| {
+        s.s3_keys(&checkpoints, "e2e/b3/")
+            .into_iter()
+            .filter(|k| k.ends_with("/_SUCCESS"))
+            .count()
+    };
+    while markers(&s) < 2 {
+        assert!(
+            start.elapsed() < STATE_TIMEOUT,
+            "b3's checkpoints never reached S3"
+        );
+        std::thread::sleep(POLL);
+    }
+    let owner = s.submit_shaped(
+        "e2e-o0",
+        json!({"emulator_duration_s": "1"}),
+        json!({}),
+        in_share("owner"),
+    );
+    s.deliver_bus();
+    assert_eq!(
+        s.describe(&owner)["status"],
+        "RUNNABLE",
+        "the owner waits for its capacity to be given back"
+    );
+    // The preempting cycle's record names b3 and the checkpoint it counted from.
+    let bucket = var("TRAINYARD_DECISIONS_BUCKET");
+    let preemptions: Vec<_> = s
+        .s3_keys(&bucket, "decisions/")
+        .iter()
+        .map(|key| serde_json::from_str::<DecisionRecord>(&s.s3_get(&bucket, key)).unwrap())
+        .flat_map(|record| record.plan.preemptions)
+        .collect();
+    let first = preemptions
+        .first()
+        .expect("a preempting cycle was recorded");
+    assert_eq!(
+        first.victim_job_id.as_str(),
+        borrowed[2],
+        "b3 ({}) saved a moment ago and b2 ({b2}) publishes nothing, yet: {preemptions:?}",
+        borrowed[2]
+    );
+    assert!(first.checkpoint_ms.is_some(), "{first:?}");
+    let b3_first = attempt("e2e-b3", &borrowed[2], 1);
+    s.deliver_until(&b3_first, &mut seen_b3, terminal);
+    let b3 = s.describe(&borrowed[2]);
+    assert_eq!(
+        b3["status"], "RUNNABLE",
+        "b3 preempted and back in line: {b3}"
+    );
+    assert_eq!(b3["preemptionSummary"]["preemptedAttemptCount"], 1, "{b3}");
+    assert_eq!(s.describe(&b2)["status"], "RUNNING", "b2 was spared");
+    // The owner runs on the instance b3 gave back; once it is done, b3 borrows again and
+    // resumes: its second attempt saves checkpoints past the first one's under the same URI.
+    s.tick_until_attempts(&owner, 1);
+    s.deliver_until(&attempt("e2e-o0", &owner, 1), &mut None, terminal);
+    assert_eq!(s.describe(&owner)["status"], "SUCCEEDED");
+    s.tick_until_attempts(&borrowed[2], 2);
+    let b3_second = attempt("e2e-b3", &borrowed[2], 2);
+    let described = s.describe_training_job(&b3_second);
+    assert_eq!(described["CheckpointConfig"]["S3Uri"], json!(b3_uri));
+    assert_eq!(
+        described["Environment"]["TRAINYARD_ATTEMPT"], "2",
+        "{described}"
+    );
+    assert_eq!(described["Environment"]["TRAINYARD_PREEMPTIONS"], "1");
+    let saved = |s: &Stand| {
+        s.s3_keys(&checkpoints, "e2e/b3/")
+            .iter()
+            .filter_map(|k| {
+                k.strip_suffix("/_SUCCESS")?
+                    .rsplit("checkpoint-")
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect::<Vec<u64>>()
+    };
+    let before = saved(&s);
+    let first_attempt_saved = *before.iter().max().unwrap();
+    let start = Instant::now();
+    while saved(&s).len() == before.len() {
+        assert!(
+            start.elapsed() < STATE_TIMEOUT,
+            "b3's second attempt saved nothing"
+        );
+        std::thread::sleep(POLL);
+    }
+    let resumed = saved(&s).into_iter().max().unwrap();
+    assert!(
+        resumed > first_attempt_saved,
+        "the second attempt's checkpoint ({resumed} ms of training) continues the first's \
+         ({first_attempt_saved} ms)"
+    );
+    for id in borrowed.iter().chain([&b2]) {
+        let (status, body) = s.api(
+            "terminateservicejob",
+            &json!({"jobId": id, "reason": "e2e: preemption case done"}),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    s.invoke("retry", &fixture("retry", "schedule.json"));
 
     // Foreign and malformed events are acknowledged, not failed.
     for (file, outcome) in [
