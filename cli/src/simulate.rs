@@ -217,10 +217,14 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         if let Some(run) = record.eta.as_ref().filter(|_| args.out.is_none()) {
             print!("{}", trainyard_sim::eta::markdown(policy.name(), run));
         }
+        let work = record.work;
         eprintln!(
-            "{}: replayed in {:.1} s",
+            "{}: replayed in {:.1} s ({} instants, {} cycles, {} of them dispatching)",
             policy.name(),
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64(),
+            work.passes,
+            work.cycles,
+            work.dispatching_cycles
         );
         runs.push(record);
     }

@@ -508,3 +508,85 @@ pub struct Plan {
     /// Running attempts to stop, in decision order (quota-managed queues only).
     pub preemptions: Vec<Preemption>,
 }
+
+impl Plan {
+    /// The earliest time after `now_ms` at which a job's wait, as planned, ends by itself with
+    /// nothing arriving or ending: a backoff's end, lent capacity becoming reclaimable
+    /// (`QuotaLent::reclaim_from_ms`), a victim's due checkpoint. A host that cycles only when
+    /// something happens (the simulator) cycles then too; hosts with a periodic tick are woken
+    /// by it anyway. Waits that end without a time in their reason (a job's wait before it may
+    /// preempt in its share, a victim's anti-thrash protection) are not included.
+    pub fn next_change_ms(&self, now_ms: i64) -> Option<i64> {
+        self.skips
+            .iter()
+            .filter_map(|skip| match &skip.reason {
+                SkipReason::Backoff { until_ms } => Some(*until_ms),
+                SkipReason::QuotaLent {
+                    reclaim_from_ms, ..
+                } => *reclaim_from_ms,
+                SkipReason::WaitingForVictimCheckpoint { due_ms, .. } => Some(*due_ms),
+                _ => None,
+            })
+            .filter(|at_ms| *at_ms > now_ms)
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skip(id: &str, reason: SkipReason) -> Skip {
+        Skip {
+            job_id: id.into(),
+            reason,
+        }
+    }
+
+    fn lent(reclaim_from_ms: Option<i64>) -> SkipReason {
+        SkipReason::QuotaLent {
+            quota_share: "owner".into(),
+            unit: "ml.g5.xlarge".into(),
+            needed: 1,
+            free: 0,
+            lent_to: vec![("borrower".into(), 2)],
+            reclaim_from_ms,
+        }
+    }
+
+    #[test]
+    fn the_next_change_is_the_soonest_timed_wait_still_ahead() {
+        let at = |skips: Vec<Skip>| {
+            Plan {
+                skips,
+                ..Plan::default()
+            }
+            .next_change_ms(1_000)
+        };
+        assert_eq!(at(vec![]), None);
+        let full = SkipReason::InsufficientCapacity {
+            environment: "env".into(),
+            unit: "NUM_INSTANCES".into(),
+            needed: 1,
+            free: 0,
+        };
+        assert_eq!(at(vec![skip("a", full)]), None, "no time in the reason");
+        assert_eq!(at(vec![skip("a", lent(None))]), None, "reclaimable now");
+        let checkpoint = SkipReason::WaitingForVictimCheckpoint {
+            victims: vec!["v".into()],
+            due_ms: 5_000,
+        };
+        let skips = vec![
+            skip("a", lent(Some(9_000))),
+            skip("b", SkipReason::Backoff { until_ms: 900 }),
+            skip("c", checkpoint),
+            skip("d", SkipReason::Backoff { until_ms: 7_000 }),
+        ];
+        assert_eq!(at(skips), Some(5_000), "past times are not ahead");
+        assert_eq!(
+            at(vec![skip("a", lent(Some(1_000)))]),
+            None,
+            "exactly now is not ahead"
+        );
+    }
+}

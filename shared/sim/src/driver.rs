@@ -54,7 +54,7 @@ use trainyard_emulator::model::{CheckpointProgress, Config as EmulatorConfig};
 
 use crate::eta::{EtaSettings, Tracker};
 use crate::policies::{Policy, Route, Setup, TeamLoad};
-use crate::record::{JobRecord, RunRecord, ShareInterval, UsageInterval};
+use crate::record::{JobRecord, ReplayWork, RunRecord, ShareInterval, UsageInterval};
 use crate::scenario::Scenario;
 use crate::trace::{Trace, TraceJob};
 use trainyard_forecast::Arrival;
@@ -216,6 +216,60 @@ impl EventSink for TeamCounts {
             t.runnable += now.runnable;
             t.held_instances += now.held_instances;
         });
+    }
+}
+
+/// Owners' waits for capacity their quota share lent, episode by episode: one starts at the
+/// first cycle that finds a job within its share's limit while borrowed jobs hold the capacity
+/// it lent (`QUOTA:CAPACITY_LENT`) or that reclaims capacity for it; it goes on while every
+/// cycle finds it so, or waiting for the jobs preempted for it to stop; it ends at the cycle
+/// that dispatches it (completed) or at one that finds it waiting for anything else
+/// (abandoned: it was no longer owed capacity, say its share filled up).
+#[derive(Debug, Default)]
+struct LentWaits {
+    /// Open episodes: job id → when it began.
+    open: BTreeMap<String, i64>,
+    /// Each job's first completed episode, ms.
+    completed: BTreeMap<String, i64>,
+}
+
+impl LentWaits {
+    /// One cycle's waits, at `now`; `dispatched` tells whether a job left waiting by starting.
+    fn observe(
+        &mut self,
+        cycle: &trainyard_app::service::scheduling::CycleReport,
+        now: i64,
+        mut dispatched: impl FnMut(&str) -> bool,
+    ) {
+        let starting: BTreeSet<&str> = cycle
+            .lent_waits
+            .iter()
+            .chain(&cycle.reclaimed_for)
+            .map(SharedStr::as_str)
+            .collect();
+        let going_on: BTreeSet<&str> = cycle
+            .preemption_waits
+            .iter()
+            .map(SharedStr::as_str)
+            .chain(starting.iter().copied())
+            .collect();
+        let ended: Vec<String> = self
+            .open
+            .keys()
+            .filter(|id| !going_on.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in ended {
+            let Some(since) = self.open.remove(&id) else {
+                continue;
+            };
+            if dispatched(&id) {
+                self.completed.entry(id).or_insert(now - since);
+            }
+        }
+        for id in starting {
+            self.open.entry(id.to_owned()).or_insert(now);
+        }
     }
 }
 
@@ -589,18 +643,25 @@ pub fn run_with_estimates(
     let mut next = 0usize;
     let mut done = 0usize;
     let mut passes = 0u64;
+    let (mut cycles, mut dispatching_cycles) = (0u64, 0u64);
+    let mut next_change: Option<i64> = None;
     let mut now = T0_MS;
     let mut dirty = false;
     let mut idle_due_passes = 0u32;
     let mut reclaims = 0u64;
     // Jobs for which a cycle reclaimed lent capacity.
     let mut reclaimed_for: BTreeSet<String> = BTreeSet::new();
+    // Owners waiting for capacity their quota share lent: since when (see `LentWaits`).
+    let mut lent_waits = LentWaits::default();
 
     loop {
         // The next instant something happens.
         let next_submit = planned.get(next).map(|p| p.submit_ms);
         let next_backend = backend.shared().with(|model, _| model.next_deadline());
         let next_backoff = store.next_not_before_after(now);
+        // A wait the last cycle planned ends by itself then (lent capacity becomes
+        // reclaimable, a victim's checkpoint is due): cycle then, as a host's tick would.
+        let change_at = next_change.filter(|at| *at > now);
         let busy = next_submit.is_some()
             || next_backend.is_some()
             || store.runnable_count() > 0
@@ -608,7 +669,7 @@ pub fn run_with_estimates(
         if !busy {
             break;
         }
-        let event = [next_submit, next_backend, next_backoff]
+        let event = [next_submit, next_backend, next_backoff, change_at]
             .into_iter()
             .flatten()
             .min();
@@ -693,7 +754,7 @@ pub fn run_with_estimates(
                 .collect()
         });
         let due_now = now >= next_due;
-        if submitted > 0 || next_backoff == Some(now) {
+        if submitted > 0 || next_backoff == Some(now) || change_at == Some(now) {
             dirty = true;
         }
         let gate = |so_far: &PassReport| {
@@ -745,10 +806,22 @@ pub fn run_with_estimates(
             }
             next_due = now + due_interval_ms;
         }
+        cycles += pass.cycles.len() as u64;
+        if let Some(last) = pass.cycles.last() {
+            next_change = last.next_change_ms;
+        }
         for cycle in &pass.cycles {
+            dispatching_cycles += u64::from(cycle.dispatched > 0);
             done += cycle.rejected;
             reclaims += cycle.reclaims as u64;
             reclaimed_for.extend(cycle.reclaimed_for.iter().map(|id| id.to_string()));
+            lent_waits.observe(cycle, now, |id| {
+                ready(store.get_job(id))
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten()
+                    .is_some_and(|job| job.value.status.is_dispatched())
+            });
             if cycle.dispatched > 0 {
                 idle_due_passes = 0;
             }
@@ -802,11 +875,17 @@ pub fn run_with_estimates(
                     .shared()
                     .with(|model, _| model.checkpoint_progress(name))
             };
+            let record = job_record(p, &stored.value, &progress);
+            let lent_wait_s = lent_waits
+                .completed
+                .get(id.as_str())
+                .map(|ms| *ms as f64 / 1_000.0);
             *slot = Some(JobRecord {
                 eta_p50_s,
                 eta_p90_s,
                 reclaimed: reclaimed_for.contains(id.as_str()),
-                ..job_record(p, &stored.value, &progress)
+                lent_wait_s,
+                ..record
             });
         }
     }
@@ -819,6 +898,11 @@ pub fn run_with_estimates(
         end_s: seconds(now),
         reclaims,
         eta,
+        work: ReplayWork {
+            passes,
+            cycles,
+            dispatching_cycles,
+        },
     })
 }
 
@@ -839,6 +923,7 @@ fn never_started(p: &Planned<'_>) -> JobRecord {
         preempted_instance_s: 0.0,
         never_runs: None,
         reclaimed: false,
+        lent_wait_s: None,
         eta_p50_s: None,
         eta_p90_s: None,
     }

@@ -128,6 +128,11 @@ pub struct PolicySummary {
     /// it back (submission to first start).
     #[serde(default)]
     pub reclaim_wait_s: Distribution,
+    /// Owners' reclaim latency: for each job that waited for capacity its quota share lent,
+    /// from the first cycle that found it so blocked to its first start
+    /// ([`JobRecord::lent_wait_s`]).
+    #[serde(default)]
+    pub lent_wait_s: Distribution,
     /// Instance-seconds of work lost to preemptions.
     pub preempted_instance_s: f64,
     /// Preemptions per job.
@@ -226,6 +231,12 @@ impl PolicySummary {
                     .iter()
                     .filter(|j| j.reclaimed)
                     .filter_map(JobRecord::wait_s)
+                    .collect::<Vec<_>>(),
+            ),
+            lent_wait_s: Distribution::of(
+                &run.jobs
+                    .iter()
+                    .filter_map(|j| j.lent_wait_s)
                     .collect::<Vec<_>>(),
             ),
             preempted_instance_s,

@@ -47,6 +47,13 @@ pub struct JobRecord {
     /// See `eta_p50_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_p90_s: Option<f64>,
+    /// Its owner's reclaim latency: how long it waited for capacity its quota share lent, from
+    /// the first cycle that found it within its share's limit while other shares' borrowed jobs
+    /// held that capacity (`QUOTA:CAPACITY_LENT`, or the cycle that reclaimed capacity for it)
+    /// to the cycle that dispatched it, every cycle between finding it waiting so or for the
+    /// jobs preempted for it. The first such wait of the job; `None` for a job that had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lent_wait_s: Option<f64>,
 }
 
 impl JobRecord {
@@ -114,4 +121,19 @@ pub struct RunRecord {
     /// Start-time estimates made and scored during the run, if it was asked for them.
     #[serde(skip)]
     pub eta: Option<crate::eta::EtaRun>,
+    /// How much scheduling the replay took (not part of its results: a faster driver may
+    /// cycle less for the same outcome).
+    #[serde(skip)]
+    pub work: ReplayWork,
+}
+
+/// How much scheduling a replay took, for its progress report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplayWork {
+    /// Passes (instants at which something happened).
+    pub passes: u64,
+    /// Cycles planned.
+    pub cycles: u64,
+    /// Cycles that dispatched something.
+    pub dispatching_cycles: u64,
 }

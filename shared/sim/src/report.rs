@@ -425,6 +425,7 @@ fn jobs_csv(run: &RunRecord) -> String {
         "never_runs",
         "eta_p50_s",
         "eta_p90_s",
+        "lent_wait_s",
     ];
     let mut out = csv_line(&header.map(String::from));
     for job in &run.jobs {
@@ -449,6 +450,7 @@ fn jobs_csv(run: &RunRecord) -> String {
             job.never_runs.clone().unwrap_or_default(),
             csv_number(job.eta_p50_s),
             csv_number(job.eta_p90_s),
+            csv_number(job.lent_wait_s),
         ]));
     }
     out
@@ -658,6 +660,14 @@ fn report_markdown(summaries: &BTreeMap<String, PolicySummary>, context: &Report
                     duration(s.reclaim_wait_s.p95)
                 )
             }),
+            row("owners' reclaim latency, mean / p95 / longest", &|s| {
+                format!(
+                    "{} / {} / {}",
+                    duration(s.lent_wait_s.mean),
+                    duration(s.lent_wait_s.p95),
+                    duration(s.lent_wait_s.max)
+                )
+            }),
             row("preemptions per job", &|s| {
                 s.preemptions_per_job
                     .map_or_else(|| "—".to_owned(), |v| format!("{v:.3}"))
@@ -711,6 +721,13 @@ const HOW_TO_READ: &str = "## How to read this
   that does not checkpoint), as instance-hours and as a share of all busy instance-time; a
   policy that buys short waits with preemption pays for them here. Reclaims are the preemptions
   that took back capacity another quota share borrowed; the rest are in-share, by priority.
+  *Owners' wait when reclaiming* is the whole wait (submission to first start) of the jobs
+  reclaims were for, time in line behind their own share included; *owners' reclaim latency*
+  counts only from the first cycle that found a job within its share's limit with the capacity
+  its share lent still held by borrowers (`QUOTA:CAPACITY_LENT`, or the reclaim itself) to its
+  dispatch, for waits that went on without a break (a job found waiting for anything else in
+  between is not counted): borrowed jobs' minimum runtime before preemption, their stop grace,
+  and the cycle after they end.
 - **Jobs that can never run** under a policy (the planner's `MISCONFIGURATION:` reasons, such as
   an instance type its environment does not offer) are not replayed: they count as never started
   and are named under Warnings.

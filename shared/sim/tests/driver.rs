@@ -361,3 +361,47 @@ fn checkpoints_cut_the_work_preemption_throws_away() {
         "only the 10 s grace, on ≤ 4 instances: {lost:?}"
     );
 }
+
+/// Lent capacity comes back as soon as the rules allow, not when something else next happens:
+/// language borrows vision's half of the `small` pool at t = 0; vision's two jobs at t = 10 are
+/// within its share's limit and wait (`QUOTA:CAPACITY_LENT`) until the borrowed jobs have run
+/// the scenario's 60 s minimum, are preempted then, and start once the 10 s stop grace is over.
+/// Nothing arrives or ends at t = 60, so the replay must wake for the reclaim by itself (the
+/// next periodic pass is at t = 600). The report measures the owners' wait from t = 10.
+#[test]
+fn an_owner_gets_its_lent_capacity_back_once_the_borrowers_may_be_preempted() {
+    let mut lines = Vec::new();
+    for i in 0..8 {
+        lines.push(format!(
+            r#"{{"id":"lang-{i}","submit_s":0,"duration_s":1000,"instances":1,"queue":"research","share":"language"}}"#
+        ));
+    }
+    for i in 0..2 {
+        lines.push(format!(
+            r#"{{"id":"vis-{i}","submit_s":10,"duration_s":100,"instances":1,"queue":"research","share":"vision"}}"#
+        ));
+    }
+    let trace = parse(&lines.join("\n"), Format::Jsonl).unwrap();
+    let record = replay(&trace, &small(), Policy::QuotaShares);
+    let owners: Vec<_> = record
+        .jobs
+        .iter()
+        .filter(|j| j.trace_id.starts_with("vis-"))
+        .collect();
+    for job in &owners {
+        assert_eq!(job.first_start_s, Some(70.0), "{job:?}");
+        assert_eq!(job.lent_wait_s, Some(60.0), "{job:?}");
+    }
+    let borrowers_preempted: u32 = record.jobs.iter().map(|j| j.preemptions).sum();
+    assert_eq!(borrowers_preempted, 2, "exactly the two lent instances");
+    // Nobody else waited for lent capacity.
+    let waited = record
+        .jobs
+        .iter()
+        .filter(|j| j.lent_wait_s.is_some())
+        .count();
+    assert_eq!(waited, 2);
+    let summary = trainyard_sim::measures::PolicySummary::of(&record);
+    assert_eq!(summary.lent_wait_s.count, 2);
+    assert_eq!(summary.lent_wait_s.max, Some(60.0));
+}

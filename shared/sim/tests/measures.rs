@@ -35,6 +35,7 @@ fn job(id: &str, submit_s: f64, wait_s: f64, duration_s: f64) -> JobRecord {
         reclaimed: false,
         eta_p50_s: None,
         eta_p90_s: None,
+        lent_wait_s: None,
     }
 }
 
@@ -407,6 +408,7 @@ fn waits_completion_and_preemption_of_a_small_run() {
         end_s: 1000.0,
         reclaims: 0,
         eta: None,
+        work: Default::default(),
     };
     let s = PolicySummary::of(&run);
     // Waits: 0, 10, 30, 500 (censored at the end of the run), 20.
@@ -509,6 +511,7 @@ fn a_preempted_job_waits_again_after_its_first_start_and_its_lost_work_is_a_shar
         end_s: 300.0,
         reclaims: 1,
         eta: None,
+        work: Default::default(),
     };
     let s = PolicySummary::of(&run);
     assert_eq!(s.reclaims, 1);

@@ -21,7 +21,7 @@ const REQUIRED: [&str; 10] = [
 ];
 
 /// The keys added beyond the required ones (documented on `PolicySummary`).
-const EXTRA: [&str; 14] = [
+const EXTRA: [&str; 15] = [
     "jct_s",
     "slowdown",
     "fairness_windows",
@@ -36,6 +36,7 @@ const EXTRA: [&str; 14] = [
     "wait_after_start_s",
     "reclaims",
     "reclaim_wait_s",
+    "lent_wait_s",
 ];
 
 fn job(
@@ -63,6 +64,7 @@ fn job(
         reclaimed: false,
         eta_p50_s: None,
         eta_p90_s: None,
+        lent_wait_s: None,
     }
 }
 
@@ -127,6 +129,7 @@ fn run(policy: &str, slowness: f64) -> RunRecord {
         end_s,
         reclaims: 0,
         eta: None,
+        work: Default::default(),
     }
 }
 

@@ -227,8 +227,18 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             report.fenced = fenced_out(&loaded, now);
         }
 
+        report.next_change_ms = plan.next_change_ms(now);
+
         // 5. Record why the others wait, and apply the queues' time limits to them.
         for skip in &plan.skips {
+            match skip.reason {
+                SkipReason::QuotaLent { .. } => report.lent_waits.push(skip.job_id.clone()),
+                SkipReason::WaitingForPreemptedCapacity { .. }
+                | SkipReason::WaitingForVictimCheckpoint { .. } => {
+                    report.preemption_waits.push(skip.job_id.clone());
+                }
+                _ => {}
+            }
             self.record_skip(&loaded, skip, now, &mut report).await?;
         }
 

@@ -128,6 +128,21 @@ pub struct CycleReport {
     /// The jobs those reclaims are for (each once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reclaimed_for: Vec<trainyard_scheduler::SharedStr>,
+    /// Jobs within their quota share's limit that waited this cycle only because the capacity
+    /// their share lent is still held by borrowed jobs too young to preempt
+    /// (`QUOTA:CAPACITY_LENT`): with `reclaimed_for`, when an owner began to wait for its
+    /// capacity back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lent_waits: Vec<trainyard_scheduler::SharedStr>,
+    /// Jobs that waited this cycle for jobs preempted for them to stop (or to save a due
+    /// checkpoint first): `PREEMPTION:` reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemption_waits: Vec<trainyard_scheduler::SharedStr>,
+    /// When a wait planned in this cycle ends by itself, if one does
+    /// ([`Plan::next_change_ms`](trainyard_scheduler::Plan::next_change_ms)): a host that
+    /// cycles only on events should cycle then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_change_ms: Option<i64>,
     /// Whether the cycle stood aside (dispatching nothing more, preempting nothing) for a pass
     /// holding a newer scheduler lease.
     pub fenced: bool,
