@@ -2,11 +2,12 @@
 //! (`trainyard_aws::metrics`): the transitions each invocation caused (dispatches, retries,
 //! capacity errors, preemptions, latencies), printed at the end of the invocation, and on the
 //! scheduler's schedule ticks the gauges (capacity in use, oldest RUNNABLE job — which the
-//! stuck-queue alarm watches) and the job counts.
+//! stuck-queue alarm watches), the job counts, and its forecast round's estimates.
 
 use std::sync::Arc;
 
 use trainyard_app::ports::Store;
+pub use trainyard_aws::metrics::estimate_lines;
 use trainyard_aws::metrics::{Recorder, gauges, job_counts};
 
 /// The recorder behind a function's event sink, and the `Stack` dimension.

@@ -31,7 +31,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 use trainyard_app::ports::{ConfigStore, EventSink, Fence, SchedulingStore, TrainingBackend};
 pub use trainyard_app::ports::{ForecastMemory, MemoryFuture};
-use trainyard_app::service::estimates::{KeptForecaster, ROUND_BUDGET, host_forecaster};
+use trainyard_app::service::estimates::{
+    EstimateReport, KeptForecaster, QueueEstimates, ROUND_BUDGET, host_forecaster,
+};
 use trainyard_app::service::lease::Lease;
 use trainyard_app::service::scheduling::{Accept, CycleConfig, DueWork, PassInput};
 pub use trainyard_app::service::scheduling::{DecisionLog, NoDecisions};
@@ -130,7 +132,7 @@ pub enum PassOutcome {
 }
 
 /// What one invocation did (the function's response, and its log line).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PassReport {
     /// What woke it (absent when ignored).
@@ -161,6 +163,9 @@ pub struct PassReport {
     /// Waiting jobs given a start-time estimate by this invocation's forecast round (schedule
     /// ticks only; absent when no round ran).
     pub estimated: Option<usize>,
+    /// That round per queue, for its metrics (`trainyard_aws::metrics::estimate_lines`).
+    #[serde(skip)]
+    pub estimates: Vec<QueueEstimates>,
     /// Why the event was ignored.
     pub reason: Option<String>,
 }
@@ -307,8 +312,11 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
             tracing::warn!(%error, token = lease.token, "releasing the scheduler lease failed");
         }
         worked?;
-        if trigger == Trigger::Schedule {
-            report.estimated = self.estimate(deadline).await;
+        if trigger == Trigger::Schedule
+            && let Some(round) = self.estimate(deadline).await
+        {
+            report.estimated = Some(round.jobs);
+            report.estimates = round.per_queue;
         }
         report.outcome = Some(PassOutcome::Ran);
         tracing::info!(
@@ -357,8 +365,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
     /// estimate, from what this process's forecaster has learnt. It starts only when the time
     /// left before `deadline` exceeds [`STEP_MARGIN`] plus three times the last round's (a
     /// round's CPU grows with the backlog and cannot be cut short); otherwise the next tick
-    /// tries again. Returns how many jobs it estimated.
-    async fn estimate(&self, deadline: Option<Instant>) -> Option<usize> {
+    /// tries again. Returns what the round did.
+    async fn estimate(&self, deadline: Option<Instant>) -> Option<EstimateReport> {
         let mut rounds = self.estimates.as_ref()?.try_lock().ok()?;
         if let Some(deadline) = deadline {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -391,7 +399,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink, B: TrainingBackend, L: Deci
                     took_ms = u64::try_from(rounds.last_took.as_millis()).unwrap_or(u64::MAX),
                     "start times estimated"
                 );
-                Some(round.jobs)
+                Some(round)
             }
             Err(error) => {
                 tracing::warn!(%error, "estimating start times failed; the next tick tries again");

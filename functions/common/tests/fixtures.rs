@@ -592,6 +592,15 @@ async fn what_the_forecaster_learnt_is_kept_across_cold_starts() {
         .await
         .unwrap();
     assert_eq!(report.estimated, Some(1), "{report:?}");
+    // The round's figures per queue, which the function prints as metrics: one job estimated,
+    // and no coverage yet (nothing it estimated has started).
+    let lines = trainyard_functions::metrics::estimate_lines("s", 0, &report.estimates);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"StartEstimates\":1") && !l.contains("CoverageP90")),
+        "{lines:?}"
+    );
     assert_eq!(
         memory.saves.load(Ordering::SeqCst),
         1,

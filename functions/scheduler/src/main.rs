@@ -42,11 +42,13 @@ async fn serve<L: DecisionLog>(
             let report = handler
                 .handle(&event.payload, &event.context.request_id, deadline)
                 .await?;
-            // The schedule tick also reports the gauges the stuck-queue alarm watches.
+            // The schedule tick also reports the gauges the stuck-queue alarm watches, and
+            // its forecast round's estimates and their coverage.
             if report.trigger == Some(Trigger::Schedule) {
                 let service = handler.service();
-                let lines =
-                    metrics::schedule_lines(service.store(), &stack, service.now_ms()).await;
+                let now_ms = service.now_ms();
+                let mut lines = metrics::schedule_lines(service.store(), &stack, now_ms).await;
+                lines.extend(metrics::estimate_lines(&stack, now_ms, &report.estimates));
                 metrics::print_lines(&lines);
             }
             Ok(report)

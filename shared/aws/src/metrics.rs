@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
 use trainyard_app::ports::{EnvironmentUsage, Event, EventSink, JobQuery, Store, StoreError};
+use trainyard_app::service::estimates::QueueEstimates;
 use trainyard_app::service::why::{every_line_waits, shown_reason_code};
 use trainyard_domain::environment::ServiceEnvironment;
 use trainyard_domain::job::{JobStatus, Requeue};
@@ -62,6 +63,8 @@ pub enum Unit {
     Count,
     /// A duration.
     Seconds,
+    /// A plain number (a share between 0 and 1).
+    None,
 }
 
 impl Unit {
@@ -69,6 +72,7 @@ impl Unit {
         match self {
             Self::Count => "Count",
             Self::Seconds => "Seconds",
+            Self::None => "None",
         }
     }
 }
@@ -441,6 +445,8 @@ pub struct JobCounts {
     /// RUNNABLE jobs counted per (queue, code of the reason they wait, as describe shows it;
     /// `NOT_PLANNED_YET` for one no cycle has planned since it joined its line).
     pub per_reason: BTreeMap<(String, String), u64>,
+    /// The same per (queue, share, reason code), for jobs with a share.
+    pub per_share_reason: BTreeMap<(String, String, String), u64>,
 }
 
 /// Counts the jobs of every queue in each of the [`COUNTED_STATUSES`], reading at most
@@ -467,11 +473,17 @@ pub async fn job_counts<S: Store>(store: &S) -> Result<JobCounts, StoreError> {
                         break;
                     }
                     counted += 1;
+                    let share = share_key(&job.value);
                     if status == JobStatus::Runnable {
                         let code = shown_reason_code(&job.value, &lines);
+                        if !share.is_empty() {
+                            *counts
+                                .per_share_reason
+                                .entry((name.clone(), share.to_owned(), code.clone()))
+                                .or_insert(0) += 1;
+                        }
                         *counts.per_reason.entry((name.clone(), code)).or_insert(0) += 1;
                     }
-                    let share = share_key(&job.value);
                     if !share.is_empty() {
                         *counts
                             .per_share
@@ -494,7 +506,8 @@ impl JobCounts {
     /// The EMF lines: `Jobs` per (`Stack`, `JobQueue`, `Status`), zeros included so that a
     /// queue that emptied reads 0 rather than nothing, and per (`Stack`, `JobQueue`, `Share`,
     /// `Status`) for shares with jobs; `PendingJobs` per (`Stack`, `JobQueue`, `Reason`), the
-    /// reason codes being a fixed set.
+    /// reason codes being a fixed set, and per (`Stack`, `JobQueue`, `Share`, `Reason`), shares
+    /// bounded as for `Jobs` (the ones with the most waiting jobs named, the rest summed).
     pub fn emf_lines(&self, stack: &str, now_ms: i64) -> Vec<String> {
         let queue_lines = self.per_queue.iter().map(|((queue, status), n)| EmfLine {
             dimensions: vec![
@@ -544,12 +557,66 @@ impl JobCounts {
             ],
             metrics: vec![("PendingJobs", Unit::Count, json!(n))],
         });
+        let mut by_share: BTreeMap<(String, String), BTreeMap<String, u64>> = BTreeMap::new();
+        for ((queue, share, code), n) in &self.per_share_reason {
+            let counts = by_share.entry((queue.clone(), share.clone())).or_default();
+            *counts.entry(code.clone()).or_insert(0) += *n;
+        }
+        let bounded = bounded_shares(
+            by_share,
+            |counts| counts.values().sum(),
+            |a, b| {
+                for (code, n) in b {
+                    *a.entry(code).or_insert(0) += n;
+                }
+            },
+        );
+        let share_reason_lines: Vec<EmfLine> = bounded
+            .into_iter()
+            .flat_map(|((queue, share), counts)| {
+                counts.into_iter().map(move |(code, n)| EmfLine {
+                    dimensions: vec![
+                        ("Stack", stack.to_owned()),
+                        ("JobQueue", queue.clone()),
+                        ("Share", share.clone()),
+                        ("Reason", code),
+                    ],
+                    metrics: vec![("PendingJobs", Unit::Count, json!(n))],
+                })
+            })
+            .collect();
         queue_lines
             .chain(share_lines)
             .chain(reason_lines)
+            .chain(share_reason_lines)
             .map(|l| l.render(now_ms))
             .collect()
     }
+}
+
+/// A forecast round's lines, per (`Stack`, `JobQueue`): `StartEstimates`, the queue's waiting
+/// jobs given an estimate, and once some of its estimates have been scored against the starts
+/// that followed, `StartEstimateCoverageP50` and `StartEstimateCoverageP90` (the share of those
+/// starts at or before the published p50 and p90; the p90's should read about 0.9) and
+/// `StartEstimateOutcomes` (how many starts that counts, at most 1,000). Queues are the
+/// configured ones: a bounded set.
+pub fn estimate_lines(stack: &str, now_ms: i64, per_queue: &[QueueEstimates]) -> Vec<String> {
+    per_queue
+        .iter()
+        .map(|q| {
+            let mut metrics = vec![("StartEstimates", Unit::Count, json!(q.jobs))];
+            if let Some(c) = &q.coverage {
+                metrics.push(("StartEstimateCoverageP50", Unit::None, json!(c.p50)));
+                metrics.push(("StartEstimateCoverageP90", Unit::None, json!(c.p90)));
+                metrics.push(("StartEstimateOutcomes", Unit::Count, json!(c.outcomes)));
+            }
+            EmfLine {
+                dimensions: vec![("Stack", stack.to_owned()), ("JobQueue", q.queue.clone())],
+                metrics,
+            }
+            .render(now_ms)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -1132,6 +1199,56 @@ mod tests {
             (&pending["JobQueue"], &pending["PendingJobs"]),
             (&json!("prod"), &json!(3))
         );
-        assert_eq!(lines.len(), COUNTED_STATUSES.len() + 2 + 1);
+        // And per share, for the jobs with one (the share-less running job waits for nothing).
+        let pending_in = |share: &str| {
+            lines
+                .iter()
+                .find(|l| l["Share"] == share && l["Reason"] == "NOT_PLANNED_YET")
+                .map(|l| l["PendingJobs"].clone())
+        };
+        assert_eq!(pending_in("vision"), Some(json!(2)));
+        assert_eq!(pending_in("nlp"), Some(json!(1)));
+        assert_eq!(lines.len(), COUNTED_STATUSES.len() + 2 + 1 + 2);
+    }
+
+    /// A round's lines: every queue's estimated jobs, and its coverage once it has any.
+    #[test]
+    fn estimate_lines_name_each_queue_and_its_coverage_once_scored() {
+        let per_queue = [
+            QueueEstimates {
+                queue: "prod".into(),
+                jobs: 12,
+                coverage: Some(trainyard_forecast::Coverage {
+                    p50: 0.48,
+                    p90: 0.91,
+                    outcomes: 240,
+                }),
+            },
+            QueueEstimates {
+                queue: "sweeps".into(),
+                jobs: 3,
+                coverage: None,
+            },
+        ];
+        let lines = parse(&estimate_lines("s", NOW, &per_queue));
+        assert_eq!(lines.len(), 2);
+        let (names, units) = envelope(&lines[0]);
+        assert_eq!(names, ["Stack", "JobQueue"]);
+        assert_eq!(units["StartEstimateCoverageP90"], "None");
+        assert_eq!(
+            (
+                &lines[0]["JobQueue"],
+                &lines[0]["StartEstimates"],
+                &lines[0]["StartEstimateCoverageP90"],
+                &lines[0]["StartEstimateOutcomes"]
+            ),
+            (&json!("prod"), &json!(12), &json!(0.91), &json!(240))
+        );
+        assert_eq!(lines[1]["StartEstimates"], 3);
+        assert!(
+            lines[1].get("StartEstimateCoverageP90").is_none(),
+            "no coverage before any start was scored: {}",
+            lines[1]
+        );
     }
 }

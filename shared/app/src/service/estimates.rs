@@ -45,7 +45,7 @@ pub fn host_forecaster(budget: std::time::Duration) -> Forecaster {
 }
 
 /// What a forecast round did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EstimateReport {
     /// Waiting jobs estimated.
     pub jobs: usize,
@@ -53,6 +53,20 @@ pub struct EstimateReport {
     pub resolved: usize,
     /// Jobs whose p50 moved a lot since the last round ([`Event::StartEstimateMoved`]).
     pub moved: usize,
+    /// Per queue, in name order: its jobs estimated, and how well its estimates have covered
+    /// the starts that followed (`None` before any), for the hosts' metrics.
+    pub per_queue: Vec<QueueEstimates>,
+}
+
+/// One queue's share of a forecast round ([`EstimateReport::per_queue`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueEstimates {
+    /// The queue.
+    pub queue: String,
+    /// Its waiting jobs estimated in the round.
+    pub jobs: usize,
+    /// Its running coverage ([`trainyard_forecast::Calibration::queue_coverage`]).
+    pub coverage: Option<trainyard_forecast::Coverage>,
 }
 
 /// Whether a p50 start moved a lot at `now_ms`: by more than max(10 minutes, 20% of the wait the
@@ -214,7 +228,13 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             }
         }
         let mut moved = 0;
+        let mut queues = Vec::with_capacity(per_queue.len());
         for doc in per_queue.into_values() {
+            queues.push(QueueEstimates {
+                queue: doc.queue.clone(),
+                jobs: doc.jobs.len(),
+                coverage: doc.coverage,
+            });
             let before = self.replace_estimates(&doc).await?;
             for (job_id, estimate) in &doc.jobs {
                 let Some(previous) = before.as_ref().and_then(|b| b.jobs.get(job_id)) else {
@@ -237,6 +257,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             jobs: estimates.len(),
             resolved: learnt.resolved.len(),
             moved,
+            per_queue: queues,
         })
     }
 
