@@ -458,6 +458,14 @@ fn checkpointing(name: &str, uri: &str, hyper: Value) -> Value {
     req
 }
 
+/// Creates `quiet` at `at_ms`: 10 s of training with a `CheckpointConfig` but no cadence, so
+/// it publishes nothing.
+fn create_quiet(e: &mut Emulator, at_ms: i64) {
+    let hyper = json!({"emulator_duration_s": "10"});
+    e.create_training_job(&checkpointing("quiet", "s3://b/quiet", hyper), at_ms)
+        .unwrap();
+}
+
 /// A job with a `CheckpointConfig` saves every `emulator_checkpoint_interval_s` of training;
 /// stopped, it leaves its newest checkpoint, and the next job writing the same URI resumes from
 /// it and trains only what is left.
@@ -515,15 +523,7 @@ fn the_bucket_lists_every_uri_and_tells_when_the_next_checkpoint_lands() {
         .unwrap();
     e.create_training_job(&checkpointing("three", "s3://b/three", cadence("3")), T0)
         .unwrap();
-    e.create_training_job(
-        &checkpointing(
-            "quiet",
-            "s3://b/quiet",
-            json!({"emulator_duration_s": "10"}),
-        ),
-        T0,
-    )
-    .unwrap();
+    create_quiet(&mut e, T0);
     assert_eq!(e.next_checkpoint_at(T0), None, "nobody trains yet");
     run(&mut e, T0, trained(1_000));
     assert_eq!(e.next_checkpoint_at(trained(1_000)), Some(trained(2_000)));
@@ -578,15 +578,7 @@ fn a_writer_may_save_on_stop_and_one_without_a_cadence_publishes_nothing() {
         (5_000, T0 + 400 + 5_000, Some(T0 + 400 + 4_000))
     );
 
-    e.create_training_job(
-        &checkpointing(
-            "quiet",
-            "s3://b/quiet",
-            json!({"emulator_duration_s": "10"}),
-        ),
-        T0,
-    )
-    .unwrap();
+    create_quiet(&mut e, T0);
     run(&mut e, T0 + 400 + 5_000, T0 + 400 + 9_000);
     e.stop_training_job("quiet", T0 + 400 + 9_000).unwrap();
     assert_eq!(e.latest_checkpoint("s3://b/quiet", T0 + 400 + 9_000), None);
