@@ -74,11 +74,11 @@ start_announcing() {
   return 1
 }
 
-# start_emulator BIN LOG [DEADLINE_S] [ARGS...] — `BIN emulator ARGS` on 127.0.0.1:0; sets
+# start_emulator BIN LOG DEADLINE_S [ARGS...] — `BIN emulator ARGS` on 127.0.0.1:0; sets
 # EMULATOR_PID and EMULATOR_URL.
 start_emulator() {
-  local bin=$1 log=$2 deadline_s=${3:-30}
-  shift 3 || shift $#
+  local bin=$1 log=$2 deadline_s=$3
+  shift 3
   start_announcing "$log" "$deadline_s" "$bin" emulator --listen 127.0.0.1:0 "$@" || return 1
   EMULATOR_PID=$ANNOUNCED_PID
   EMULATOR_URL=$ANNOUNCED_URL

@@ -518,28 +518,7 @@ impl JobCounts {
             metrics: vec![("Jobs", Unit::Count, json!(n))],
         });
         // The shares with the most jobs are named, the rest summed (see MAX_SHARES_PER_QUEUE).
-        let mut by_share: BTreeMap<(String, String), BTreeMap<JobStatus, u64>> = BTreeMap::new();
-        for ((queue, share, status), n) in &self.per_share {
-            let counts = by_share.entry((queue.clone(), share.clone())).or_default();
-            *counts.entry(*status).or_insert(0) += *n;
-        }
-        let bounded = bounded_shares(
-            by_share,
-            |counts| counts.values().sum(),
-            |a, b| {
-                for (status, n) in b {
-                    *a.entry(status).or_insert(0) += n;
-                }
-            },
-        );
-        let per_share: Vec<((String, String, JobStatus), u64)> = bounded
-            .into_iter()
-            .flat_map(|((queue, share), counts)| {
-                counts
-                    .into_iter()
-                    .map(move |(status, n)| ((queue.clone(), share.clone(), status), n))
-            })
-            .collect();
+        let per_share = bounded_per_share(&self.per_share);
         let share_lines = per_share.iter().map(|((queue, share, status), n)| EmfLine {
             dimensions: vec![
                 ("Stack", stack.to_owned()),
@@ -557,34 +536,17 @@ impl JobCounts {
             ],
             metrics: vec![("PendingJobs", Unit::Count, json!(n))],
         });
-        let mut by_share: BTreeMap<(String, String), BTreeMap<String, u64>> = BTreeMap::new();
-        for ((queue, share, code), n) in &self.per_share_reason {
-            let counts = by_share.entry((queue.clone(), share.clone())).or_default();
-            *counts.entry(code.clone()).or_insert(0) += *n;
-        }
-        let bounded = bounded_shares(
-            by_share,
-            |counts| counts.values().sum(),
-            |a, b| {
-                for (code, n) in b {
-                    *a.entry(code).or_insert(0) += n;
-                }
+        let share_reason_lines = bounded_per_share(&self.per_share_reason).into_iter().map(
+            |((queue, share, code), n)| EmfLine {
+                dimensions: vec![
+                    ("Stack", stack.to_owned()),
+                    ("JobQueue", queue),
+                    ("Share", share),
+                    ("Reason", code),
+                ],
+                metrics: vec![("PendingJobs", Unit::Count, json!(n))],
             },
         );
-        let share_reason_lines: Vec<EmfLine> = bounded
-            .into_iter()
-            .flat_map(|((queue, share), counts)| {
-                counts.into_iter().map(move |(code, n)| EmfLine {
-                    dimensions: vec![
-                        ("Stack", stack.to_owned()),
-                        ("JobQueue", queue.clone()),
-                        ("Share", share.clone()),
-                        ("Reason", code),
-                    ],
-                    metrics: vec![("PendingJobs", Unit::Count, json!(n))],
-                })
-            })
-            .collect();
         queue_lines
             .chain(share_lines)
             .chain(reason_lines)
@@ -592,6 +554,35 @@ impl JobCounts {
             .map(|l| l.render(now_ms))
             .collect()
     }
+}
+
+/// Counts per (queue, share, key) with at most [`MAX_SHARES_PER_QUEUE`] shares a queue named,
+/// those with the most in all, and the rest summed under [`OTHER_SHARES`] key by key.
+fn bounded_per_share<K: Ord + Clone>(
+    counts: &BTreeMap<(String, String, K), u64>,
+) -> Vec<((String, String, K), u64)> {
+    let mut by_share: BTreeMap<(String, String), BTreeMap<K, u64>> = BTreeMap::new();
+    for ((queue, share, key), n) in counts {
+        let per_key = by_share.entry((queue.clone(), share.clone())).or_default();
+        *per_key.entry(key.clone()).or_insert(0) += *n;
+    }
+    let bounded = bounded_shares(
+        by_share,
+        |per_key| per_key.values().sum(),
+        |a, b| {
+            for (key, n) in b {
+                *a.entry(key).or_insert(0) += n;
+            }
+        },
+    );
+    bounded
+        .into_iter()
+        .flat_map(|((queue, share), per_key)| {
+            per_key
+                .into_iter()
+                .map(move |(key, n)| ((queue.clone(), share.clone(), key), n))
+        })
+        .collect()
 }
 
 /// A forecast round's lines, per (`Stack`, `JobQueue`): `StartEstimates`, the queue's waiting

@@ -761,12 +761,7 @@ impl Emulator {
             .values()
             .filter_map(|key| self.jobs.get(key))
             .filter_map(|job| {
-                let writer = job.checkpoints.as_ref()?;
-                let interval = writer.interval_ms?;
-                let started = job.training_start_ms?;
-                if job.secondary != Secondary::Training || writer.saved_ms.is_some() {
-                    return None;
-                }
+                let (started, interval, _) = saving(job)?;
                 let trained = now_ms.saturating_sub(started).max(0);
                 let next = (trained / interval + 1).saturating_mul(interval);
                 (next <= job.training_ms).then(|| started.saturating_add(next))
@@ -855,19 +850,25 @@ impl Emulator {
 /// The newest periodic checkpoint of a job training at `now_ms`, if it wrote one: (progress,
 /// when it landed, when the one before it landed).
 fn periodic(job: &Job, now_ms: i64) -> Option<(i64, i64, Option<i64>)> {
-    let writer = job.checkpoints.as_ref()?;
-    let interval = writer.interval_ms?;
-    if job.secondary != Secondary::Training || writer.saved_ms.is_some() {
-        return None;
-    }
-    let started = job.training_start_ms?;
+    let (started, interval, resumed_ms) = saving(job)?;
     let trained = now_ms.saturating_sub(started).clamp(0, job.training_ms);
     let k = trained / interval;
     (k >= 1).then(|| {
         let at = started + k * interval;
         let previous = (k >= 2).then(|| at - interval);
-        (writer.resumed_ms + k * interval, at, previous)
+        (resumed_ms + k * interval, at, previous)
     })
+}
+
+/// A job saving checkpoints on a cadence now (training, and not yet stopped writing): when it
+/// started training, its interval and the progress it resumed from.
+fn saving(job: &Job) -> Option<(i64, i64, i64)> {
+    let writer = job.checkpoints.as_ref()?;
+    let interval = writer.interval_ms?;
+    if job.secondary != Secondary::Training || writer.saved_ms.is_some() {
+        return None;
+    }
+    Some((job.training_start_ms?, interval, writer.resumed_ms))
 }
 
 /// Ends `job`'s writing at `at_ms` (it stops training): its URI and the checkpoint it leaves,

@@ -875,7 +875,6 @@ pub fn run_with_estimates(
                     .shared()
                     .with(|model, _| model.checkpoint_progress(name))
             };
-            let record = job_record(p, &stored.value, &progress);
             let lent_wait_s = lent_waits
                 .completed
                 .get(id.as_str())
@@ -885,7 +884,7 @@ pub fn run_with_estimates(
                 eta_p90_s,
                 reclaimed: reclaimed_for.contains(id.as_str()),
                 lent_wait_s,
-                ..record
+                ..job_record(p, &stored.value, &progress)
             });
         }
     }
