@@ -551,7 +551,11 @@ class DynamoDB:
     def repeated(self, request):
         now = time.monotonic()
         with self.tokens_lock:
-            for token in [t for t, (_, _, at) in self.tokens.items() if now - at > IDEMPOTENCY_WINDOW_S]:
+            # Oldest first (see `remember`), so expiry stops at the first token still current.
+            while self.tokens:
+                token, (_, _, at) = next(iter(self.tokens.items()))
+                if now - at <= IDEMPOTENCY_WINDOW_S:
+                    break
                 del self.tokens[token]
             seen = self.tokens.get(request["ClientRequestToken"])
         if seen is None:
@@ -565,6 +569,8 @@ class DynamoDB:
 
     def remember(self, request, answer):
         with self.tokens_lock:
+            # Moved to the end, so that the dict stays in the order the tokens were remembered.
+            self.tokens.pop(request["ClientRequestToken"], None)
             self.tokens[request["ClientRequestToken"]] = (self.digest(request), answer, time.monotonic())
 
     def forward(self, environ, request):

@@ -300,3 +300,24 @@ def test_a_cancelled_transaction_leaves_every_item_as_it_was(stand, range_key):
     assert (n("a"), n("b"), n("c"), n("x"), n("y")) == (1, 1, None, 1, 1)
     dynamodb.transact_write_items(TransactItems=[add_to_a, put_c])
     assert (n("a"), n("c"), n("x")) == (2, 7, 1)
+
+
+def test_a_client_token_is_forgotten_after_the_idempotency_window(indexed, monkeypatch):
+    import time
+    table, dynamodb, _ = indexed
+    monkeypatch.setattr(aws_stand, "IDEMPOTENCY_WINDOW_S", 0.3)
+
+    def add(token, n):
+        dynamodb.transact_write_items(ClientRequestToken=token, TransactItems=[{"Update": {
+            "TableName": table, "Key": item("w"), "UpdateExpression": "ADD n :n",
+            "ExpressionAttributeValues": {":n": {"N": str(n)}}}}])
+
+    add("w-old", 1)
+    time.sleep(0.2)
+    add("w-new", 10)
+    add("w-new", 10)  # a repeat within the window: not applied again
+    time.sleep(0.15)
+    # "w-old" has expired, "w-new" has not: expiry stops at the first current token.
+    add("w-old", 100)
+    refused(lambda: add("w-new", 5), "IdempotentParameterMismatchException")
+    assert dynamodb.get_item(TableName=table, Key=item("w"))["Item"]["n"] == {"N": "111"}
