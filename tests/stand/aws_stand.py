@@ -483,11 +483,32 @@ def restore_points_of_the_named_items():
     Table._restore_points_of_named_items = True
 
 
+def sorting_by_plain_values():
+    """Makes moto sort an index query's matches by their keys' plain values (text, `Decimal`,
+    bytes) rather than by its `DynamoType`s, whose comparisons convert both sides again each
+    time: the same order (a `DynamoType` compares by that value), a fraction of the time. A query
+    whose partition held 24,000 jobs took five seconds in that sort (before its `Limit` applies),
+    which made a cycle over 1,000 shares unmeasurable."""
+    from moto.dynamodb.models.table import Table
+
+    if getattr(Table, "_sorting_by_plain_values", False):
+        return
+
+    def sorted_items(table, hash_key_attrs, range_key_attrs, items):
+        names = table._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
+        items.sort(key=lambda item: tuple(item.attrs[name].cast_value for name in names))
+        return items
+
+    Table.sorted_items = sorted_items
+    Table._sorting_by_plain_values = True
+
+
 class DynamoDB:
     """DynamoDB's behaviour around moto: faults, idempotent transactions, lagging indexes."""
 
     def __init__(self, moto_app, faults):
         restore_points_of_the_named_items()
+        sorting_by_plain_values()
         self.moto_app = moto_app
         self.faults = faults
         self.indexes = LaggingIndexes(Direct(moto_app), faults)

@@ -321,3 +321,32 @@ def test_a_client_token_is_forgotten_after_the_idempotency_window(indexed, monke
     add("w-old", 100)
     refused(lambda: add("w-new", 5), "IdempotentParameterMismatchException")
     assert dynamodb.get_item(TableName=table, Key=item("w"))["Item"]["n"] == {"N": "111"}
+
+
+def test_an_index_query_returns_its_matches_in_key_order(stand):
+    """The stand sorts an index's matches by their keys' plain values (moto compared its own
+    types): numbers by value, not as text, and backwards when asked."""
+    url, _ = stand
+    dynamodb = boto3.client("dynamodb", endpoint_url=url, **ROOT)
+    name = "ordered"
+    dynamodb.create_table(
+        TableName=name, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                              {"AttributeName": "g", "AttributeType": "S"},
+                              {"AttributeName": "r", "AttributeType": "N"}],
+        GlobalSecondaryIndexes=[{"IndexName": "by-r", "KeySchema": [
+            {"AttributeName": "g", "KeyType": "HASH"}, {"AttributeName": "r", "KeyType": "RANGE"}],
+            "Projection": {"ProjectionType": "ALL"}}])
+    for pk, r in (("a", "10"), ("b", "9"), ("c", "100"), ("d", "-1.5"), ("e", "9")):
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": pk}, "g": {"S": "x"}, "r": {"N": r}})
+
+    def ordered(forward):
+        found = dynamodb.query(TableName=name, IndexName="by-r", KeyConditionExpression="g = :g",
+                               ExpressionAttributeValues={":g": {"S": "x"}},
+                               ScanIndexForward=forward)["Items"]
+        return [(i["r"]["N"], i["pk"]["S"]) for i in found]
+
+    ascending = [("-1.5", "d"), ("9", "b"), ("9", "e"), ("10", "a"), ("100", "c")]
+    assert ordered(True) == ascending
+    assert ordered(False) == ascending[::-1]
