@@ -169,21 +169,124 @@ fn key(job: &RunningJob) -> usize {
     job.job_id.as_str().as_ptr() as usize
 }
 
+/// A share of the queue being planned, by its place in the queue's shares.
+type ShareIx = usize;
+
+/// An instance type of one cycle, by its place in [`Names::types`].
+type TypeIx = usize;
+
+/// The shares and instance types of one queue's cycle, numbered, so that the planner's tallies
+/// are tables indexed by small numbers rather than maps searched by name (comparing names was a
+/// quarter of a `quota-shares` replay). A share's name is looked up by the address of its text
+/// first: the names that the cycle's jobs and shares hold are entered once, and a snapshot's jobs
+/// of one share usually hold clones of one [`SharedStr`], so most lookups compare integers; any
+/// other string is found by its text.
+struct Names<'a> {
+    shares: &'a [QuotaShareState],
+    /// The share (if any) of each name entered, by the address and length of the name's text.
+    by_address: BTreeMap<(usize, usize), Option<ShareIx>>,
+    /// Every instance type that a share limits or a job holds, in text order.
+    types: Vec<&'a str>,
+}
+
+impl<'a> Names<'a> {
+    fn new(
+        shares: &'a [QuotaShareState],
+        running: impl Iterator<Item = &'a RunningJob> + Clone,
+        pending: impl Iterator<Item = &'a PendingJob> + Clone,
+    ) -> Self {
+        // A cycle has few types and many jobs: each job's compared with the few found so far.
+        let mut types: Vec<&'a str> = Vec::new();
+        let every = shares
+            .iter()
+            .flat_map(|s| s.limits.keys())
+            .chain(running.clone().flat_map(|r| r.instances.keys()))
+            .chain(pending.clone().flat_map(|p| p.instances.keys()));
+        for ty in every {
+            if !types.contains(&ty.as_str()) {
+                types.push(ty);
+            }
+        }
+        types.sort_unstable();
+        let mut names = Self {
+            shares,
+            by_address: BTreeMap::new(),
+            types,
+        };
+        for share in shares {
+            names.enter(&share.name);
+        }
+        for name in running.filter_map(|r| r.share.as_deref()) {
+            names.enter(name);
+        }
+        for name in pending.filter_map(|p| p.share.as_deref()) {
+            names.enter(name);
+        }
+        names
+    }
+
+    fn enter(&mut self, name: &str) {
+        if let std::collections::btree_map::Entry::Vacant(entry) =
+            self.by_address.entry(address(name))
+        {
+            entry.insert(self.shares.iter().position(|s| s.name == name));
+        }
+    }
+
+    /// The share named `name`, if the queue has it.
+    fn share(&self, name: &str) -> Option<ShareIx> {
+        match self.by_address.get(&address(name)) {
+            Some(found) => *found,
+            None => self.shares.iter().position(|s| s.name == name),
+        }
+    }
+
+    /// The number of an instance type: types no share limits and no job of the cycle held when
+    /// it began have none (nothing is tallied of them).
+    fn ty(&self, ty: &str) -> Option<TypeIx> {
+        self.types.iter().position(|t| *t == ty)
+    }
+
+    /// The index of (share, type) in tables of every share by every type.
+    fn cell(&self, s: ShareIx, t: TypeIx) -> Option<usize> {
+        (s < self.shares.len() && t < self.types.len()).then(|| s * self.types.len() + t)
+    }
+
+    /// The size of tables of every share by every type.
+    fn cells(&self) -> usize {
+        self.shares.len() * self.types.len()
+    }
+}
+
+/// Where a string's text is: the same for every clone of one [`SharedStr`], and distinct between
+/// strings alive at once (the length tells a string from a shorter slice of it).
+fn address(s: &str) -> (usize, usize) {
+    (s.as_ptr() as usize, s.len())
+}
+
 /// [`borrowed_jobs`], as the jobs themselves.
 fn borrowed<'a>(
     shares: &[QuotaShareState],
     running: impl IntoIterator<Item = &'a RunningJob>,
 ) -> Vec<&'a RunningJob> {
-    let known: BTreeMap<&str, &QuotaShareState> =
-        shares.iter().map(|s| (s.name.as_str(), s)).collect();
-    let mut by_share: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
+    let running: Vec<&RunningJob> = running.into_iter().collect();
+    let names = Names::new(shares, running.iter().copied(), std::iter::empty());
+    borrowed_among(&names, running)
+}
+
+/// [`borrowed`], with the cycle's names.
+fn borrowed_among<'a>(
+    names: &Names<'_>,
+    running: impl IntoIterator<Item = &'a RunningJob>,
+) -> Vec<&'a RunningJob> {
+    let mut by_share: Vec<Vec<&RunningJob>> = vec![Vec::new(); names.shares.len()];
     for job in running {
-        if let Some(share) = job.share.as_deref().filter(|s| known.contains_key(s)) {
-            by_share.entry(share).or_default().push(job);
+        if let Some(s) = job.share.as_deref().and_then(|name| names.share(name)) {
+            by_share[s].push(job);
         }
     }
     let mut borrowed = Vec::new();
-    for (name, mut jobs) in by_share {
+    for (share, mut jobs) in names.shares.iter().zip(by_share) {
         jobs.sort_by(|a, b| {
             (a.priority, Reverse(a.started_at_ms), Reverse(&a.job_id)).cmp(&(
                 b.priority,
@@ -197,7 +300,6 @@ fn borrowed<'a>(
                 *used.entry(ty.as_str()).or_insert(0) += u64::from(*n);
             }
         }
-        let share = known[name];
         for (ty, in_use) in used {
             let over = in_use.saturating_sub(share.limit(ty));
             let mut marked = 0;
@@ -217,13 +319,12 @@ fn borrowed<'a>(
 
 /// Planning state of one quota-managed queue.
 struct Quota<'a> {
-    all: &'a [QuotaShareState],
-    shares: BTreeMap<&'a str, &'a QuotaShareState>,
-    /// `U(S,t)` (see the module docs), by (share, instance type).
-    used: BTreeMap<(&'a str, &'a str), u64>,
-    /// The same by priority: `U(S,t)` of the jobs of each `schedulingPriority`, by (share,
-    /// instance type, priority).
-    used_by_priority: BTreeMap<(&'a str, &'a str, u32), u64>,
+    names: Names<'a>,
+    /// `U(S,t)` (see the module docs), by [`Names::cell`].
+    used: Vec<u64>,
+    /// The same by priority: `U(S,t)` of the jobs of each `schedulingPriority`, by
+    /// [`Names::cell`], in priority order.
+    used_by_priority: Vec<Vec<(u32, u64)>>,
     /// Running attempts of the queue.
     running: Vec<&'a RunningJob>,
     /// Jobs being preempted in this cycle.
@@ -235,7 +336,7 @@ struct Quota<'a> {
     borrowed: BTreeSet<usize>,
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
     /// candidates preemption ever looks at (see [`Quota::make_room`]).
-    preemptible: BTreeMap<&'a str, Vec<&'a RunningJob>>,
+    preemptible: Vec<Vec<&'a RunningJob>>,
     /// Running jobs old enough to be reclaimed from a borrowing share (anti-thrash protects
     /// from in-share preemption only), in `running` order.
     reclaimable: Vec<&'a RunningJob>,
@@ -245,11 +346,13 @@ struct Quota<'a> {
     /// instance type): (priority, instances) pairs. Room only shrinks within a cycle (capacity is
     /// taken, victims are set aside, usage grows), so a job of the same share and type with no
     /// higher priority that needs no fewer instances finds none either, and is not searched for.
-    no_room: BTreeMap<(&'a str, &'a str), Vec<(u32, u32)>>,
+    no_room: BTreeMap<(ShareIx, TypeIx), Vec<(u32, u32)>>,
     /// [`Quota::bound`] per (share, instance type), worked out once a cycle.
-    bounds: BTreeMap<(&'a str, &'a str), (u64, u64, QuotaLimitCause)>,
-    /// What preempting each preemptible job would cost now, by job id (see the module docs).
-    costs: BTreeMap<usize, Loss>,
+    bounds: BTreeMap<(ShareIx, &'a str), (u64, u64, QuotaLimitCause)>,
+    /// What [`Loss::of`] needs beside the job: the cycle's time, the queue's median checkpoint
+    /// interval and the restart overhead. A loss is worked out when a candidate is weighed, as
+    /// most cycles weigh none (every candidate is old enough to be reclaimed, so it has one).
+    loss_at: (i64, Option<i64>, u64),
     /// [`Quota::lent`] per (share, instance type), until the borrowed jobs change (a few
     /// entries: shares × types).
     lent_cache: Vec<(&'a str, String, Option<LentTo>)>,
@@ -268,7 +371,12 @@ struct Loss {
 }
 
 impl Loss {
-    fn of(job: &RunningJob, now_ms: i64, median_interval_ms: Option<i64>, config: &Config) -> Self {
+    fn of(
+        job: &RunningJob,
+        now_ms: i64,
+        median_interval_ms: Option<i64>,
+        restart_overhead_s: u64,
+    ) -> Self {
         let ran_ms = now_ms.saturating_sub(job.started_at_ms).max(0);
         let checkpoint_ms = job.checkpoint_since_start();
         let since_ms = match (checkpoint_ms, median_interval_ms) {
@@ -279,7 +387,7 @@ impl Loss {
         let instances: u64 = job.instances.values().map(|n| u64::from(*n)).sum();
         let seconds = u64::try_from(since_ms / 1000)
             .unwrap_or(0)
-            .saturating_add(config.restart_overhead_s);
+            .saturating_add(restart_overhead_s);
         let interval_ms = job.checkpoint_interval_ms.or(median_interval_ms);
         Self {
             instance_s: instances.saturating_mul(seconds),
@@ -347,25 +455,48 @@ impl<'a> Quota<'a> {
             .collect();
     }
 
-    fn used(&self, share: &str, ty: &str) -> u64 {
-        self.used.get(&(share, ty)).copied().unwrap_or(0)
+    /// What preempting a candidate would lose now (see the module docs).
+    fn loss(&self, job: &RunningJob) -> Loss {
+        let (now_ms, median, restart_overhead_s) = self.loss_at;
+        Loss::of(job, now_ms, median, restart_overhead_s)
+    }
+
+    /// The number of one of the queue's shares (its own name was entered, so it is found by
+    /// the name's address); a share the queue does not have tallies nothing.
+    fn ix(&self, share: &QuotaShareState) -> ShareIx {
+        self.names.share(&share.name).unwrap_or(usize::MAX)
+    }
+
+    fn used(&self, s: ShareIx, ty: &str) -> u64 {
+        self.names
+            .ty(ty)
+            .and_then(|t| self.names.cell(s, t))
+            .map_or(0, |cell| self.used[cell])
     }
 
     /// `U_p(S,t)`: what the share's jobs of priority `p` or higher use of the type.
-    fn used_from(&self, share: &str, ty: &str, p: u32) -> u64 {
-        self.used_by_priority
-            .range((share, ty, p)..=(share, ty, u32::MAX))
-            .map(|(_, n)| n)
-            .sum()
+    fn used_from(&self, s: ShareIx, ty: &str, p: u32) -> u64 {
+        let cell = self.names.ty(ty).and_then(|t| self.names.cell(s, t));
+        cell.map_or(0, |cell| {
+            self.used_by_priority[cell]
+                .iter()
+                .filter(|(priority, _)| *priority >= p)
+                .map(|(_, n)| n)
+                .sum()
+        })
     }
 
-    fn add(&mut self, share: &'a str, job: &'a crate::snapshot::Instances, priority: u32) {
+    fn add(&mut self, s: ShareIx, job: &crate::snapshot::Instances, priority: u32) {
         for (ty, n) in job {
-            *self.used.entry((share, ty.as_str())).or_insert(0) += u64::from(*n);
-            *self
-                .used_by_priority
-                .entry((share, ty.as_str(), priority))
-                .or_insert(0) += u64::from(*n);
+            let Some(cell) = self.names.ty(ty).and_then(|t| self.names.cell(s, t)) else {
+                continue;
+            };
+            self.used[cell] += u64::from(*n);
+            let by_priority = &mut self.used_by_priority[cell];
+            match by_priority.binary_search_by_key(&priority, |(p, _)| *p) {
+                Ok(i) => by_priority[i].1 += u64::from(*n),
+                Err(i) => by_priority.insert(i, (priority, u64::from(*n))),
+            }
         }
     }
 
@@ -373,7 +504,7 @@ impl<'a> Quota<'a> {
     fn within_limit(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
         job.instances
             .iter()
-            .all(|(ty, n)| self.used(&share.name, ty) + u64::from(*n) <= share.limit(ty))
+            .all(|(ty, n)| self.used(self.ix(share), ty) + u64::from(*n) <= share.limit(ty))
     }
 
     /// Whether the job is entitled: it fits within its share's own limit with the share's jobs
@@ -383,7 +514,7 @@ impl<'a> Quota<'a> {
         self.first_at_its_priority(share, job)
             && job.instances.iter().all(|(ty, n)| {
                 share.borrow_cap(ty).is_none_or(|cap| {
-                    self.used(&share.name, ty) + u64::from(*n)
+                    self.used(self.ix(share), ty) + u64::from(*n)
                         <= share.limit(ty).saturating_add(cap)
                 })
             })
@@ -393,7 +524,7 @@ impl<'a> Quota<'a> {
     /// priority or higher: `U_p(S,t) + n ≤ L(S,t)` for every type it needs.
     fn first_at_its_priority(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
         job.instances.iter().all(|(ty, n)| {
-            self.used_from(&share.name, ty, job.priority) + u64::from(*n) <= share.limit(ty)
+            self.used_from(self.ix(share), ty, job.priority) + u64::from(*n) <= share.limit(ty)
         })
     }
 
@@ -406,15 +537,16 @@ impl<'a> Quota<'a> {
         ty: &'a str,
         env: &EnvPlan,
     ) -> (u64, u64, QuotaLimitCause) {
-        if let Some(bound) = self.bounds.get(&(share.name.as_str(), ty)) {
+        if let Some(bound) = self.bounds.get(&(self.ix(share), ty)) {
             return *bound;
         }
         let limit = share.limit(ty);
-        let claimed: u64 = self.shares.values().map(|s| s.limit(ty)).sum();
+        let claimed: u64 = self.names.shares.iter().map(|s| s.limit(ty)).sum();
         let unassigned = env.pool.type_limit(ty).saturating_sub(claimed);
         let lendable: u64 = self
+            .names
             .shares
-            .values()
+            .iter()
             .filter(|s| s.name != share.name && s.lends())
             .map(|s| s.limit(ty))
             .sum::<u64>()
@@ -427,7 +559,7 @@ impl<'a> Quota<'a> {
             _ => (lendable, QuotaLimitCause::BorrowableCapacity),
         };
         let bound = (limit, borrowable, cause);
-        self.bounds.insert((share.name.as_str(), ty), bound);
+        self.bounds.insert((self.ix(share), ty), bound);
         bound
     }
 
@@ -459,7 +591,7 @@ impl<'a> Quota<'a> {
     fn may_borrow(&self, share: &QuotaShareState, job: &PendingJob) -> Result<(), SkipReason> {
         for (ty, n) in job.instances.iter() {
             let needed = u64::from(*n);
-            let in_use = self.used(&share.name, ty);
+            let in_use = self.used(self.ix(share), ty);
             let limit = share.limit(ty);
             let over = (in_use + needed).saturating_sub(limit);
             if over == 0 {
@@ -492,31 +624,38 @@ impl<'a> Quota<'a> {
 
     /// Idle capacity of RESERVE shares other than `share`, which is never lent.
     fn reserved_idle(&self, share: &str, ty: &str) -> u64 {
-        self.shares
-            .values()
+        self.names
+            .shares
+            .iter()
             .filter(|s| s.name != share && s.strategy == SharingStrategy::Reserve)
-            .map(|s| s.limit(ty).saturating_sub(self.used(&s.name, ty)))
+            .map(|s| s.limit(ty).saturating_sub(self.used(self.ix(s), ty)))
             .sum()
     }
 
     /// Whether an earlier search this cycle already shows that `job` (of one instance type) finds
     /// no room (see `no_room`).
-    fn known_no_room(&self, share: &str, job: &PendingJob, priority: u32) -> bool {
+    fn known_no_room(&self, share: &QuotaShareState, job: &PendingJob, priority: u32) -> bool {
         let mut types = job.instances.iter();
         let (Some((ty, n)), None) = (types.next(), types.next()) else {
             return false;
         };
+        let Some(t) = self.names.ty(ty) else {
+            return false;
+        };
         self.no_room
-            .get(&(share, ty.as_str()))
+            .get(&(self.ix(share), t))
             .is_some_and(|failed| failed.iter().any(|(p, m)| priority <= *p && n >= m))
     }
 
     /// Notes that `job` (of share `share`) found no room when preempting as a job of
     /// `priority` would (its own when it may preempt in its share, else 0: reclaims only).
-    fn note_no_room(&mut self, share: &'a str, job: &'a PendingJob, priority: u32) {
+    fn note_no_room(&mut self, share: &QuotaShareState, job: &PendingJob, priority: u32) {
         let mut types = job.instances.iter();
-        if let (Some((ty, n)), None) = (types.next(), types.next()) {
-            let failed = self.no_room.entry((share, ty.as_str())).or_default();
+        if let (Some((ty, n)), None) = (types.next(), types.next())
+            && let Some(t) = self.names.ty(ty)
+        {
+            let key = (self.ix(share), t);
+            let failed = self.no_room.entry(key).or_default();
             // Keep only what the others do not already imply.
             if !failed.iter().any(|(p, m)| priority <= *p && n >= m) {
                 failed.retain(|(p, m)| !(*p <= priority && m >= n));
@@ -621,7 +760,7 @@ impl<'a> Quota<'a> {
             .map(|r| (r, true));
         let own = self
             .preemptible
-            .get(share.name.as_str())
+            .get(self.ix(share))
             .filter(|_| share.in_share_preemption && in_share)
             .into_iter()
             .flatten()
@@ -642,7 +781,7 @@ impl<'a> Quota<'a> {
                 .filter_map(|ty| r.instances.get(ty))
                 .map(|n| u64::from(*n))
                 .sum();
-            let cost = self.costs.get(&key(r)).map_or(0, |l| l.instance_s);
+            let cost = self.loss(r).instance_s;
             (u128::from(cost), u128::from(freed.max(1)))
         };
         let mut candidates: Vec<(&RunningJob, bool, (u128, u128))> = candidates
@@ -658,7 +797,7 @@ impl<'a> Quota<'a> {
         // Whether the share, once `leaving` of its instances of `ty` are gone and the job's `n`
         // added, is within its limit (over it: within its limit plus its borrow cap).
         let within = |ty: &str, n: u32, leaving: u64| {
-            let after = (self.used(&share.name, ty) + u64::from(n)).saturating_sub(leaving);
+            let after = (self.used(self.ix(share), ty) + u64::from(n)).saturating_sub(leaving);
             let limit = share.limit(ty);
             match share.borrow_cap(ty) {
                 _ if !over => after <= limit,
@@ -754,26 +893,26 @@ pub(crate) fn plan_quota_queue<'a>(
     config: &Config,
 ) {
     let median = median_interval(running);
-    let mut preemptible: BTreeMap<&str, Vec<&RunningJob>> = BTreeMap::new();
+    let names = Names::new(shares, running.iter().copied(), jobs.iter().copied());
+    let mut preemptible: Vec<Vec<&RunningJob>> = vec![Vec::new(); shares.len()];
     let mut reclaimable = Vec::new();
-    let mut costs = BTreeMap::new();
     for job in running {
         let Some(share) = job.share.as_deref() else {
             continue;
         };
         if now_ms >= reclaimable_from(job, config) {
             reclaimable.push(*job);
-            costs.insert(key(job), Loss::of(job, now_ms, median, config));
         }
-        if now_ms >= preemptible_from(job, config) {
-            preemptible.entry(share).or_default().push(job);
+        if now_ms >= preemptible_from(job, config)
+            && let Some(s) = names.share(share)
+        {
+            preemptible[s].push(job);
         }
     }
     let mut quota = Quota {
-        all: shares,
-        shares: shares.iter().map(|s| (s.name.as_str(), s)).collect(),
-        used: BTreeMap::new(),
-        used_by_priority: BTreeMap::new(),
+        used: vec![0; names.cells()],
+        used_by_priority: vec![Vec::new(); names.cells()],
+        names,
         borrowed: BTreeSet::new(),
         preemptible,
         reclaimable,
@@ -783,13 +922,18 @@ pub(crate) fn plan_quota_queue<'a>(
         running: running.to_vec(),
         no_room: BTreeMap::new(),
         bounds: BTreeMap::new(),
-        costs,
+        loss_at: (now_ms, median, config.restart_overhead_s),
         lent_cache: Vec::new(),
     };
-    quota.set_borrowed(borrowed(shares, quota.running.iter().copied()));
+    let borrowed = borrowed_among(&quota.names, quota.running.iter().copied());
+    quota.set_borrowed(borrowed);
     for job in quota.running.clone() {
-        if let Some(name) = job.share.as_deref() {
-            quota.add(name, &job.instances, job.priority);
+        if let Some(s) = job
+            .share
+            .as_deref()
+            .and_then(|name| quota.names.share(name))
+        {
+            quota.add(s, &job.instances, job.priority);
         }
     }
 
@@ -826,10 +970,12 @@ fn decide<'a>(
         });
         Decision::Done
     };
+    let shares: &'a [QuotaShareState] = quota.names.shares;
     let found = job
         .share
         .as_deref()
-        .and_then(|s| quota.shares.get(s).copied());
+        .and_then(|s| quota.names.share(s))
+        .map(|s| &shares[s]);
     let Some(share) = found else {
         let reason = SkipReason::UnknownQuotaShare {
             quota_share: job.share.as_deref().unwrap_or_default().to_owned(),
@@ -922,7 +1068,7 @@ fn decide<'a>(
     let Some(reason) = waiting else {
         return match dispatch(plan, queue, job, env, now_ms, config) {
             Ok(()) => {
-                quota.add(&share.name, &job.instances, job.priority);
+                quota.add(quota.ix(share), &job.instances, job.priority);
                 if entitled {
                     quota
                         .entitled_start
@@ -980,12 +1126,12 @@ fn decide<'a>(
     // A job that may not preempt in its share has the candidates of a job of priority 0 (none
     // of its own share's jobs is below that): it shares the memo of failures with them.
     let as_priority = if in_share { job.priority } else { 0 };
-    if (in_share || reclaim) && quota.known_no_room(&share.name, job, as_priority) {
+    if (in_share || reclaim) && quota.known_no_room(share, job, as_priority) {
         return no_room(plan, quota, reason);
     }
     let Some(victims) = quota.make_room(share, job, env, in_share, reclaim) else {
         if reclaim {
-            quota.note_no_room(&share.name, job, as_priority);
+            quota.note_no_room(share, job, as_priority);
         }
         return no_room(plan, quota, reason);
     };
@@ -999,7 +1145,7 @@ fn decide<'a>(
                 .map(|v| {
                     // Worth waiting for: due within the window, and sooner than the work it
                     // saves took (so a job that has just saved is not waited for again).
-                    let loss = quota.costs.get(&key(v))?;
+                    let loss = quota.loss(v);
                     let saved_ms = loss.checkpoint_ms?;
                     loss.next_checkpoint_ms.filter(|due| {
                         *due > now_ms && *due <= window_end && due - now_ms < now_ms - saved_ms
@@ -1041,23 +1187,23 @@ fn decide<'a>(
         if due_ms.is_some() {
             continue;
         }
-        let loss = quota.costs.get(&key(victim));
+        let loss = quota.loss(victim);
         plan.preemptions.push(Preemption {
             victim_job_id: victim.job_id.clone(),
             for_job_id: job.job_id.clone(),
             reason,
-            lost_instance_s: loss.map_or(0, |l| l.instance_s),
-            checkpoint_ms: loss.and_then(|l| l.checkpoint_ms),
+            lost_instance_s: loss.instance_s,
+            checkpoint_ms: loss.checkpoint_ms,
         });
     }
     env.pool.take(&claim);
-    quota.add(&share.name, &job.instances, job.priority);
+    quota.add(quota.ix(share), &job.instances, job.priority);
     let left = quota
         .running
         .iter()
         .copied()
         .filter(|r| !quota.victims.contains(&key(r)));
-    let borrowed = borrowed(quota.all, left);
+    let borrowed = borrowed_among(&quota.names, left);
     quota.set_borrowed(borrowed);
     let victims = victims.iter().map(|v| v.job_id.clone()).collect();
     match due_ms {
