@@ -350,3 +350,11 @@ def test_an_index_query_returns_its_matches_in_key_order(stand):
     ascending = [("-1.5", "d"), ("9", "b"), ("9", "e"), ("10", "a"), ("100", "c")]
     assert ordered(True) == ascending
     assert ordered(False) == ascending[::-1]
+    # A scan walks the table in key order: numbers by value too.
+    dynamodb.create_table(TableName="numbered", BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "n", "KeyType": "HASH"}],
+                          AttributeDefinitions=[{"AttributeName": "n", "AttributeType": "N"}])
+    for n in ("10", "9", "100", "-2"):
+        dynamodb.put_item(TableName="numbered", Item={"n": {"N": n}})
+    scanned = [i["n"]["N"] for i in dynamodb.scan(TableName="numbered")["Items"]]
+    assert scanned == ["-2", "9", "10", "100"]
