@@ -514,12 +514,38 @@ def sorting_by_plain_values():
     Table._sorting_by_plain_values = True
 
 
+class _Untracked(list):
+    """An instance list that keeps nothing (see `no_instance_tracking`)."""
+
+    def append(self, _instance):
+        pass
+
+
+def no_instance_tracking():
+    """Stops moto from keeping every DynamoDB model object it ever made.
+
+    moto appends each instance of its models to a class-wide list, for its dashboard, and never
+    lets go: every item written, every copy a query or a transaction's restore point makes, every
+    table copy. In a long run the stand's memory grew with the requests it had served, not with
+    what its tables held (past 20 GB during the cycle over 1,000 shares of
+    docs/storage-dynamodb.md). The stand has no dashboard, so these lists keep nothing; objects
+    live as long as the tables hold them. Tested by
+    `test_the_stand_keeps_no_item_its_tables_do_not_hold`."""
+    from moto.core.model_instances import model_data
+    import moto.dynamodb.models  # noqa: F401 (defines the classes)
+
+    for model in model_data["dynamodb"].values():
+        if not isinstance(model.instances_tracked, _Untracked):
+            model.instances_tracked = _Untracked()
+
+
 class DynamoDB:
     """DynamoDB's behaviour around moto: faults, idempotent transactions, lagging indexes."""
 
     def __init__(self, moto_app, faults):
         restore_points_of_the_named_items()
         sorting_by_plain_values()
+        no_instance_tracking()
         self.moto_app = moto_app
         self.faults = faults
         self.indexes = LaggingIndexes(Direct(moto_app), faults)

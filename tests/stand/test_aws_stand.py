@@ -358,3 +358,34 @@ def test_an_index_query_returns_its_matches_in_key_order(stand):
         dynamodb.put_item(TableName="numbered", Item={"n": {"N": n}})
     scanned = [i["n"]["N"] for i in dynamodb.scan(TableName="numbered")["Items"]]
     assert scanned == ["-2", "9", "10", "100"]
+
+
+def test_the_stand_keeps_no_item_its_tables_do_not_hold(stand):
+    """moto kept every item object it ever made (each write, each query's copies, each restore
+    point), so the stand's memory grew with the requests served: past 20 GB in a long run. Items
+    the tables no longer hold must be freed."""
+    import gc
+
+    from moto.dynamodb.models.dynamo_type import Item
+
+    def items_alive():
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, Item))
+
+    url, _ = stand
+    dynamodb = boto3.client("dynamodb", endpoint_url=url, **ROOT)
+    name = "served"
+    dynamodb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
+                          KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                          AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])
+    for n in range(20):
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": f"k{n}"}, "n": {"N": "0"}})
+    before = items_alive()
+    for _ in range(30):
+        assert len(dynamodb.scan(TableName=name)["Items"]) == 20
+        dynamodb.transact_write_items(TransactItems=[{"Update": {
+            "TableName": name, "Key": {"pk": {"S": "k0"}}, "UpdateExpression": "ADD n :one",
+            "ExpressionAttributeValues": {":one": {"N": "1"}}}}])
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": "k1"}, "n": {"N": "1"}})
+    # 30 scans copied 600 items, 60 writes made new ones; the table still holds 20.
+    assert items_alive() - before < 20
