@@ -514,6 +514,115 @@ def sorting_by_plain_values():
     Table._sorting_by_plain_values = True
 
 
+_QUERY = threading.local()
+
+
+def queries_read_their_key_range():
+    """Makes a query read the items its key condition selects, as DynamoDB does, instead of
+    the whole table, and return a `LastEvaluatedKey` whenever it stopped at its `Limit`.
+
+    moto starts every query from the whole table in key order and walks the partition from its
+    start, computing each item's size on the way: a query for one share's heads in a partition
+    of 24,000 jobs took a second, and a cycle over 1,000 shares could not finish in an hour.
+    DynamoDB reads only the items of the key condition's range: its `Limit` and its 1 MB page
+    count those (moto counted the sizes of the items before the range too) and, when the query
+    stops because it evaluated `Limit` items, the answer has a `LastEvaluatedKey` even if no
+    item is left (moto gave one only if some item of the partition followed). Tested by
+    `test_a_query_reads_its_key_range_and_stops_at_its_limit_with_a_key`."""
+    from moto.dynamodb.models.dynamo_type import Item
+    from moto.dynamodb.models.table import Table
+
+    if getattr(Table, "_queries_read_their_key_range", False):
+        return
+    query = Table.query
+    all_items = Table.all_items
+    sorted_items = Table.sorted_items
+
+    def in_range(table, item):
+        index_name, hash_key, hash_conditions, range_conditions, comparison, values = _QUERY.keys
+        if index_name:
+            for name, value in hash_conditions:
+                found = item.attrs.get(name)
+                if not found or found != value:
+                    return False
+            if not comparison:
+                return True
+            name = range_conditions[-1][0] if range_conditions else next(
+                (k["AttributeName"] for k in table.get_index(index_name).schema
+                 if k["KeyType"] == "RANGE"), None)
+            found = item.attrs.get(name) if name else None
+            return bool(found) and found.compare(comparison, values)
+        return not comparison or item.range_key.compare(comparison, values)
+
+    def keyed_all_items(table):
+        keys = getattr(_QUERY, "keys", None)
+        if keys is None:
+            return all_items(table)
+        index_name, hash_key, hash_conditions = keys[0], keys[1], keys[2]
+        if index_name:
+            if not hash_conditions:
+                return all_items(table)  # moto's own rules for a query without them
+            candidates = all_items(table)
+        else:
+            partition = table.items.get(hash_key)
+            if partition is None:
+                return []
+            candidates = list(partition.values()) if table.range_key_attr else [partition]
+        return [item for item in candidates if isinstance(item, Item) and in_range(table, item)]
+
+    def recorded_sorted_items(table, hash_key_attrs, range_key_attrs, items):
+        ordered = sorted_items(table, hash_key_attrs, range_key_attrs, items)
+        if getattr(_QUERY, "keys", None) is not None:
+            _QUERY.order = ordered  # moto reverses this list in place for a backward query
+        return ordered
+
+    def keyed_query(table, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                    scan_index_forward, projection_expressions, index_name=None,
+                    consistent_read=False, filter_expression=None, hash_key_conditions=None,
+                    range_key_conditions=None, **filter_kwargs):
+        if filter_kwargs:  # the legacy QueryFilter: moto's own walk
+            return query(table, hash_key, range_comparison, range_objs, limit,
+                         exclusive_start_key, scan_index_forward, projection_expressions,
+                         index_name, consistent_read, filter_expression,
+                         hash_key_conditions=hash_key_conditions,
+                         range_key_conditions=range_key_conditions, **filter_kwargs)
+        _QUERY.keys = (index_name, hash_key, hash_key_conditions or [], range_key_conditions,
+                       range_comparison, range_objs)
+        _QUERY.order = None
+        try:
+            results, evaluated, last_key = query(
+                table, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                scan_index_forward, projection_expressions, index_name, consistent_read,
+                filter_expression, hash_key_conditions=hash_key_conditions,
+                range_key_conditions=range_key_conditions)
+            order = _QUERY.order
+        finally:
+            _QUERY.keys = None
+            _QUERY.order = None
+        if last_key is None and limit and evaluated == limit:
+            # Every item of the range after the start was evaluated (each one matches), and
+            # there were `Limit` of them: DynamoDB stops there and names the last one.
+            if order is None:  # a table query: moto sorted the partition by its range key
+                order = sorted(keyed_all_items_for(table, hash_key, range_comparison, range_objs),
+                               key=lambda item: item.range_key.cast_value if item.range_key else 0,
+                               reverse=not scan_index_forward)
+            if order:
+                last_key = table._get_last_evaluated_key(order[-1], index_name)
+        return results, evaluated, last_key
+
+    def keyed_all_items_for(table, hash_key, range_comparison, range_objs):
+        _QUERY.keys = (None, hash_key, [], None, range_comparison, range_objs)
+        try:
+            return keyed_all_items(table)
+        finally:
+            _QUERY.keys = None
+
+    Table.query = keyed_query
+    Table.all_items = keyed_all_items
+    Table.sorted_items = recorded_sorted_items
+    Table._queries_read_their_key_range = True
+
+
 class _Untracked(list):
     """An instance list that keeps nothing (see `no_instance_tracking`)."""
 
@@ -545,6 +654,7 @@ class DynamoDB:
     def __init__(self, moto_app, faults):
         restore_points_of_the_named_items()
         sorting_by_plain_values()
+        queries_read_their_key_range()
         no_instance_tracking()
         self.moto_app = moto_app
         self.faults = faults

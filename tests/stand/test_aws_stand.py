@@ -389,3 +389,53 @@ def test_the_stand_keeps_no_item_its_tables_do_not_hold(stand):
         dynamodb.put_item(TableName=name, Item={"pk": {"S": "k1"}, "n": {"N": "1"}})
     # 30 scans copied 600 items, 60 writes made new ones; the table still holds 20.
     assert items_alive() - before < 20
+
+
+def test_a_query_reads_its_key_range_and_stops_at_its_limit_with_a_key(stand):
+    """The stand reads only the items a query's key condition selects (moto walked the whole
+    partition), and, as DynamoDB does, a query that evaluated `Limit` items names the last one
+    in `LastEvaluatedKey` even when nothing follows it (moto did so only if an item followed)."""
+    url, _ = stand
+    dynamodb = boto3.client("dynamodb", endpoint_url=url, **ROOT)
+    name = "ranged"
+    dynamodb.create_table(
+        TableName=name, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                              {"AttributeName": "sk", "AttributeType": "S"},
+                              {"AttributeName": "g", "AttributeType": "S"},
+                              {"AttributeName": "r", "AttributeType": "S"}],
+        GlobalSecondaryIndexes=[{"IndexName": "by-r", "KeySchema": [
+            {"AttributeName": "g", "KeyType": "HASH"}, {"AttributeName": "r", "KeyType": "RANGE"}],
+            "Projection": {"ProjectionType": "ALL"}}])
+    for sk in ("a#1", "a#2", "b#1", "b#2", "b#3", "c#1"):
+        dynamodb.put_item(TableName=name, Item={"pk": {"S": "p"}, "sk": {"S": sk},
+                                                "g": {"S": "x"}, "r": {"S": sk}})
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "other"}, "sk": {"S": "b#9"},
+                                            "g": {"S": "y"}, "r": {"S": "b#9"}})
+    # Not in the index: it has none of the index's keys.
+    dynamodb.put_item(TableName=name, Item={"pk": {"S": "q"}, "sk": {"S": "b#5"}})
+
+    def pages(prefix, limit, forward=True, index=False):
+        keys, start, found = ("g", "r") if index else ("pk", "sk"), None, []
+        while True:
+            args = dict(TableName=name, Limit=limit, ScanIndexForward=forward,
+                        KeyConditionExpression=f"{keys[0]} = :h AND begins_with({keys[1]}, :p)",
+                        ExpressionAttributeValues={":h": {"S": "x" if index else "p"}, ":p": {"S": prefix}})
+            if index:
+                args["IndexName"] = "by-r"
+            if start:
+                args["ExclusiveStartKey"] = start
+            answer = dynamodb.query(**args)
+            found.append([i["sk"]["S"] for i in answer["Items"]])
+            start = answer.get("LastEvaluatedKey")
+            if not start:
+                return found
+
+    for index in (False, True):
+        assert pages("b", 2, index=index) == [["b#1", "b#2"], ["b#3"]]
+        assert pages("b", 3, index=index) == [["b#1", "b#2", "b#3"], []], "stopped at its Limit: a key"
+        assert pages("b", 4, index=index) == [["b#1", "b#2", "b#3"]]
+        assert pages("c", 1, index=index) == [["c#1"], []], "the partition's last item"
+        assert pages("a", 1, forward=False, index=index) == [["a#2"], ["a#1"], []]
+        assert pages("d", 5, index=index) == [[]]
