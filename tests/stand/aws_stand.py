@@ -562,7 +562,9 @@ def queries_read_their_key_range():
         if index_name:
             if not hash_conditions:
                 return all_items(table)  # moto's own rules for a query without them
-            candidates = all_items(table)
+            # In any order: moto sorts an index query's matches itself.
+            candidates = [item for partition in table.items.values()
+                          for item in (partition.values() if table.range_key_attr else [partition])]
         else:
             partition = table.items.get(hash_key)
             if partition is None:
@@ -571,6 +573,14 @@ def queries_read_their_key_range():
         return [item for item in candidates if isinstance(item, Item) and in_range(table, item)]
 
     def recorded_sorted_items(table, hash_key_attrs, range_key_attrs, items):
+        first = getattr(_QUERY, "first", None)
+        if first is not None and len(items) > first:
+            # A query with a `Limit` and no start key reads the first `Limit` items of its range
+            # and stops at the next (or sooner, at 1 MB): the rest need no order.
+            names = table._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
+            pick = heapq.nsmallest if _QUERY.forward else heapq.nlargest
+            items = pick(first, items, key=lambda item: tuple(
+                item.attrs[name].cast_value for name in names))
         ordered = sorted_items(table, hash_key_attrs, range_key_attrs, items)
         if getattr(_QUERY, "keys", None) is not None:
             _QUERY.order = ordered  # moto reverses this list in place for a backward query
@@ -589,6 +599,8 @@ def queries_read_their_key_range():
         _QUERY.keys = (index_name, hash_key, hash_key_conditions or [], range_key_conditions,
                        range_comparison, range_objs)
         _QUERY.order = None
+        _QUERY.first = limit + 1 if limit and not exclusive_start_key else None
+        _QUERY.forward = scan_index_forward
         try:
             results, evaluated, last_key = query(
                 table, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
@@ -599,6 +611,7 @@ def queries_read_their_key_range():
         finally:
             _QUERY.keys = None
             _QUERY.order = None
+            _QUERY.first = None
         if last_key is None and limit and evaluated == limit:
             # Every item of the range after the start was evaluated (each one matches), and
             # there were `Limit` of them: DynamoDB stops there and names the last one.

@@ -438,4 +438,6 @@ def test_a_query_reads_its_key_range_and_stops_at_its_limit_with_a_key(stand):
         assert pages("b", 4, index=index) == [["b#1", "b#2", "b#3"]]
         assert pages("c", 1, index=index) == [["c#1"], []], "the partition's last item"
         assert pages("a", 1, forward=False, index=index) == [["a#2"], ["a#1"], []]
+        assert pages("b", 1, index=index) == [["b#1"], ["b#2"], ["b#3"], []]
+        assert pages("b", 1, forward=False, index=index) == [["b#3"], ["b#2"], ["b#1"], []]
         assert pages("d", 5, index=index) == [[]]
