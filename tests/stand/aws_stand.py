@@ -37,8 +37,12 @@ DynamoDB behaves as DynamoDB does, where moto is kinder ([`Faults`], set with `-
   `amz-sdk-request` header, so that a retry can get through): `throttle`
   (`ProvisionedThroughputExceededException`/`ThrottlingException`), `internal` (500), `conflict`
   (`TransactionCanceledException` with `TransactionConflict` for a transaction,
-  `TransactionConflictException` for a single-item write), and `lost` (a write applied, its
-  answer replaced by a 500, so the SDK retries a write that already happened).
+  `TransactionConflictException` for a single-item write), `lost` (a write applied, its
+  answer replaced by a 500, so the SDK retries a write that already happened), and
+  `unprocessed` (a `BatchGetItem` answered for part of its keys, the rest returned in
+  `UnprocessedKeys`, which the SDK does not retry);
+- a query reads its key range only, and names its last item whenever it stopped at its `Limit`
+  (`queries_read_their_key_range`).
 
 Usage: python aws_stand.py [--sagemaker http://127.0.0.1:PORT] [--listen 127.0.0.1:0]
            [--faults '{"seed": 1, "index_lag_ms": 500, "throttle": 0.05, "lost": 0.05}']
@@ -258,7 +262,7 @@ def sdk_attempt(headers):
 class Faults:
     """What is done to DynamoDB requests: seeded fault rates and the index lag."""
 
-    KINDS = ("throttle", "internal", "conflict", "lost")
+    KINDS = ("throttle", "internal", "conflict", "lost", "unprocessed")
 
     def __init__(self, spec=None):
         self.lock = threading.Lock()
@@ -286,6 +290,8 @@ class Faults:
                 if kind == "conflict" and operation not in WRITES - {"BatchWriteItem"}:
                     continue
                 if kind == "lost" and operation not in WRITES:
+                    continue
+                if kind == "unprocessed" and operation != "BatchGetItem":
                     continue
                 if rate and self.rng.random() < rate:
                     self.injected[kind] += 1
@@ -698,6 +704,9 @@ class DynamoDB:
             return respond(start_response, *dynamodb_error(
                 400, "TransactionConflictException", "Transaction is ongoing for the item"))
 
+        if fault == "unprocessed":
+            return respond(start_response, *self.partly_processed(environ, request))
+
         if operation == "TransactWriteItems" and request.get("ClientRequestToken"):
             answer = self.repeated(request)
             if answer is not None:
@@ -723,6 +732,25 @@ class DynamoDB:
         if fault == "lost" and status == 200:
             return respond(start_response, *dynamodb_error(500, "InternalServerError", "Internal server error"))
         return respond(start_response, status, answer_headers, answer)
+
+    def partly_processed(self, environ, request):
+        """A `BatchGetItem` answered for part of its keys, the rest (the later half of each
+        table's) in `UnprocessedKeys`, as DynamoDB answers when it throttles part of a batch:
+        a success the SDK does not retry, so the caller must ask again for the rest. At least
+        one key is answered (with none, DynamoDB refuses the whole batch as a throttle)."""
+        answered, left = {}, {}
+        for table, wanted in request.get("RequestItems", {}).items():
+            keys = wanted.get("Keys", [])
+            kept = len(keys) - len(keys) // 2
+            answered[table] = dict(wanted, Keys=keys[:kept])
+            if keys[kept:]:
+                left[table] = dict(wanted, Keys=keys[kept:])
+        status, headers, answer = self.forward(environ, dict(request, RequestItems=answered))
+        if status == 200 and left:
+            body = json.loads(answer)
+            body["UnprocessedKeys"] = left
+            answer = json.dumps(body).encode()
+        return status, headers, answer
 
     @staticmethod
     def digest(request):

@@ -28,7 +28,7 @@
 //! [`StoreError::Conflict`] (or [`StoreError::AlreadyExists`] for a create), which the use-cases
 //! re-read and retry as a lost race. A write that met a transaction in progress on its items
 //! (`TransactionConflict`, `TransactionConflictException`) applied nothing and lost no race: it
-//! is sent again unchanged after a jittered, doubling pause (`resending`, `ConflictPause`), and
+//! is sent again unchanged after a jittered, doubling pause (`resending`, `Pauses`), and
 //! only a collision on every resend is a [`StoreError::Conflict`]. Throttling, 5xx, timeouts and everything else (after the SDK's own
 //! retries) are [`StoreError::Unavailable`] with the SDK error kept.
 
@@ -264,8 +264,6 @@ impl DynamoStore {
     ) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         /// `BatchGetItem` takes at most this many keys.
         const MAX_BATCH_KEYS: usize = 100;
-        /// Rounds of `UnprocessedKeys` (throttling) before giving up as unavailable.
-        const MAX_ROUNDS: usize = 8;
         let mut keys: Vec<Item> = Vec::with_capacity(index_items.len());
         let mut order: Vec<String> = Vec::with_capacity(index_items.len());
         for item in index_items {
@@ -281,17 +279,21 @@ impl DynamoStore {
         let mut found: HashMap<(String, String), Item> = HashMap::with_capacity(keys.len());
         for chunk in keys.chunks(MAX_BATCH_KEYS) {
             let mut pending: Vec<Item> = chunk.to_vec();
-            let mut rounds = 0;
+            let mut pause = Pauses::unprocessed();
+            let mut first = true;
             while !pending.is_empty() {
-                rounds += 1;
-                if rounds > MAX_ROUNDS {
-                    return Err(StoreError::Unavailable {
-                        message: format!(
-                            "BatchGetItem left {} keys unprocessed after {MAX_ROUNDS} rounds",
-                            pending.len()
-                        ),
-                        source: None,
-                    });
+                if !std::mem::take(&mut first) {
+                    let Some(delay) = pause.next() else {
+                        return Err(StoreError::Unavailable {
+                            message: format!(
+                                "BatchGetItem left {} keys unprocessed after {} rounds",
+                                pending.len(),
+                                1 + UNPROCESSED_ROUNDS
+                            ),
+                            source: None,
+                        });
+                    };
+                    tokio::time::sleep(delay).await;
                 }
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut pending)))
@@ -767,15 +769,21 @@ enum Cancelled {
     Failed(StoreError),
 }
 
-/// The pauses before sending a transaction again after it collided with another: exponential
-/// from [`CONFLICT_PAUSE_BASE`], each drawn at random from its upper half (so that writers that
-/// collided once do not collide again in step), [`CONFLICT_RESENDS`] in all. A collision is not
-/// a lost race (no condition failed), so the writes go again unchanged, without a re-read;
-/// only when every resend collided too does the caller see a [`StoreError::Conflict`], which it
-/// handles as a lost race. Each resend is a new request with a new client token: a cancelled
-/// transaction applied nothing.
-struct ConflictPause {
-    resends: u32,
+/// The pauses before sending a request again: exponential from a base, each drawn at random
+/// from its upper half (so that callers that collided once do not collide again in step), a
+/// fixed number in all.
+///
+/// After a transaction collided with another ([`Pauses::conflict`]): a collision is not a lost
+/// race (no condition failed), so the writes go again unchanged, without a re-read; only when
+/// every resend collided too does the caller see a [`StoreError::Conflict`], which it handles as
+/// a lost race. Each resend is a new request with a new client token: a cancelled transaction
+/// applied nothing. After a `BatchGetItem` left keys unprocessed ([`Pauses::unprocessed`]):
+/// DynamoDB does that when it throttles part of a batch, and asks callers to back off before
+/// asking again for the rest.
+struct Pauses {
+    sent: u32,
+    most: u32,
+    base: std::time::Duration,
     random: trainyard_domain::random::SplitMix64,
 }
 
@@ -783,27 +791,40 @@ struct ConflictPause {
 const CONFLICT_RESENDS: u32 = 4;
 /// The first pause before a resend; each next one doubles (25, 50, 100, 200 ms at most).
 const CONFLICT_PAUSE_BASE: std::time::Duration = std::time::Duration::from_millis(25);
+/// Further `BatchGetItem` rounds for keys left unprocessed, paused 25 ms doubling to 1.6 s
+/// (3.2 s in all at most) before the read gives up as unavailable.
+const UNPROCESSED_ROUNDS: u32 = 7;
 
-impl ConflictPause {
-    fn new() -> Self {
+impl Pauses {
+    fn conflict() -> Self {
+        Self::new(CONFLICT_RESENDS, CONFLICT_PAUSE_BASE)
+    }
+
+    fn unprocessed() -> Self {
+        Self::new(UNPROCESSED_ROUNDS, CONFLICT_PAUSE_BASE)
+    }
+
+    fn new(most: u32, base: std::time::Duration) -> Self {
         static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
-            resends: 0,
+            sent: 0,
+            most,
+            base,
             random: trainyard_domain::random::SplitMix64::new(u64::from(nanos) ^ (call << 32)),
         }
     }
 
-    /// The pause before the next resend, or `None` once all are spent.
+    /// The pause before the next send, or `None` once all are spent.
     fn next(&mut self) -> Option<std::time::Duration> {
-        if self.resends >= CONFLICT_RESENDS {
+        if self.sent >= self.most {
             return None;
         }
-        let full = CONFLICT_PAUSE_BASE * 2u32.pow(self.resends);
-        self.resends += 1;
+        let full = self.base * 2u32.pow(self.sent);
+        self.sent += 1;
         Some(full / 2 + full.mul_f64(self.random.unit() / 2.0))
     }
 }
@@ -832,7 +853,7 @@ where
     Cancelled::Failed(classify(error))
 }
 
-/// Sends a request, and again after each of [`ConflictPause`]'s pauses while `collided` says
+/// Sends a request, and again after each of [`Pauses::conflict`] while `collided` says
 /// it failed only because a transaction held its item (nothing applied, no race lost); the last
 /// answer is returned as it came.
 async fn resending<T, E, R, Fut>(
@@ -842,7 +863,7 @@ async fn resending<T, E, R, Fut>(
 where
     Fut: std::future::Future<Output = Result<T, SdkError<E, R>>>,
 {
-    let mut pause = ConflictPause::new();
+    let mut pause = Pauses::conflict();
     loop {
         match send().await {
             Err(error) if collided(&error) => match pause.next() {
