@@ -313,6 +313,13 @@ class Direct:
         self.region = region
 
     def call(self, operation, body):
+        try:
+            return self.send(operation, body)
+        finally:
+            if operation in WRITES or operation.endswith("Table"):
+                tables_written()
+
+    def send(self, operation, body):
         response = self.client.post("/", data=json.dumps(body), headers={
             "Authorization": f"AWS4-HMAC-SHA256 Credential=test/20260101/{self.region}/dynamodb/"
                              "aws4_request, SignedHeaders=host, Signature=0",
@@ -521,6 +528,14 @@ def sorting_by_plain_values():
 
 
 _QUERY = threading.local()
+# Bumped after every write the stand passes to moto: index partitions cached for queries are
+# valid for one generation.
+_GENERATION = [0]
+_PARTITIONS = {}
+
+
+def tables_written():
+    _GENERATION[0] += 1
 
 
 def queries_read_their_key_range():
@@ -560,6 +575,30 @@ def queries_read_their_key_range():
             return bool(found) and found.compare(comparison, values)
         return not comparison or item.range_key.compare(comparison, values)
 
+    def index_partition(table, hash_conditions):
+        """The items whose attributes equal `hash_conditions`' values: the table's items
+        grouped once per generation by the values of those attributes."""
+        names = tuple(name for name, _ in hash_conditions)
+        cache_key = (id(table), names)
+        generation = _GENERATION[0]
+        cached = _PARTITIONS.get(cache_key)
+        if cached is None or cached[0] != generation:
+            groups = {}
+            for partition in list(table.items.values()):
+                for item in (list(partition.values()) if table.range_key_attr else [partition]):
+                    values = [item.attrs.get(name) for name in names]
+                    if not isinstance(item, Item) or not all(values):
+                        continue
+                    key = tuple((v.type, v.cast_value) for v in values)
+                    try:
+                        groups.setdefault(key, []).append(item)
+                    except TypeError:
+                        continue  # a list or map: no index key of any item equals it
+            cached = (generation, groups)
+            _PARTITIONS[cache_key] = cached
+        wanted = tuple((value.type, value.cast_value) for _, value in hash_conditions)
+        return cached[1].get(wanted, [])
+
     def keyed_all_items(table):
         keys = getattr(_QUERY, "keys", None)
         if keys is None:
@@ -569,8 +608,7 @@ def queries_read_their_key_range():
             if not hash_conditions:
                 return all_items(table)  # moto's own rules for a query without them
             # In any order: moto sorts an index query's matches itself.
-            candidates = [item for partition in table.items.values()
-                          for item in (partition.values() if table.range_key_attr else [partition])]
+            candidates = index_partition(table, hash_conditions)
         else:
             partition = table.items.get(hash_key)
             if partition is None:
@@ -719,10 +757,13 @@ class DynamoDB:
         if operation in WRITES:
             with self.write_lock:
                 status, answer_headers, answer = self.forward(environ, request)
+                tables_written()
                 if status == 200:
                     self.indexes.written(operation, request)
         else:
             status, answer_headers, answer = self.forward(environ, request)
+            if operation.endswith("Table"):
+                tables_written()
         if status == 200 and operation == "CreateTable":
             self.indexes.created(request)
         if status == 200 and operation == "DeleteTable":

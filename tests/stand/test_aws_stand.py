@@ -460,3 +460,7 @@ def test_a_query_reads_its_key_range_and_stops_at_its_limit_with_a_key(stand):
         assert pages("b", 1, index=index) == [["b#1"], ["b#2"], ["b#3"], []]
         assert pages("b", 1, forward=False, index=index) == [["b#3"], ["b#2"], ["b#1"], []]
         assert pages("d", 5, index=index) == [[]]
+    # An item whose index key changed is found in its new partition only.
+    dynamodb.update_item(TableName=name, Key={"pk": {"S": "p"}, "sk": {"S": "b#2"}},
+                         UpdateExpression="SET g = :y", ExpressionAttributeValues={":y": {"S": "y"}})
+    assert pages("b", 5, index=True) == [["b#1", "b#3"]]
