@@ -559,21 +559,21 @@ def queries_read_their_key_range():
     all_items = Table.all_items
     sorted_items = Table.sorted_items
 
-    def in_range(table, item):
-        index_name, hash_key, hash_conditions, range_conditions, comparison, values = _QUERY.keys
-        if index_name:
-            for name, value in hash_conditions:
-                found = item.attrs.get(name)
-                if not found or found != value:
-                    return False
-            if not comparison:
-                return True
-            name = range_conditions[-1][0] if range_conditions else next(
-                (k["AttributeName"] for k in table.get_index(index_name).schema
-                 if k["KeyType"] == "RANGE"), None)
+    def range_test(table):
+        """Whether an item of the query's partition is in its key condition's range."""
+        index_name, _, _, range_conditions, comparison, values = _QUERY.keys
+        if not comparison:
+            return lambda item: True
+        if not index_name:
+            return lambda item: item.range_key.compare(comparison, values)
+        name = range_conditions[-1][0] if range_conditions else next(
+            (k["AttributeName"] for k in table.get_index(index_name).schema
+             if k["KeyType"] == "RANGE"), None)
+
+        def in_range(item):
             found = item.attrs.get(name) if name else None
             return bool(found) and found.compare(comparison, values)
-        return not comparison or item.range_key.compare(comparison, values)
+        return in_range
 
     def index_partition(table, hash_conditions):
         """The items whose attributes equal `hash_conditions`' values: the table's items
@@ -611,10 +611,12 @@ def queries_read_their_key_range():
             candidates = index_partition(table, hash_conditions)
         else:
             partition = table.items.get(hash_key)
-            if partition is None:
-                return []
-            candidates = list(partition.values()) if table.range_key_attr else [partition]
-        return [item for item in candidates if isinstance(item, Item) and in_range(table, item)]
+            candidates = [] if partition is None else (
+                list(partition.values()) if table.range_key_attr else [partition])
+        in_range = range_test(table)
+        matches = [item for item in candidates if isinstance(item, Item) and in_range(item)]
+        _QUERY.matches = matches
+        return matches
 
     def recorded_sorted_items(table, hash_key_attrs, range_key_attrs, items):
         first = getattr(_QUERY, "first", None)
@@ -643,6 +645,7 @@ def queries_read_their_key_range():
         _QUERY.keys = (index_name, hash_key, hash_key_conditions or [], range_key_conditions,
                        range_comparison, range_objs)
         _QUERY.order = None
+        _QUERY.matches = []
         _QUERY.first = limit + 1 if limit and not exclusive_start_key else None
         _QUERY.forward = scan_index_forward
         try:
@@ -651,28 +654,18 @@ def queries_read_their_key_range():
                 scan_index_forward, projection_expressions, index_name, consistent_read,
                 filter_expression, hash_key_conditions=hash_key_conditions,
                 range_key_conditions=range_key_conditions)
-            order = _QUERY.order
+            order, matches = _QUERY.order, _QUERY.matches
         finally:
-            _QUERY.keys = None
-            _QUERY.order = None
-            _QUERY.first = None
+            _QUERY.keys = _QUERY.order = _QUERY.first = _QUERY.matches = None
         if last_key is None and limit and evaluated == limit:
             # Every item of the range after the start was evaluated (each one matches), and
             # there were `Limit` of them: DynamoDB stops there and names the last one.
             if order is None:  # a table query: moto sorted the partition by its range key
-                order = sorted(keyed_all_items_for(table, hash_key, range_comparison, range_objs),
-                               key=lambda item: item.range_key.cast_value if item.range_key else 0,
-                               reverse=not scan_index_forward)
+                order = sorted(matches, reverse=not scan_index_forward,
+                               key=lambda item: item.range_key.cast_value if item.range_key else 0)
             if order:
                 last_key = table._get_last_evaluated_key(order[-1], index_name)
         return results, evaluated, last_key
-
-    def keyed_all_items_for(table, hash_key, range_comparison, range_objs):
-        _QUERY.keys = (None, hash_key, [], None, range_comparison, range_objs)
-        try:
-            return keyed_all_items(table)
-        finally:
-            _QUERY.keys = None
 
     Table.query = keyed_query
     Table.all_items = keyed_all_items

@@ -280,21 +280,7 @@ impl DynamoStore {
         for chunk in keys.chunks(MAX_BATCH_KEYS) {
             let mut pending: Vec<Item> = chunk.to_vec();
             let mut pause = Pauses::unprocessed();
-            let mut first = true;
-            while !pending.is_empty() {
-                if !std::mem::take(&mut first) {
-                    let Some(delay) = pause.next() else {
-                        return Err(StoreError::Unavailable {
-                            message: format!(
-                                "BatchGetItem left {} keys unprocessed after {} rounds",
-                                pending.len(),
-                                1 + UNPROCESSED_ROUNDS
-                            ),
-                            source: None,
-                        });
-                    };
-                    tokio::time::sleep(delay).await;
-                }
+            loop {
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut pending)))
                     .consistent_read(false)
@@ -322,6 +308,20 @@ impl DynamoStore {
                 if let Some(left) = output.unprocessed_keys().and_then(|u| u.get(&self.table)) {
                     pending = left.keys().to_vec();
                 }
+                if pending.is_empty() {
+                    break;
+                }
+                let Some(delay) = pause.next() else {
+                    return Err(StoreError::Unavailable {
+                        message: format!(
+                            "BatchGetItem left {} keys unprocessed after {} rounds",
+                            pending.len(),
+                            1 + UNPROCESSED_ROUNDS
+                        ),
+                        source: None,
+                    });
+                };
+                tokio::time::sleep(delay).await;
             }
         }
         let part = |pk: &String, sk: &str| found.get(&(pk.clone(), sk.to_owned()));
