@@ -4,7 +4,7 @@
 //! started and what ended since the last round, then makes the estimates.
 //!
 //! ```text
-//! round:  learn(now, &snapshot, read_job) -> resolved estimates (for hosts that score them)
+//! round:  learn(&snapshot, read_job) -> resolved estimates (for hosts that score them)
 //!         estimate(now, &snapshot, &planner, all) -> { job: Estimate }
 //! ```
 //!
@@ -38,8 +38,6 @@ pub struct Open<T> {
     pub estimate: Estimate,
     /// The host's own data.
     pub extra: T,
-    /// Whether the calibration has learnt the outcome of its p50 and of its p90.
-    observed: [bool; 2],
 }
 
 /// An estimate whose job started.
@@ -164,13 +162,11 @@ impl<T> Forecaster<T> {
         self.history.observe_arrival(line, arrival);
     }
 
-    /// Learns from `snapshot` at `now_ms`: estimates of jobs that started are resolved and
-    /// teach the calibration, quantiles that passed while their job still waits teach it a
-    /// miss, attempts that ended give their runtimes, and jobs seen for the first time are
-    /// arrivals. `read_job` reads a job from the store (for those that left the snapshot).
+    /// Learns from `snapshot`: estimates of jobs that started are resolved and teach the
+    /// calibration, attempts that ended give their runtimes, and jobs seen for the first time
+    /// are arrivals. `read_job` reads a job from the store (for those that left the snapshot).
     pub fn learn(
         &mut self,
-        now_ms: i64,
         snapshot: &Snapshot,
         read_job: &mut dyn FnMut(&str) -> Option<ServiceJob>,
     ) -> Learnt<T> {
@@ -223,11 +219,13 @@ impl<T> Forecaster<T> {
                     .find(|at| *at >= made_ms)
             };
             let mut still_open = Vec::new();
-            for mut open in opens {
+            for open in opens {
                 let started = started_after(open.estimate.at_ms);
-                self.teach(&mut open, now_ms, started);
                 match started {
-                    Some(started_ms) => learnt.resolved.push(Resolved { open, started_ms }),
+                    Some(started_ms) => {
+                        self.teach(&open, started_ms);
+                        learnt.resolved.push(Resolved { open, started_ms });
+                    }
                     None if present(&id) => still_open.push(open),
                     // It left the line without starting after the estimate (it started before
                     // it and was preempted since, or it was cancelled).
@@ -319,21 +317,18 @@ impl<T> Forecaster<T> {
         gone.into_iter().cloned().collect()
     }
 
-    /// Teaches the calibration the outcomes of `open` known at `now_ms`.
-    fn teach(&mut self, open: &mut Open<T>, now_ms: i64, started_ms: Option<i64>) {
+    /// Teaches the calibration the outcomes of `open`, whose job started at `started_ms`.
+    fn teach(&mut self, open: &Open<T>, started_ms: i64) {
         let scope = Scope {
             queue: &open.queue,
             instances: open.instances,
         };
-        for (q, covered) in Calibration::due(&open.estimate, open.observed, now_ms, started_ms) {
+        for (q, covered) in Calibration::outcomes(&open.estimate, started_ms) {
             self.calibration.observe(scope, &open.estimate, q, covered);
-            open.observed[q] = true;
         }
-        if let Some(started_ms) = started_ms {
-            let horizon_ms = self.options.horizon_ms();
-            self.calibration
-                .score(scope, &open.estimate, started_ms, horizon_ms);
-        }
+        let horizon_ms = self.options.horizon_ms();
+        self.calibration
+            .score(scope, &open.estimate, started_ms, horizon_ms);
     }
 
     /// Estimates the waiting jobs of `snapshot` at `now_ms`: every one with `all`, otherwise
@@ -377,7 +372,6 @@ impl<T> Forecaster<T> {
                 first,
                 estimate: estimate.clone(),
                 extra: extra(p),
-                observed: [false; 2],
             };
             self.estimated.insert(p.job_id.clone());
             self.open.entry(p.job_id.clone()).or_default().push(open);

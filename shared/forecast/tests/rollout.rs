@@ -246,3 +246,30 @@ fn a_spent_budget_stops_the_rollouts_at_the_minimum() {
         "a budget not spent runs them all"
     );
 }
+
+/// A job whose published p90 has passed while it still waits teaches the calibration nothing
+/// until it starts: its misses are learnt with its hits, at the start (docs of
+/// `trainyard_forecast::estimate`).
+#[test]
+fn a_waiting_job_teaches_the_calibration_only_once_it_starts() {
+    let planner = Config::default();
+    let mut forecaster = Forecaster::<()>::new(options(8));
+    let estimates = forecaster.estimate(0, &world(), &planner, true, |_| ());
+    let p90 = estimates["a"].p90_ms.expect("within the horizon");
+    let untaught = forecaster.learned().calibration;
+    let mut no_job = |_: &str| None;
+    forecaster.learn(&world(), &mut no_job);
+    assert_eq!(forecaster.learned().calibration, untaught, "a still waits");
+    let mut started = world();
+    started.pending.retain(|p| p.job_id.as_str() != "a");
+    let mut a = running("a", p90 + 2 * HOUR_MS, 86_400);
+    a.queue = "low".into();
+    started.running.push(a);
+    let learnt = forecaster.learn(&started, &mut no_job);
+    assert_eq!(learnt.resolved.len(), 1);
+    assert_ne!(
+        forecaster.learned().calibration,
+        untaught,
+        "a started late: a miss"
+    );
+}

@@ -157,7 +157,7 @@ impl Tracker {
         job: &mut dyn FnMut(&str) -> Option<ServiceJob>,
     ) {
         let periodic = now_ms >= self.next_tick_ms;
-        let learnt = self.forecaster.learn(now_ms, snapshot, job);
+        let learnt = self.forecaster.learn(snapshot, job);
         self.run.unresolved += learnt.dropped;
         for resolved in learnt.resolved {
             self.score(resolved);

@@ -230,6 +230,10 @@ pub fn write_report(
             )?;
             let scores = serde_json::to_string_pretty(&crate::eta::scores(eta))?;
             write(&format!("eta-{stem}.json"), &format!("{scores}\n"))?;
+            write(
+                &format!("eta-predictions-{stem}.csv"),
+                &predictions_csv(eta),
+            )?;
         }
         write(
             &format!("utilization-{stem}.svg"),
@@ -401,6 +405,46 @@ fn waits_csv(summaries: &BTreeMap<String, PolicySummary>) -> String {
                 csv_number(d.max),
             ]));
         }
+    }
+    out
+}
+
+/// Every scored start-time estimate of a run, one a line: what the tables of `eta-POLICY.md`
+/// are computed from, so that another scoring or calibration can be tried on them. Waits in
+/// seconds from when the estimate was made; empty beyond the horizon.
+fn predictions_csv(run: &crate::eta::EtaRun) -> String {
+    let header = [
+        "job_id",
+        "made_s",
+        "at_submission",
+        "queue",
+        "instances",
+        "actual_s",
+        "position_s",
+        "shadow_s",
+        "raw_p50_s",
+        "raw_p90_s",
+        "published_p50_s",
+        "published_p90_s",
+        "calibrated",
+    ];
+    let mut out = csv_line(&header.map(String::from));
+    for p in &run.predictions {
+        out.push_str(&csv_line(&[
+            p.job_id.clone(),
+            csv_number(Some(p.made_s)),
+            p.at_submission.to_string(),
+            p.queue.clone(),
+            p.instances.to_string(),
+            csv_number(Some(p.actual_s)),
+            csv_number(p.position_s),
+            csv_number(p.shadow_s),
+            csv_number(p.raw_s[0]),
+            csv_number(p.raw_s[1]),
+            csv_number(p.published_s[0]),
+            csv_number(p.published_s[1]),
+            p.calibrated.to_string(),
+        ]));
     }
     out
 }

@@ -100,6 +100,24 @@ fn every_job_that_waited_is_estimated_at_submission_and_scored_when_it_starts() 
         get("rollouts"),
         get("shadow")
     );
+
+    // Every scored estimate is written out, one a line, to be scored again without replaying.
+    let dir = tempfile::tempdir().unwrap();
+    let context = trainyard_sim::report::ReportContext::default();
+    trainyard_sim::report::write_report(dir.path(), std::slice::from_ref(&with), &context).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("eta-predictions-trainyard.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), eta.predictions.len());
+    for (row, p) in rows.iter().zip(&eta.predictions) {
+        assert_eq!(row[column("job_id")], p.job_id);
+        let actual: f64 = row[column("actual_s")].parse().unwrap();
+        assert!((actual - p.actual_s).abs() < 0.001, "{row:?} {p:?}");
+        let p90 = row[column("published_p90_s")];
+        assert_eq!(p90.is_empty(), p.published_s[1].is_none(), "{row:?}");
+    }
 }
 
 fn prediction(actual_s: f64, p50_s: f64, p90_s: f64) -> Prediction {

@@ -194,7 +194,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 departed.insert(id.to_string(), job.value);
             }
         }
-        let learnt = forecaster.learn(now, &snapshot, &mut |id| departed.get(id).cloned());
+        let learnt = forecaster.learn(&snapshot, &mut |id| departed.get(id).cloned());
         let estimates = forecaster.estimate(now, &snapshot, &config.planner, true, |_| ());
         let mut per_queue: BTreeMap<String, StartEstimates> = snapshot
             .queues
