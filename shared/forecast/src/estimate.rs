@@ -45,7 +45,9 @@
 //! that forecaster. Rollouts sample runtimes from history, which suits a job that needs one
 //! instance of many that turn over; a job that needs many instances free at once waits for the
 //! long runners, whose time limits the shadow schedule reads
-//! (docs/benchmarks.md#start-time-estimates).
+//! (docs/benchmarks.md#start-time-estimates). So until one of its groups has scored both, a job
+//! of one instance publishes the rollouts' p90 and a job of several the shadow schedule's, even
+//! before its calibration group has outcomes enough to correct either.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -289,19 +291,28 @@ impl Calibration {
                 .get(&g)
                 .filter(|g| g.scored >= Self::MIN_OUTCOMES)
         };
-        let p90_from = group
-            .and_then(|_| {
-                choice_groups(scope, raw_wait[0])
-                    .into_iter()
-                    .find_map(scored)
-            })
-            .map_or(P90From::Rollouts, Group::p90_from);
-        let (p90_wait, p90_theta) = match (p90_from, group) {
-            (P90From::Shadow, Some(g)) => (
+        // Until scores say otherwise, a job of several instances takes the shadow schedule's
+        // p90 and a job of one the rollouts' (see the module's docs).
+        let several = scope.instances > 1;
+        let unscored = if several {
+            P90From::Shadow
+        } else {
+            P90From::Rollouts
+        };
+        let p90_from = if group.is_some() || several {
+            choice_groups(scope, raw_wait[0])
+                .into_iter()
+                .find_map(scored)
+                .map_or(unscored, Group::p90_from)
+        } else {
+            P90From::Rollouts
+        };
+        let (p90_wait, p90_theta) = match p90_from {
+            P90From::Shadow => (
                 samples.shadow_ms.map(|at| wait_s(at, now_ms)),
-                g.shadow_theta,
+                group.map_or(0.0, |g| g.shadow_theta),
             ),
-            _ => (raw_wait[1], theta[1]),
+            P90From::Rollouts => (raw_wait[1], theta[1]),
         };
         let publish = |wait: Option<f64>, theta: f64| {
             wait.map(|w| adjust(w, theta))
@@ -548,6 +559,26 @@ mod tests {
             from[0]
         );
         assert!((0.85..=0.95).contains(&coverage), "p90 coverage {coverage}");
+    }
+
+    /// Before anything is learnt, a job of several instances publishes the shadow schedule's
+    /// p90 and a job of one the rollouts' (both uncorrected and uncalibrated).
+    #[test]
+    fn until_scored_a_job_of_several_instances_publishes_the_shadow_schedules_p90() {
+        let mut s = samples(&[600; 16], 16);
+        s.shadow_ms = Some(20_000_000);
+        let fresh = Calibration::default();
+        let several = Scope {
+            queue: "q",
+            instances: 2,
+        };
+        let large = fresh.estimate(several, 0, &s, i64::MAX);
+        assert_eq!(large.p90_from, P90From::Shadow);
+        assert_eq!(large.p90_ms, Some(20_000_000));
+        assert!(large.coverage.is_none(), "uncalibrated");
+        let one = fresh.estimate(SCOPE, 0, &s, i64::MAX);
+        assert_eq!(one.p90_from, P90From::Rollouts);
+        assert_eq!(one.p90_ms, Some(600_000));
     }
 
     /// Jobs of 4 instances have taught that the shadow schedule errs less for them; the first
