@@ -343,8 +343,8 @@ impl Calibration {
     }
 
     /// The outcome of `estimate`'s quantile `i` (0: p50, 1: p90) for a job of `scope`: whether
-    /// the job started by it. Known at the start, or once the quantile has passed while the job
-    /// still waits (see [`Self::due`]). A quantile beyond the horizon teaches nothing.
+    /// the job started by it, learnt at the start (see [`Self::outcomes`]). A quantile beyond the
+    /// horizon teaches nothing.
     pub fn observe(&mut self, scope: Scope<'_>, estimate: &Estimate, i: usize, covered: bool) {
         if estimate.raw_ms[i].is_none() {
             return;
