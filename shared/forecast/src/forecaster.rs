@@ -322,6 +322,7 @@ impl<T> Forecaster<T> {
         let scope = Scope {
             queue: &open.queue,
             instances: open.instances,
+            first: open.first,
         };
         for (q, covered) in Calibration::outcomes(&open.estimate, started_ms) {
             self.calibration.observe(scope, &open.estimate, q, covered);
@@ -363,6 +364,7 @@ impl<T> Forecaster<T> {
             let scope = Scope {
                 queue: &p.queue,
                 instances: total_instances(&p.instances),
+                first,
             };
             let estimate = self.calibration.estimate(scope, now_ms, s, horizon_ms);
             let open = Open {
