@@ -79,7 +79,8 @@ pub struct Prediction {
 pub struct EtaRun {
     /// Every prediction whose job started before the run ended.
     pub predictions: Vec<Prediction>,
-    /// Predictions whose job never started.
+    /// Predictions with no start to score against: no attempt of the job started at or after
+    /// them, though it left the line (ended or cancelled), or it still waited when the run ended.
     pub unresolved: usize,
     /// Forecasts made.
     pub forecasts: usize,
@@ -394,7 +395,7 @@ pub fn markdown(policy: &str, run: &EtaRun) -> String {
     let scores = scores(run);
     let mut out = format!(
         "# Start-time estimates under `{policy}`\n\n{} predictions scored ({} of them at \
-         submission), {} whose job never started; {} forecasts of {} rollouts each, horizon \
+         submission), {} unresolved (no start followed them); {} forecasts of {} rollouts each, horizon \
          {} h. Losses in hours; beyond the horizon counts as the horizon.\n\n",
         run.predictions.len(),
         run.predictions.iter().filter(|p| p.at_submission).count(),
