@@ -327,9 +327,6 @@ impl<T> Forecaster<T> {
         for (q, covered) in Calibration::outcomes(&open.estimate, started_ms) {
             self.calibration.observe(scope, &open.estimate, q, covered);
         }
-        let horizon_ms = self.options.horizon_ms();
-        self.calibration
-            .score(scope, &open.estimate, started_ms, horizon_ms);
     }
 
     /// Estimates the waiting jobs of `snapshot` at `now_ms`: every one with `all`, otherwise

@@ -76,6 +76,9 @@ const MIN_SAMPLE: usize = 8;
 /// attempt's remaining runtime is drawn from it: with fewer, the group knows too little of the
 /// tail the attempt is in, and a wider group is asked.
 const MIN_LONGER: usize = 4;
+/// Runtimes within this factor of each other make a regular family, whose running
+/// attempts draw from them rather than by their age.
+const TIGHT: u64 = 2;
 
 fn keep(ring: &mut VecDeque<u64>, value: u64, kept: usize) {
     if ring.len() == kept {
@@ -130,12 +133,23 @@ impl History {
         self.runtimes.values().map(VecDeque::len).sum()
     }
 
-    /// A total runtime for an attempt of `family` that has run `elapsed_s` so far: drawn from
-    /// the observed runtimes longer than `elapsed_s` (the attempt is known to outlast those that
-    /// are not), in the narrowest group (the family, its queue and share, its queue, everything)
-    /// with 8 runtimes (`MIN_SAMPLE`) of which 4 (`MIN_LONGER`) are longer, and never beyond `cap_s`
-    /// (its `MaxRuntimeInSeconds`). An attempt that has outlived what every group knows is
-    /// assumed half-way through; without any history, it runs to its cap, as Slurm assumes.
+    /// A total runtime for an attempt of `family` that has run `elapsed_s` so far, never beyond
+    /// `cap_s` (its `MaxRuntimeInSeconds`). The narrowest group (the family, its queue and share,
+    /// its queue, everything) with 8 runtimes (`MIN_SAMPLE`) of which 4 (`MIN_LONGER`) are
+    /// longer than `elapsed_s` answers:
+    ///
+    /// - an attempt not yet started, or one whose group's runtimes all lie within a factor
+    ///   of [`TIGHT`] of each other (a regular family), draws from those longer runtimes (it is
+    ///   known to outlast the others);
+    /// - a running attempt of a group whose runtimes spread wider is drawn by its age, as
+    ///   `elapsed_s / u` with `u` uniform in (0, 1]: even odds of ending before it has run as
+    ///   long again, and a heavy tail. The group's runtimes are the newest attempts that
+    ///   *ended*, which are the short ones first while long ones still run; an attempt's age is
+    ///   the one measure of its own length free of that bias, and it is what held a busy pool
+    ///   for hours on Philly (docs/benchmarks.md, start-time estimates).
+    ///
+    /// An attempt that has outlived what every group knows is assumed half-way through; without
+    /// any history, it runs to its cap, as Slurm assumes.
     pub fn sample_runtime(
         &self,
         family: &Family,
@@ -159,6 +173,13 @@ impl History {
             known = true;
             let longer = ring.iter().filter(|r| **r > elapsed_s).count();
             if longer >= MIN_LONGER {
+                let (shortest, longest) = ring
+                    .iter()
+                    .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+                if elapsed_s > 0 && longest > shortest.saturating_mul(TIGHT) {
+                    let by_age = elapsed_s as f64 / (1.0 - rng.unit());
+                    return (by_age.min(cap_s as f64) as u64).max(elapsed_s);
+                }
                 let pick = rng.below(longer as u64) as usize;
                 let total = ring
                     .iter()
@@ -219,22 +240,56 @@ mod tests {
     #[test]
     fn a_runtime_is_drawn_from_longer_ones_seen_and_never_beyond_the_cap() {
         let mut history = History::default();
-        let f = family("q", 1);
+        let spread = family("q", 1);
         for r in [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 40_000] {
-            history.observe_runtime(f.clone(), r);
+            history.observe_runtime(spread.clone(), r);
+        }
+        let regular = family("q", 2);
+        for r in [3_000, 3_300, 3_500, 3_600, 3_700, 3_900, 4_000, 5_000] {
+            history.observe_runtime(regular.clone(), r);
         }
         let mut rng = SplitMix64::new(7);
         for _ in 0..200 {
-            let total = history.sample_runtime(&f, 1_000, 30_000, &mut rng);
+            let fresh = history.sample_runtime(&spread, 0, 30_000, &mut rng);
             assert!(
-                [3_600, 7_200, 10_000, 20_000, 30_000].contains(&total),
-                "{total}"
+                [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 30_000].contains(&fresh),
+                "not started: one of those seen, capped: {fresh}"
+            );
+            let running = history.sample_runtime(&regular, 1_000, 30_000, &mut rng);
+            assert!(
+                [3_000, 3_300, 3_500, 3_600, 3_700, 3_900, 4_000, 5_000].contains(&running),
+                "a regular family: one of the longer ones seen: {running}"
             );
         }
         assert_eq!(
-            history.sample_runtime(&f, 50_000, 86_400, &mut rng),
+            history.sample_runtime(&spread, 50_000, 86_400, &mut rng),
             86_400,
             "outlived everything: twice its age (100,000 s), capped"
+        );
+    }
+
+    #[test]
+    fn a_running_attempt_of_a_spread_family_is_drawn_by_its_age() {
+        let mut history = History::default();
+        let spread = family("q", 1);
+        for r in [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 40_000] {
+            history.observe_runtime(spread.clone(), r);
+        }
+        let mut rng = SplitMix64::new(7);
+        let mut totals: Vec<u64> = (0..2_000)
+            .map(|_| history.sample_runtime(&spread, 1_000, 30_000, &mut rng))
+            .collect();
+        totals.sort_unstable();
+        assert!(totals.iter().all(|t| (1_000..=30_000).contains(t)));
+        let median = totals[totals.len() / 2];
+        assert!(
+            (1_800..=2_200).contains(&median),
+            "even odds of ending before running as long again: {median}"
+        );
+        let capped = totals.iter().filter(|t| **t == 30_000).count();
+        assert!(
+            (40..=100).contains(&capped),
+            "about 1 in 30 outlives 30 times its age, and stops at the cap: {capped}"
         );
     }
 

@@ -9,7 +9,8 @@
 //! A forecast runs `Options::rollouts` rollouts from one snapshot whose `pending` holds every
 //! waiting job to estimate (not only the heads a cycle reads). Each rollout samples what is
 //! uncertain: how long each running attempt still runs and each dispatched job will run (from
-//! the runtimes of its family, never beyond its `MaxRuntimeInSeconds`), and which jobs arrive
+//! the runtimes of its family, or a running attempt's by its age; never beyond its
+//! `MaxRuntimeInSeconds`), and which jobs arrive
 //! meanwhile (each line at its recent rate, shaped like its recent jobs), so that a higher
 //! priority or a better-ranked share can overtake. The spread of a job's start over the rollouts
 //! gives its raw quantiles; [`Calibration`] adjusts them against the starts that actually
@@ -17,7 +18,8 @@
 //!
 //! [`rollout::World::Shadow`] is Slurm's estimate (every attempt runs to its time limit, nothing
 //! arrives): the baseline estimates are measured against, and the p90's other forecaster, which
-//! a calibration group publishes where it has erred less ([`estimate`]).
+//! a job of several instances, or at its first estimate, publishes when it is later
+//! ([`estimate`]).
 //!
 //! Pure and deterministic like the planner: the same snapshot, history, options and seed give
 //! the same samples.
