@@ -237,13 +237,19 @@ mod tests {
         )
     }
 
-    #[test]
-    fn a_runtime_is_drawn_from_longer_ones_seen_and_never_beyond_the_cap() {
+    /// A history whose one family, returned, ran from a minute to 11 hours.
+    fn spread_family() -> (History, Family) {
         let mut history = History::default();
         let spread = family("q", 1);
         for r in [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 40_000] {
             history.observe_runtime(spread.clone(), r);
         }
+        (history, spread)
+    }
+
+    #[test]
+    fn a_runtime_is_drawn_from_longer_ones_seen_and_never_beyond_the_cap() {
+        let (mut history, spread) = spread_family();
         let regular = family("q", 2);
         for r in [3_000, 3_300, 3_500, 3_600, 3_700, 3_900, 4_000, 5_000] {
             history.observe_runtime(regular.clone(), r);
@@ -270,11 +276,7 @@ mod tests {
 
     #[test]
     fn a_running_attempt_of_a_spread_family_is_drawn_by_its_age() {
-        let mut history = History::default();
-        let spread = family("q", 1);
-        for r in [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 40_000] {
-            history.observe_runtime(spread.clone(), r);
-        }
+        let (history, spread) = spread_family();
         let mut rng = SplitMix64::new(7);
         let mut totals: Vec<u64> = (0..2_000)
             .map(|_| history.sample_runtime(&spread, 1_000, 30_000, &mut rng))
