@@ -226,9 +226,15 @@ impl<T> Forecaster<T> {
                         self.teach(&open, started_ms);
                         learnt.resolved.push(Resolved { open, started_ms });
                     }
-                    None if present(&id) => still_open.push(open),
-                    // It left the line without starting after the estimate (it started before
-                    // it and was preempted since, or it was cancelled).
+                    // Still waiting: in the snapshot, or beyond the jobs a line shows it (others
+                    // went ahead of it), or between a dispatch and its start.
+                    None if present(&id)
+                        || stored.get(&id).is_some_and(|job| !job.status.is_terminal()) =>
+                    {
+                        still_open.push(open)
+                    }
+                    // It ended without starting after the estimate (it started before it and
+                    // was preempted since, or it was cancelled).
                     None => learnt.dropped += 1,
                 }
             }

@@ -139,7 +139,7 @@ impl History {
     /// longer than `elapsed_s` answers:
     ///
     /// - an attempt not yet started, or one whose group's runtimes all lie within a factor
-    ///   of [`TIGHT`] of each other (a regular family), draws from those longer runtimes (it is
+    ///   of 2 (`TIGHT`) of each other (a regular family), draws from those longer runtimes (it is
     ///   known to outlast the others);
     /// - a running attempt of a group whose runtimes spread wider is drawn by its age, as
     ///   `elapsed_s / u` with `u` uniform in (0, 1]: even odds of ending before it has run as

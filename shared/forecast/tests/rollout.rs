@@ -273,3 +273,41 @@ fn a_waiting_job_teaches_the_calibration_only_once_it_starts() {
         "a started late: a miss"
     );
 }
+
+/// A job estimated while among the jobs its line shows, and then pushed beyond them (others
+/// went ahead of it), still waits: its estimate stays open and is learnt when it starts, not
+/// dropped as if the job had gone.
+#[test]
+fn a_job_pushed_beyond_the_jobs_a_line_shows_keeps_its_estimate_open() {
+    use trainyard_domain::job::{JobStatus, ServiceJob};
+    use trainyard_domain::payload::TrainingRequest;
+
+    let planner = Config::default();
+    let mut forecaster = Forecaster::<()>::new(options(8));
+    forecaster.estimate(0, &world(), &planner, true, |_| ());
+    let mut pushed_out = world();
+    pushed_out.pending.retain(|p| p.job_id.as_str() != "a");
+    let waiting = ServiceJob {
+        status: JobStatus::Runnable,
+        ..ServiceJob::submitted(
+            "a".into(),
+            "a".into(),
+            "low".into(),
+            "{}".into(),
+            TrainingRequest::single("t", TYPE, 1),
+            0,
+        )
+    };
+    let mut store = |id: &str| (id == "a").then(|| waiting.clone());
+    let learnt = forecaster.learn(&pushed_out, &mut store);
+    assert_eq!(
+        (learnt.dropped, learnt.resolved.len()),
+        (0, 0),
+        "still waiting"
+    );
+    let mut started = world();
+    started.pending.retain(|p| p.job_id.as_str() != "a");
+    started.running.push(running("a", HOUR_MS, 86_400));
+    let learnt = forecaster.learn(&started, &mut store);
+    assert_eq!(learnt.resolved.len(), 1, "learnt at its start");
+}
