@@ -48,10 +48,8 @@
 //!   the rollouts' p90 covered 72% of first estimates and 49% of jobs of 2-8 instances; the
 //!   later of the two covers 93% and 89% (docs/benchmarks.md#start-time-estimates).
 //! - *Any other estimate (one instance, already estimated in this wait)* publishes the
-//!   rollouts' p90. (Choosing, per group, the forecaster that had erred less lowered the
-//!   pinball loss while the rollouts drew a running attempt's runtime from the newest ended
-//!   ones; since they draw it by its age, it only over-covers: 0.944 against 0.941 overall on
-//!   replayed Philly, ratio to the shadow schedule's loss 0.68 against 0.65.)
+//!   rollouts' p90: sampled runtimes suit a job that needs one instance of many that turn
+//!   over.
 //!
 //! A p90 beyond the horizon is "later", whichever forecaster it comes from.
 

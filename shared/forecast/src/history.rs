@@ -80,6 +80,14 @@ const MIN_LONGER: usize = 4;
 /// attempts draw from them rather than by their age.
 const TIGHT: u64 = 2;
 
+/// Whether a group's runtimes spread wider than [`TIGHT`] (not a regular family).
+fn spreads_wide(ring: &VecDeque<u64>) -> bool {
+    let (shortest, longest) = ring
+        .iter()
+        .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+    longest > shortest.saturating_mul(TIGHT)
+}
+
 fn keep(ring: &mut VecDeque<u64>, value: u64, kept: usize) {
     if ring.len() == kept {
         ring.pop_front();
@@ -173,10 +181,7 @@ impl History {
             known = true;
             let longer = ring.iter().filter(|r| **r > elapsed_s).count();
             if longer >= MIN_LONGER {
-                let (shortest, longest) = ring
-                    .iter()
-                    .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
-                if elapsed_s > 0 && longest > shortest.saturating_mul(TIGHT) {
+                if elapsed_s > 0 && spreads_wide(ring) {
                     let by_age = elapsed_s as f64 / (1.0 - rng.unit());
                     return (by_age.min(cap_s as f64) as u64).max(elapsed_s);
                 }
