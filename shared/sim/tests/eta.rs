@@ -6,7 +6,7 @@
 
 use trainyard_forecast::Options;
 use trainyard_sim::driver::{run, run_with_estimates};
-use trainyard_sim::eta::{EtaRun, EtaSettings, Prediction, scores};
+use trainyard_sim::eta::{EtaRun, EtaSettings, Prediction, coverage_spread, markdown, scores};
 use trainyard_sim::policies::Policy;
 use trainyard_sim::scenario::Scenario;
 use trainyard_sim::trace::{Format, Trace, parse};
@@ -170,4 +170,53 @@ fn scores_follow_their_definitions() {
         get("position").p90_coverage == 1.0,
         "no estimate: the horizon"
     );
+}
+
+fn made_on_day(day: u32, covered: bool) -> Prediction {
+    Prediction {
+        made_s: f64::from(day) * 86_400.0 + 3_600.0,
+        published_s: [Some(1_800.0), Some(3_600.0)],
+        ..prediction(if covered { 1_800.0 } else { 7_200.0 }, 1_800.0, 3_600.0)
+    }
+}
+
+fn run_of(predictions: Vec<Prediction>) -> EtaRun {
+    EtaRun {
+        predictions,
+        unresolved: 0,
+        forecasts: 1,
+        rollouts: 1,
+        horizon_s: 604_800,
+    }
+}
+
+#[test]
+fn coverage_is_only_as_certain_as_the_days_that_measured_it() {
+    // Ten days with 90% covered on each: resampling days changes nothing.
+    let even = run_of(
+        (0..10)
+            .flat_map(|day| (0..10).map(move |i| made_on_day(day, i < 9)))
+            .collect(),
+    );
+    let spread = coverage_spread(&even).unwrap();
+    assert_eq!(spread.days, 10);
+    assert!((spread.low - 0.9).abs() < 1e-9 && (spread.high - 0.9).abs() < 1e-9);
+
+    // The same 90% overall, made of one bad day among good ones: one replay of ten days could
+    // as well have read 0.8 or 1.0.
+    let episodic = run_of(
+        (0..10)
+            .flat_map(|day| (0..10).map(move |i| made_on_day(day, day != 3 || i == 0)))
+            .collect(),
+    );
+    let all = scores(&episodic);
+    let published = all
+        .iter()
+        .find(|s| s.stratum == "all" && s.method == "trainyard")
+        .unwrap();
+    assert!((published.p90_coverage - 0.91).abs() < 1e-9);
+    let spread = coverage_spread(&episodic).unwrap();
+    assert!(spread.low <= 0.82 && spread.high == 1.0, "{spread:?}");
+    assert!(markdown("trainyard", &episodic).contains("over the 10 days"));
+    assert_eq!(coverage_spread(&run_of(Vec::new())), None);
 }
