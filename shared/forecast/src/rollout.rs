@@ -111,7 +111,7 @@ struct Rollout<'a> {
 /// Where a waiting job stands in its line (`trainyard_domain::order::runnable_rank`).
 fn rank(job: &PendingJob) -> (Reverse<u32>, i64, &str) {
     let priority = if job.share.is_some() { job.priority } else { 0 };
-    (Reverse(priority), job.runnable_at_ms, &job.job_id)
+    (Reverse(priority), job.line_at_ms(), &job.job_id)
 }
 
 fn line_of(queue: &SharedStr, share: Option<&SharedStr>) -> Line {

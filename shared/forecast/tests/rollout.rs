@@ -311,3 +311,21 @@ fn a_job_pushed_beyond_the_jobs_a_line_shows_keeps_its_estimate_open() {
     let learnt = forecaster.learn(&started, &mut store);
     assert_eq!(learnt.resolved.len(), 1, "learnt at its start");
 }
+
+/// A rollout reads a line's heads in the store's order: by when each job stands in line (its
+/// line offset included, as a queue that puts shorter jobs first sets it), not by when it
+/// became RUNNABLE.
+#[test]
+fn a_rollout_reads_a_line_in_the_order_its_offsets_give() {
+    let mut snapshot = world();
+    // `a` became RUNNABLE first, but stands in line after `c`.
+    snapshot.pending[0].line_offset_ms = 10;
+    let only_heads_that_fit = Options {
+        heads_extra: 0,
+        ..options(1)
+    };
+    let starts = shadow(&snapshot, 0, &Config::default(), &only_heads_that_fit);
+    assert_eq!(starts.get("b"), Some(&(24 * HOUR_MS)));
+    assert_eq!(starts.get("c"), Some(&(24 * HOUR_MS)));
+    assert_eq!(starts.get("a"), Some(&(48 * HOUR_MS)), "{starts:?}");
+}
