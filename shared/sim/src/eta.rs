@@ -398,7 +398,7 @@ pub fn scores(run: &EtaRun) -> Vec<Score> {
 /// more certain than they are. The days in which estimates were made are the units here: 2,000
 /// resamples of as many days as the run has, drawn with replacement from its days (seeded, so the
 /// interval is a function of the run), the 5th and 95th percentiles of their coverage.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CoverageSpread {
     /// Days (of virtual time) in which estimates were made.
     pub days: usize,
