@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{
-    BackendError, CapacityRelease, Clock, EnvironmentUsage, Fence, LineWaits, NoEvents,
-    ObservedCheckpoint, ShareUsageRecord, TrainingBackend, TrainingJobState, Versioned, Write,
-    quota_share_key,
+    BackendError, CapacityRelease, Clock, EnvironmentUsage, Fence, LineEstimates, LineWaits,
+    NoEvents, ObservedCheckpoint, ShareUsageRecord, StartEstimates, TrainingBackend,
+    TrainingJobState, Versioned, Write, quota_share_key,
 };
 use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
@@ -2138,4 +2138,103 @@ async fn waiting_jobs_get_start_estimates_that_learn_runtimes_as_attempts_end() 
     );
     assert!(learnt.p90_ms >= learnt.p50_ms);
     assert!(moved > 0, "hours to minutes is a move worth an event");
+}
+
+/// Every waiting job a round reads gets an estimate however many wait in its queue, since each
+/// line keeps its own document (a queue's one document used to keep the 1,000 that started
+/// soonest). A line whose jobs have all gone loses its document at the next round, and a job
+/// that has become RUNNABLE since the round shows none from an earlier wait.
+#[tokio::test]
+async fn every_waiting_job_of_a_long_queue_has_an_estimate_and_gone_lines_lose_theirs() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 1).await;
+    let policy = SchedulingPolicy {
+        name: "fair".into(),
+        fairshare_policy: Some(FairsharePolicy {
+            share_decay_seconds: Some(600),
+            compute_reservation: None,
+            share_distribution: vec![],
+        }),
+        quota_share_policy: None,
+        tags: BTreeMap::new(),
+        created_at: T0,
+    };
+    w.service.store().create_resource(&policy).await.unwrap();
+    w.queue_with_policy("fs", 1, "local", Some("fair")).await;
+    let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for share in ["a", "b", "c"] {
+        for i in 0..400 {
+            let id = w
+                .submit_with(&format!("{share}-{i}"), "fs", 1, quick(60), |c| {
+                    c.share_identifier = Some(share.into())
+                })
+                .await;
+            ids.entry(share).or_default().push(id);
+        }
+    }
+    w.tick().await;
+    let mut forecaster = trainyard_forecast::Forecaster::new(trainyard_forecast::Options {
+        rollouts: 2,
+        min_rollouts: 2,
+        ..Default::default()
+    });
+    let report = w
+        .service
+        .estimate_start_times(&mut forecaster, &w.config)
+        .await
+        .unwrap();
+    let mut waiting = Vec::new();
+    for id in ids.values().flatten() {
+        let job = w.job(id).await;
+        if job.status == JobStatus::Runnable {
+            waiting.push(job);
+        }
+    }
+    assert_eq!(waiting.len(), 1_199, "one of 1,200 runs");
+    assert_eq!(report.jobs, waiting.len());
+    let estimates = w.service.start_estimates(&waiting).await.unwrap();
+    let missing = estimates.iter().filter(|e| e.is_none()).count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} without an estimate",
+        waiting.len()
+    );
+    let store = w.service.store().clone();
+    let summary = store
+        .get_document::<StartEstimates>("fs")
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    assert_eq!(summary.lines, ["a", "b", "c"]);
+    assert_eq!(summary.estimated, waiting.len());
+
+    // Made before the job became RUNNABLE again: from an earlier wait, not shown.
+    let mut again = waiting[0].clone();
+    again.runnable_at = Some(w.clock.now_ms() + 1);
+    assert_eq!(w.service.start_estimates(&[again]).await.unwrap(), [None]);
+
+    // Share c's jobs leave; the next round deletes its line's estimates.
+    for id in &ids["c"] {
+        w.service.terminate_job(id, "not needed").await.unwrap();
+    }
+    w.clock.advance(60_000);
+    w.tick().await;
+    w.service
+        .estimate_start_times(&mut forecaster, &w.config)
+        .await
+        .unwrap();
+    let summary = store
+        .get_document::<StartEstimates>("fs")
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    assert_eq!(summary.lines, ["a", "b"]);
+    let gone = store
+        .get_document::<LineEstimates>(&quota_share_key("fs", "c"))
+        .await
+        .unwrap();
+    assert!(gone.is_none(), "{gone:?}");
 }

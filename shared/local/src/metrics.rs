@@ -440,7 +440,7 @@ fn render_estimates<'a>(out: &mut String, docs: impl Iterator<Item = &'a StartEs
             out,
             "trainyard_start_estimates{{queue=\"{}\"}} {}",
             escape(&doc.queue),
-            doc.jobs.len()
+            doc.estimated
         );
     }
     let _ = writeln!(
@@ -490,25 +490,12 @@ mod tests {
 
     #[test]
     fn start_estimates_render_per_queue_with_coverage_once_there_is_any() {
-        let estimate = trainyard_forecast::Estimate {
-            at_ms: 0,
-            p50_ms: Some(60_000),
-            p90_ms: Some(120_000),
-            within: [1.0; 3],
-            raw_ms: [Some(60_000), Some(120_000)],
-            coverage: None,
-            p90_from: trainyard_forecast::P90From::Rollouts,
-            shadow_ms: None,
-        };
         let docs = [
             StartEstimates {
                 queue: "research".into(),
                 at_ms: 0,
-                jobs: [
-                    ("j1".to_owned(), estimate.clone()),
-                    ("j2".to_owned(), estimate),
-                ]
-                .into(),
+                estimated: 2,
+                lines: vec!["".to_owned()],
                 coverage: Some(trainyard_forecast::Coverage {
                     p50: 0.5,
                     p90: 0.875,

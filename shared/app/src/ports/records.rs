@@ -472,9 +472,10 @@ impl Document for ReconcileMark {
     }
 }
 
-/// The latest start-time estimates of a queue's waiting jobs (`trainyard_forecast`), written by
-/// the host that forecasts, read with the jobs. One document a queue, replaced every round;
-/// its size is bounded by the jobs a round estimates per line.
+/// What the latest forecast round wrote for a queue: when it ran, how many of the queue's waiting
+/// jobs it estimated, the lines whose [`LineEstimates`] it wrote, and how the queue's estimates
+/// have held. One small document a queue, replaced every round; metrics read these, and the next
+/// round reads its queue's to clear the lines that no longer have waiting jobs.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StartEstimates {
@@ -482,8 +483,12 @@ pub struct StartEstimates {
     pub queue: String,
     /// When the round ran (epoch ms).
     pub at_ms: i64,
-    /// By job id.
-    pub jobs: BTreeMap<String, trainyard_forecast::Estimate>,
+    /// Waiting jobs of the queue the round estimated, all lines together.
+    #[serde(default)]
+    pub estimated: usize,
+    /// The lines with estimates: share identifier or quota share name (empty for a FIFO queue).
+    #[serde(default)]
+    pub lines: Vec<String>,
     /// How the queue's estimates have held so far (all its outcomes counted), for metrics;
     /// `None` before any outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -494,6 +499,30 @@ impl Document for StartEstimates {
     const KIND: &'static str = "start-estimates";
     fn key(&self) -> String {
         self.queue.clone()
+    }
+}
+
+/// The latest start-time estimates of one line's waiting jobs (`trainyard_forecast`), written by
+/// the host that forecasts, read with the jobs: one document a line, as [`LineWaits`], so its
+/// size is bounded by the jobs a round estimates per line (about 300 bytes each), not by the
+/// queue's backlog.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LineEstimates {
+    /// Queue name.
+    pub queue: String,
+    /// Share identifier or quota share name (empty for a FIFO queue).
+    pub share: String,
+    /// When the round ran (epoch ms).
+    pub at_ms: i64,
+    /// By job id.
+    pub jobs: BTreeMap<String, trainyard_forecast::Estimate>,
+}
+
+impl Document for LineEstimates {
+    const KIND: &'static str = "line-estimates";
+    fn key(&self) -> String {
+        quota_share_key(&self.queue, &self.share)
     }
 }
 

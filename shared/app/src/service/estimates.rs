@@ -4,31 +4,37 @@
 //! A round reads the snapshot a cycle would, but with the first
 //! [`ESTIMATED_PER_LINE`] waiting jobs of every line, lets the host's
 //! [`Forecaster`] learn what started and ended since the last round, estimates every waiting job
-//! it read and replaces each queue's [`StartEstimates`] document. Readers append a job's estimate
-//! to its `statusReason` (after Batch's `CATEGORY:CODE - message`, so clients, alarms and globs
-//! keep working) and `trainyard why` shows it in full. A job the latest round did not read has
-//! no estimate.
+//! it read, and replaces each line's [`LineEstimates`] document and each queue's
+//! [`StartEstimates`] summary (which names the lines, so that the next round deletes the
+//! estimates of a line whose jobs have all gone). Readers append a job's estimate to its
+//! `statusReason` (after Batch's `CATEGORY:CODE - message`, so clients, alarms and globs keep
+//! working) and `trainyard why` shows it in full. A job the latest round did not read (past the
+//! first [`ESTIMATED_PER_LINE`] of its line, or RUNNABLE again since) has no estimate.
 
 use std::collections::BTreeMap;
 
+use futures::{StreamExt, TryStreamExt};
+
 use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_domain::order::share_key;
 use trainyard_domain::time::UtcTime;
 use trainyard_forecast::{Estimate, Forecaster, Learned};
 
 use super::scheduling::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, Document, Event, EventSink, ForecastMemory, SchedulingStore, StartEstimates,
-    StoreError, Write,
+    ConfigStore, Document, Event, EventSink, ForecastMemory, LineEstimates, SchedulingStore,
+    StartEstimates, StoreError, Write, quota_share_key,
 };
 use crate::service::Service;
 
-/// Waiting jobs a round estimates per line (Slurm's backfill looks at 500 jobs in all).
+/// Waiting jobs a round estimates per line (Slurm's backfill looks at 500 jobs in all): a line's
+/// document holds at most this many, about 300 bytes each, within DynamoDB's 400 KB item.
 pub const ESTIMATED_PER_LINE: usize = 1_000;
 
-/// Estimates a queue's document keeps at most: those that start soonest. About 300 bytes each,
-/// so a document stays well within DynamoDB's 400 KB item; the jobs past them show no estimate.
-pub const KEPT_PER_QUEUE: usize = 1_000;
+/// Lines whose estimates a round writes at once (each a read and a conditional write): at 1,000
+/// lines, one at a time would be 2,000 round trips end to end.
+const LINE_WRITES_AT_ONCE: usize = 16;
 
 /// How long a host's round runs rollouts for, at most, once it has run the forecaster's
 /// minimum (`trainyard_forecast::Options::min_rollouts`): at 10,000 waiting jobs over 1,000
@@ -82,11 +88,26 @@ pub fn moved_a_lot(previous_ms: Option<i64>, now_p50_ms: Option<i64>, now_ms: i6
     }
 }
 
-/// Keeps the `keep` estimates that start soonest (by p50; beyond the horizon last), ties in the
-/// order given (line order).
-fn keep_soonest<T>(found: &mut Vec<(T, &Estimate)>, keep: usize) {
-    found.sort_by_key(|(_, e)| (e.p50_ms.is_none(), e.p50_ms));
-    found.truncate(keep);
+/// The documents a round replaces: a queue's [`StartEstimates`] and its lines' [`LineEstimates`].
+trait Estimates: Document {
+    /// Whether it holds no estimate.
+    fn is_empty(&self) -> bool;
+    /// Whether an empty one is deleted rather than written (a queue's stays, for its coverage).
+    const DELETED_EMPTY: bool;
+}
+
+impl Estimates for StartEstimates {
+    fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+    const DELETED_EMPTY: bool = false;
+}
+
+impl Estimates for LineEstimates {
+    fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+    const DELETED_EMPTY: bool = true;
 }
 
 /// A host's forecaster and the [`ForecastMemory`] that keeps what it learns, if any: the first
@@ -196,60 +217,88 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         }
         let learnt = forecaster.learn(&snapshot, &mut |id| departed.get(id).cloned());
         let estimates = forecaster.estimate(now, &snapshot, &config.planner, true, |_| ());
-        let mut per_queue: BTreeMap<String, StartEstimates> = snapshot
+        // Each line's estimates, in the snapshot's order of queues and lines.
+        let mut lines: BTreeMap<&str, BTreeMap<&str, LineEstimates>> = snapshot
             .queues
             .iter()
-            .map(|q| {
-                let doc = StartEstimates {
-                    queue: q.name.clone(),
-                    at_ms: now,
-                    jobs: BTreeMap::new(),
-                    coverage: forecaster.calibration().queue_coverage(&q.name),
-                };
-                (q.name.clone(), doc)
-            })
+            .map(|q| (q.name.as_str(), BTreeMap::new()))
             .collect();
-        let mut per_queue_estimates: BTreeMap<&str, Vec<(&str, &Estimate)>> = BTreeMap::new();
         for job in &snapshot.pending {
-            if let Some(estimate) = estimates.get(&job.job_id) {
-                per_queue_estimates
-                    .entry(job.queue.as_str())
-                    .or_default()
-                    .push((job.job_id.as_str(), estimate));
-            }
-        }
-        for (queue, mut found) in per_queue_estimates {
-            let Some(doc) = per_queue.get_mut(queue) else {
+            let (Some(estimate), Some(queue)) = (
+                estimates.get(&job.job_id),
+                lines.get_mut(job.queue.as_str()),
+            ) else {
                 continue;
             };
-            keep_soonest(&mut found, KEPT_PER_QUEUE);
-            for (job_id, estimate) in found {
-                doc.jobs.insert(job_id.to_owned(), estimate.clone());
-            }
+            let share = job.share.as_deref().unwrap_or("");
+            queue
+                .entry(share)
+                .or_insert_with(|| LineEstimates {
+                    queue: job.queue.to_string(),
+                    share: share.to_owned(),
+                    at_ms: now,
+                    jobs: BTreeMap::new(),
+                })
+                .jobs
+                .insert(job.job_id.to_string(), estimate.clone());
         }
         let mut moved = 0;
-        let mut queues = Vec::with_capacity(per_queue.len());
-        for doc in per_queue.into_values() {
+        let mut queues = Vec::with_capacity(lines.len());
+        for (queue, lines) in lines {
+            let summary = StartEstimates {
+                queue: queue.to_owned(),
+                at_ms: now,
+                estimated: lines.values().map(|l| l.jobs.len()).sum(),
+                lines: lines.keys().map(|s| (*s).to_owned()).collect(),
+                coverage: forecaster.calibration().queue_coverage(queue),
+            };
             queues.push(QueueEstimates {
-                queue: doc.queue.clone(),
-                jobs: doc.jobs.len(),
-                coverage: doc.coverage,
+                queue: summary.queue.clone(),
+                jobs: summary.estimated,
+                coverage: summary.coverage,
             });
-            let before = self.replace_estimates(&doc).await?;
-            for (job_id, estimate) in &doc.jobs {
-                let Some(previous) = before.as_ref().and_then(|b| b.jobs.get(job_id)) else {
+            let before = self.replace_estimates(&summary).await?;
+            // Collected first: a lazy map over the lines trips the compiler's `Send` check when
+            // the round runs in a spawned task.
+            let writes: Vec<_> = lines
+                .values()
+                .map(|doc| self.replace_estimates(doc))
+                .collect();
+            let replaced: Vec<Option<LineEstimates>> = futures::stream::iter(writes)
+                .buffered(LINE_WRITES_AT_ONCE)
+                .try_collect()
+                .await?;
+            for (doc, before) in lines.values().zip(replaced) {
+                let Some(before) = before else {
                     continue;
                 };
-                if moved_a_lot(previous.p50_ms, estimate.p50_ms, now) {
-                    moved += 1;
-                    self.events
-                        .publish(Event::StartEstimateMoved {
-                            job_id: job_id.clone(),
-                            job_queue: doc.queue.clone(),
-                            previous_p50_ms: previous.p50_ms,
-                            p50_ms: estimate.p50_ms,
-                        })
-                        .await;
+                for (job_id, estimate) in &doc.jobs {
+                    let Some(previous) = before.jobs.get(job_id) else {
+                        continue;
+                    };
+                    if moved_a_lot(previous.p50_ms, estimate.p50_ms, now) {
+                        moved += 1;
+                        self.events
+                            .publish(Event::StartEstimateMoved {
+                                job_id: job_id.clone(),
+                                job_queue: summary.queue.clone(),
+                                previous_p50_ms: previous.p50_ms,
+                                p50_ms: estimate.p50_ms,
+                            })
+                            .await;
+                    }
+                }
+            }
+            // Lines whose jobs have all started or left since: their estimates go.
+            for share in before.iter().flat_map(|b| &b.lines) {
+                if !lines.contains_key(share.as_str()) {
+                    let emptied = LineEstimates {
+                        queue: summary.queue.clone(),
+                        share: share.clone(),
+                        at_ms: now,
+                        jobs: BTreeMap::new(),
+                    };
+                    self.replace_estimates(&emptied).await?;
                 }
             }
         }
@@ -261,37 +310,29 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         })
     }
 
-    /// Replaces a queue's estimates (a queue without waiting jobs keeps an empty document only
-    /// if it had one); the estimates it replaced.
-    async fn replace_estimates(
-        &self,
-        doc: &StartEstimates,
-    ) -> Result<Option<StartEstimates>, AppError> {
-        let mut replaced = None;
+    /// Replaces a queue's or a line's estimates with `doc`; what it replaced. An empty `doc` is
+    /// not written where none or an empty one is stored, and deletes a line's.
+    async fn replace_estimates<D: Estimates>(&self, doc: &D) -> Result<Option<D>, AppError> {
+        let key = doc.key();
         for _ in 0..3 {
-            let stored = self
-                .store
-                .get_document::<StartEstimates>(&doc.key())
-                .await?;
-            let version = match &stored {
-                Some(s) if s.value.jobs.is_empty() && doc.jobs.is_empty() => return Ok(None),
-                Some(s) => s.version,
-                None if doc.jobs.is_empty() => return Ok(None),
-                None => 0,
+            let stored = self.store.get_document::<D>(&key).await?;
+            let write = match &stored {
+                Some(s) if doc.is_empty() && D::DELETED_EMPTY => {
+                    Write::delete_document::<D>(key.clone(), s.version)
+                }
+                Some(s) if s.value.is_empty() && doc.is_empty() => return Ok(None),
+                Some(s) => Write::document_value(doc.clone(), s.version),
+                None if doc.is_empty() => return Ok(None),
+                None => Write::document_value(doc.clone(), 0),
             };
-            replaced = stored.map(|s| s.value);
-            match self
-                .store
-                .commit(&[Write::document_value(doc.clone(), version)])
-                .await
-            {
-                Ok(()) => break,
+            match self.store.commit(&[write]).await {
+                Ok(()) => return Ok(stored.map(|s| s.value)),
                 // Another round wrote it meanwhile: read its version and write ours over it.
                 Err(StoreError::Conflict) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(replaced)
+        Ok(None)
     }
 
     /// The latest estimate of `job`, if it is RUNNABLE and the latest round estimated it.
@@ -300,28 +341,31 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         Ok(one.pop().flatten())
     }
 
-    /// The latest estimate of each of `jobs` (`None` for those not RUNNABLE or not estimated):
-    /// one read per queue among them.
+    /// The latest estimate of each of `jobs` (`None` for those not RUNNABLE or not estimated
+    /// since they last became RUNNABLE): one read per line among them.
     pub async fn start_estimates(
         &self,
         jobs: &[ServiceJob],
     ) -> Result<Vec<Option<Estimate>>, AppError> {
-        let mut queues: BTreeMap<&str, Option<StartEstimates>> = BTreeMap::new();
+        let mut lines: BTreeMap<String, Option<LineEstimates>> = BTreeMap::new();
         let mut out = Vec::with_capacity(jobs.len());
         for job in jobs {
             if job.status != JobStatus::Runnable {
                 out.push(None);
                 continue;
             }
-            if !queues.contains_key(job.job_queue.as_str()) {
-                let doc = self
-                    .store
-                    .get_document::<StartEstimates>(&job.job_queue)
-                    .await?;
-                queues.insert(&job.job_queue, doc.map(|d| d.value));
+            let key = quota_share_key(&job.job_queue, share_key(job));
+            if !lines.contains_key(&key) {
+                let doc = self.store.get_document::<LineEstimates>(&key).await?;
+                lines.insert(key.clone(), doc.map(|d| d.value));
             }
-            let doc = queues[job.job_queue.as_str()].as_ref();
-            out.push(doc.and_then(|d| d.jobs.get(&job.job_id)).cloned());
+            // Made while the job waited, not during an earlier wait it has since left.
+            let since = job.runnable_at.unwrap_or(job.created_at);
+            let estimate = lines[&key]
+                .as_ref()
+                .and_then(|d| d.jobs.get(&job.job_id))
+                .filter(|e| e.at_ms >= since);
+            out.push(estimate.cloned());
         }
         Ok(out)
     }
@@ -367,41 +411,7 @@ pub fn describe(estimate: &Estimate) -> String {
 
 #[cfg(test)]
 mod tests {
-    use trainyard_forecast::Estimate;
-
-    use super::{keep_soonest, moved_a_lot};
-
-    #[test]
-    fn a_queue_keeps_the_estimates_that_start_soonest() {
-        let estimate = |p50_ms: Option<i64>| Estimate {
-            at_ms: 0,
-            p50_ms,
-            p90_ms: p50_ms,
-            within: [0.0; 3],
-            raw_ms: [p50_ms, p50_ms],
-            coverage: None,
-            p90_from: trainyard_forecast::P90From::Rollouts,
-            shadow_ms: None,
-        };
-        let all = [
-            estimate(None),
-            estimate(Some(30)),
-            estimate(Some(10)),
-            estimate(Some(30)),
-            estimate(Some(20)),
-        ];
-        let mut found: Vec<(usize, &Estimate)> = all.iter().enumerate().collect();
-        keep_soonest(&mut found, 3);
-        let kept: Vec<usize> = found.iter().map(|(i, _)| *i).collect();
-        assert_eq!(kept, [2, 4, 1], "10, 20, then the first of the two at 30");
-        let mut found: Vec<(usize, &Estimate)> = all.iter().enumerate().collect();
-        keep_soonest(&mut found, 10);
-        assert_eq!(
-            found.last().map(|(i, _)| *i),
-            Some(0),
-            "beyond the horizon last"
-        );
-    }
+    use super::moved_a_lot;
 
     #[test]
     fn a_move_is_worth_an_event_beyond_ten_minutes_or_a_fifth_of_the_wait() {
