@@ -208,6 +208,24 @@ impl World {
         pass.cycle_totals()
     }
 
+    /// A fair-share queue `name` on `env`, with its policy (usage halves every 10 minutes).
+    async fn fair_share_queue(&self, name: &str, env: &str) {
+        let policy = SchedulingPolicy {
+            name: format!("{name}-fair"),
+            fairshare_policy: Some(FairsharePolicy {
+                share_decay_seconds: Some(600),
+                compute_reservation: None,
+                share_distribution: vec![],
+            }),
+            quota_share_policy: None,
+            tags: BTreeMap::new(),
+            created_at: T0,
+        };
+        self.service.store().create_resource(&policy).await.unwrap();
+        self.queue_with_policy(name, 1, env, Some(&policy.name))
+            .await;
+    }
+
     async fn queue(&self, name: &str, priority: u32, env: &str) {
         self.queue_with_policy(name, priority, env, None).await;
     }
@@ -1521,19 +1539,7 @@ async fn a_plan_from_a_lagging_index_cannot_over_commit_a_quota_share() {
 async fn a_fair_share_record_is_written_only_when_what_its_share_holds_changes() {
     let mut w = World::new(EmulatorConfig::default());
     w.environment("local", 4).await;
-    let policy = SchedulingPolicy {
-        name: "fair".into(),
-        fairshare_policy: Some(FairsharePolicy {
-            share_decay_seconds: Some(600),
-            compute_reservation: None,
-            share_distribution: vec![],
-        }),
-        quota_share_policy: None,
-        tags: BTreeMap::new(),
-        created_at: T0,
-    };
-    w.service.store().create_resource(&policy).await.unwrap();
-    w.queue_with_policy("fs", 1, "local", Some("fair")).await;
+    w.fair_share_queue("fs", "local").await;
     for i in 0..2 {
         w.submit_with(&format!("a-{i}"), "fs", 1, quick(60), |c| {
             c.share_identifier = Some("a".into())
@@ -2148,19 +2154,7 @@ async fn waiting_jobs_get_start_estimates_that_learn_runtimes_as_attempts_end() 
 async fn every_waiting_job_of_a_long_queue_has_an_estimate_and_gone_lines_lose_theirs() {
     let mut w = World::new(EmulatorConfig::default());
     w.environment("local", 1).await;
-    let policy = SchedulingPolicy {
-        name: "fair".into(),
-        fairshare_policy: Some(FairsharePolicy {
-            share_decay_seconds: Some(600),
-            compute_reservation: None,
-            share_distribution: vec![],
-        }),
-        quota_share_policy: None,
-        tags: BTreeMap::new(),
-        created_at: T0,
-    };
-    w.service.store().create_resource(&policy).await.unwrap();
-    w.queue_with_policy("fs", 1, "local", Some("fair")).await;
+    w.fair_share_queue("fs", "local").await;
     let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for share in ["a", "b", "c"] {
         for i in 0..400 {
@@ -2201,12 +2195,11 @@ async fn every_waiting_job_of_a_long_queue_has_an_estimate_and_gone_lines_lose_t
         waiting.len()
     );
     let store = w.service.store().clone();
-    let summary = store
-        .get_document::<StartEstimates>("fs")
-        .await
-        .unwrap()
-        .unwrap()
-        .value;
+    let stored_summary = || async {
+        let summary = store.get_document::<StartEstimates>("fs").await.unwrap();
+        summary.unwrap().value
+    };
+    let summary = stored_summary().await;
     assert_eq!(summary.lines, ["a", "b", "c"]);
     assert_eq!(summary.estimated, waiting.len());
 
@@ -2225,12 +2218,7 @@ async fn every_waiting_job_of_a_long_queue_has_an_estimate_and_gone_lines_lose_t
         .estimate_start_times(&mut forecaster, &w.config)
         .await
         .unwrap();
-    let summary = store
-        .get_document::<StartEstimates>("fs")
-        .await
-        .unwrap()
-        .unwrap()
-        .value;
+    let summary = stored_summary().await;
     assert_eq!(summary.lines, ["a", "b"]);
     let gone = store
         .get_document::<LineEstimates>(&quota_share_key("fs", "c"))
