@@ -513,9 +513,7 @@ pub struct LineEstimates {
     pub queue: String,
     /// Share identifier or quota share name (empty for a FIFO queue).
     pub share: String,
-    /// When the round ran (epoch ms).
-    pub at_ms: i64,
-    /// By job id.
+    /// By job id (each estimate says when it was made).
     pub jobs: BTreeMap<String, trainyard_forecast::Estimate>,
 }
 

@@ -236,7 +236,6 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .or_insert_with(|| LineEstimates {
                     queue: job.queue.to_string(),
                     share: share.to_owned(),
-                    at_ms: now,
                     jobs: BTreeMap::new(),
                 })
                 .jobs
@@ -269,37 +268,19 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .try_collect()
                 .await?;
             for (doc, before) in lines.values().zip(replaced) {
-                let Some(before) = before else {
-                    continue;
-                };
-                for (job_id, estimate) in &doc.jobs {
-                    let Some(previous) = before.jobs.get(job_id) else {
-                        continue;
-                    };
-                    if moved_a_lot(previous.p50_ms, estimate.p50_ms, now) {
-                        moved += 1;
-                        self.events
-                            .publish(Event::StartEstimateMoved {
-                                job_id: job_id.clone(),
-                                job_queue: summary.queue.clone(),
-                                previous_p50_ms: previous.p50_ms,
-                                p50_ms: estimate.p50_ms,
-                            })
-                            .await;
-                    }
+                if let Some(before) = before {
+                    moved += self.announce_moves(&before, doc, now).await;
                 }
             }
             // Lines whose jobs have all started or left since: their estimates go.
-            for share in before.iter().flat_map(|b| &b.lines) {
-                if !lines.contains_key(share.as_str()) {
-                    let emptied = LineEstimates {
-                        queue: summary.queue.clone(),
-                        share: share.clone(),
-                        at_ms: now,
-                        jobs: BTreeMap::new(),
-                    };
-                    self.replace_estimates(&emptied).await?;
-                }
+            let gone = before.iter().flat_map(|b| &b.lines);
+            for share in gone.filter(|share| !lines.contains_key(share.as_str())) {
+                let emptied = LineEstimates {
+                    queue: summary.queue.clone(),
+                    share: share.clone(),
+                    jobs: BTreeMap::new(),
+                };
+                self.replace_estimates(&emptied).await?;
             }
         }
         Ok(EstimateReport {
@@ -308,6 +289,34 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             moved,
             per_queue: queues,
         })
+    }
+
+    /// Publishes [`Event::StartEstimateMoved`] for each job of `after` whose p50 moved a lot
+    /// since `before`; how many.
+    async fn announce_moves(
+        &self,
+        before: &LineEstimates,
+        after: &LineEstimates,
+        now: i64,
+    ) -> usize {
+        let mut moved = 0;
+        for (job_id, estimate) in &after.jobs {
+            let Some(previous) = before.jobs.get(job_id) else {
+                continue;
+            };
+            if moved_a_lot(previous.p50_ms, estimate.p50_ms, now) {
+                moved += 1;
+                self.events
+                    .publish(Event::StartEstimateMoved {
+                        job_id: job_id.clone(),
+                        job_queue: after.queue.clone(),
+                        previous_p50_ms: previous.p50_ms,
+                        p50_ms: estimate.p50_ms,
+                    })
+                    .await;
+            }
+        }
+        moved
     }
 
     /// Replaces a queue's or a line's estimates with `doc`; what it replaced. An empty `doc` is
