@@ -574,7 +574,7 @@ async fn what_the_forecaster_learnt_is_kept_across_cold_starts() {
         &[("ml.g5.xlarge".to_owned(), 1)].into(),
     );
     for _ in 0..3 {
-        earlier.history.observe_runtime(family.clone(), 3_600);
+        earlier.history.observe_runtime(family.clone(), 3_600, None);
     }
     let memory = Memory::default();
     *memory.kept.lock().unwrap() = Some(earlier);

@@ -132,11 +132,13 @@ async fn a_forecasters_learned_state_is_kept_and_read_back() {
         Some(&"team-a".into()),
         &[("ml.g5.xlarge".to_owned(), 2)].into(),
     );
-    learned.history.observe_runtime(family.clone(), 3_600);
+    learned
+        .history
+        .observe_runtime(family.clone(), 3_600, Some(14_400));
     memory.save(&learned).await.unwrap();
     assert_eq!(memory.load().await.unwrap(), Some(learned.clone()));
 
-    learned.history.observe_runtime(family, 600);
+    learned.history.observe_runtime(family, 600, None);
     memory.save(&learned).await.unwrap();
     let kept = memory.load().await.unwrap().unwrap();
     assert_eq!(kept.history.runtimes_observed(), 2);

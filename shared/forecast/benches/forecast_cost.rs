@@ -83,6 +83,7 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
                 history.observe_runtime(
                     family.clone(),
                     600 + (k * 7_919 + s as u64 * 104_729) % 13_800,
+                    Some(86_400),
                 );
             }
         }

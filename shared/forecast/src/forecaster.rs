@@ -194,7 +194,11 @@ impl<T> Forecaster<T> {
                     (attempt.started_at, attempt.stopped_at, ran_its_course)
                 {
                     let runtime_s = u64::try_from((stop - start) / 1_000).unwrap_or(0);
-                    self.history.observe_runtime(family.clone(), runtime_s);
+                    self.history.observe_runtime(
+                        family.clone(),
+                        runtime_s,
+                        job.training.max_runtime_s,
+                    );
                 }
             }
         }

@@ -54,18 +54,59 @@ pub struct Arrival {
     pub line_offset_ms: i64,
 }
 
+/// An attempt that ran its course: how long, and the `MaxRuntimeInSeconds` its job asked for.
+/// As JSON, the runtime alone when the job asked for none (as a history kept before the limit
+/// was, which reads back as asking for none), otherwise `[runtime, limit]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RanJson", into = "RanJson")]
+struct Ran {
+    runtime_s: u64,
+    asked_s: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum RanJson {
+    Runtime(u64),
+    WithLimit(u64, u64),
+}
+
+impl From<RanJson> for Ran {
+    fn from(json: RanJson) -> Self {
+        match json {
+            RanJson::Runtime(runtime_s) => Self {
+                runtime_s,
+                asked_s: None,
+            },
+            RanJson::WithLimit(runtime_s, asked_s) => Self {
+                runtime_s,
+                asked_s: Some(asked_s),
+            },
+        }
+    }
+}
+
+impl From<Ran> for RanJson {
+    fn from(ran: Ran) -> Self {
+        match ran.asked_s {
+            None => Self::Runtime(ran.runtime_s),
+            Some(asked_s) => Self::WithLimit(ran.runtime_s, asked_s),
+        }
+    }
+}
+
 /// Runtimes per family and arrivals per line, newest kept. As JSON (to keep it across
 /// restarts), maps are lists of pairs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct History {
     #[serde(with = "pairs")]
-    runtimes: BTreeMap<Family, VecDeque<u64>>,
+    runtimes: BTreeMap<Family, VecDeque<Ran>>,
     /// The same runtimes by queue and share, by queue, and all together: the wider groups a
     /// family borrows from (kept apart so that a draw never gathers them).
     #[serde(with = "pairs")]
-    by_share: BTreeMap<Line, VecDeque<u64>>,
-    by_queue: BTreeMap<SharedStr, VecDeque<u64>>,
-    all: VecDeque<u64>,
+    by_share: BTreeMap<Line, VecDeque<Ran>>,
+    by_queue: BTreeMap<SharedStr, VecDeque<Ran>>,
+    all: VecDeque<Ran>,
     #[serde(with = "pairs")]
     arrivals: BTreeMap<Line, VecDeque<Arrival>>,
 }
@@ -80,15 +121,13 @@ const MIN_LONGER: usize = 4;
 /// attempts draw from them rather than by their age.
 const TIGHT: u64 = 2;
 
-/// Whether a group's runtimes spread wider than [`TIGHT`] (not a regular family).
-fn spreads_wide(ring: &VecDeque<u64>) -> bool {
-    let (shortest, longest) = ring
-        .iter()
-        .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+/// Whether runtimes spread wider than [`TIGHT`] (not a regular family).
+fn spreads_wide(runtimes: impl Iterator<Item = u64>) -> bool {
+    let (shortest, longest) = runtimes.fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r), hi.max(r)));
     longest > shortest.saturating_mul(TIGHT)
 }
 
-fn keep(ring: &mut VecDeque<u64>, value: u64, kept: usize) {
+fn keep(ring: &mut VecDeque<Ran>, value: Ran, kept: usize) {
     if ring.len() == kept {
         ring.pop_front();
     }
@@ -106,8 +145,10 @@ impl History {
     pub const ARRIVAL_WINDOW_MS: i64 = 24 * 3_600_000;
 
     /// An attempt of `family` ran `runtime_s` (dispatch to end, so provisioning is included) and
-    /// ended by itself (not preempted, which would cut it short).
-    pub fn observe_runtime(&mut self, family: Family, runtime_s: u64) {
+    /// ended by itself (not preempted, which would cut it short); its job asked for `asked_s`
+    /// (`MaxRuntimeInSeconds`, if set).
+    pub fn observe_runtime(&mut self, family: Family, runtime_s: u64, asked_s: Option<u64>) {
+        let runtime_s = Ran { runtime_s, asked_s };
         let line = (family.queue.clone(), family.share.clone());
         keep(
             self.by_share.entry(line).or_default(),
@@ -142,9 +183,11 @@ impl History {
     }
 
     /// A total runtime for an attempt of `family` that has run `elapsed_s` so far, never beyond
-    /// `cap_s` (its `MaxRuntimeInSeconds`). The narrowest group (the family, its queue and share,
-    /// its queue, everything) with 8 runtimes (`MIN_SAMPLE`) of which 4 (`MIN_LONGER`) are
-    /// longer than `elapsed_s` answers:
+    /// `cap_s` (the `MaxRuntimeInSeconds` it runs under; `asked_s` is what its job asked for, if
+    /// anything). The narrowest group (the family, its queue and share, its queue, everything)
+    /// with 8 runtimes (`MIN_SAMPLE`) of which 4 (`MIN_LONGER`) are longer than `elapsed_s`
+    /// answers; for an attempt not yet started, those of jobs that asked for the same limit go
+    /// first, group by group, before any group's runtimes of all limits:
     ///
     /// - an attempt not yet started, or one whose group's runtimes all lie within a factor
     ///   of 2 (`TIGHT`) of each other (a regular family), draws from those longer runtimes (it is
@@ -156,6 +199,13 @@ impl History {
     ///   the one measure of its own length free of that bias, and it is what held a busy pool
     ///   for hours on Philly (docs/benchmarks.md, start-time estimates).
     ///
+    /// Why the limit first: the jobs still waiting are seldom like the runtimes that ended. A
+    /// queue that puts shorter limits first (`trainyard:shorter-first-hours`) leaves the long
+    /// jobs waiting, and a family's newest ended runtimes are its short ones while its long
+    /// ones still run: on replayed Philly, the multi-instance sweeps waiting at one moment
+    /// drew a median of 0.46 hours from their families and ran a median of 45
+    /// (docs/benchmarks.md, start-time estimates).
+    ///
     /// An attempt that has outlived what every group knows is assumed half-way through; without
     /// any history, it runs to its cap, as Slurm assumes.
     pub fn sample_runtime(
@@ -163,6 +213,7 @@ impl History {
         family: &Family,
         elapsed_s: u64,
         cap_s: u64,
+        asked_s: Option<u64>,
         rng: &mut SplitMix64,
     ) -> u64 {
         let line = (family.queue.clone(), family.share.clone());
@@ -172,27 +223,34 @@ impl History {
             self.by_queue.get(&family.queue),
             Some(&self.all),
         ];
+        let same_limit = |ran: &Ran| ran.asked_s == asked_s;
+        let any_limit = |_: &Ran| true;
+        let passes: &[&dyn Fn(&Ran) -> bool] = if elapsed_s == 0 {
+            &[&same_limit, &any_limit]
+        } else {
+            &[&any_limit]
+        };
         let mut known = false;
-        for ring in groups
-            .into_iter()
-            .flatten()
-            .filter(|r| r.len() >= MIN_SAMPLE)
-        {
-            known = true;
-            let longer = ring.iter().filter(|r| **r > elapsed_s).count();
-            if longer >= MIN_LONGER {
-                if elapsed_s > 0 && spreads_wide(ring) {
-                    let by_age = elapsed_s as f64 / (1.0 - rng.unit());
-                    return (by_age.min(cap_s as f64) as u64).max(elapsed_s);
+        for alike in passes {
+            for ring in groups.into_iter().flatten() {
+                let runtimes = || ring.iter().filter(|r| alike(r)).map(|r| r.runtime_s);
+                if runtimes().count() < MIN_SAMPLE {
+                    continue;
                 }
-                let pick = rng.below(longer as u64) as usize;
-                let total = ring
-                    .iter()
-                    .copied()
-                    .filter(|r| *r > elapsed_s)
-                    .nth(pick)
-                    .unwrap_or(elapsed_s);
-                return total.min(cap_s).max(elapsed_s);
+                known = true;
+                let longer = runtimes().filter(|r| *r > elapsed_s).count();
+                if longer >= MIN_LONGER {
+                    if elapsed_s > 0 && spreads_wide(runtimes()) {
+                        let by_age = elapsed_s as f64 / (1.0 - rng.unit());
+                        return (by_age.min(cap_s as f64) as u64).max(elapsed_s);
+                    }
+                    let pick = rng.below(longer as u64) as usize;
+                    let total = runtimes()
+                        .filter(|r| *r > elapsed_s)
+                        .nth(pick)
+                        .unwrap_or(elapsed_s);
+                    return total.min(cap_s).max(elapsed_s);
+                }
             }
         }
         if !known {
@@ -247,7 +305,7 @@ mod tests {
         let mut history = History::default();
         let spread = family("q", 1);
         for r in [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 40_000] {
-            history.observe_runtime(spread.clone(), r);
+            history.observe_runtime(spread.clone(), r, None);
         }
         (history, spread)
     }
@@ -257,23 +315,23 @@ mod tests {
         let (mut history, spread) = spread_family();
         let regular = family("q", 2);
         for r in [3_000, 3_300, 3_500, 3_600, 3_700, 3_900, 4_000, 5_000] {
-            history.observe_runtime(regular.clone(), r);
+            history.observe_runtime(regular.clone(), r, None);
         }
         let mut rng = SplitMix64::new(7);
         for _ in 0..200 {
-            let fresh = history.sample_runtime(&spread, 0, 30_000, &mut rng);
+            let fresh = history.sample_runtime(&spread, 0, 30_000, None, &mut rng);
             assert!(
                 [60, 120, 600, 3_600, 7_200, 10_000, 20_000, 30_000].contains(&fresh),
                 "not started: one of those seen, capped: {fresh}"
             );
-            let running = history.sample_runtime(&regular, 1_000, 30_000, &mut rng);
+            let running = history.sample_runtime(&regular, 1_000, 30_000, None, &mut rng);
             assert!(
                 [3_000, 3_300, 3_500, 3_600, 3_700, 3_900, 4_000, 5_000].contains(&running),
                 "a regular family: one of the longer ones seen: {running}"
             );
         }
         assert_eq!(
-            history.sample_runtime(&spread, 50_000, 86_400, &mut rng),
+            history.sample_runtime(&spread, 50_000, 86_400, None, &mut rng),
             86_400,
             "outlived everything: twice its age (100,000 s), capped"
         );
@@ -284,7 +342,7 @@ mod tests {
         let (history, spread) = spread_family();
         let mut rng = SplitMix64::new(7);
         let mut totals: Vec<u64> = (0..2_000)
-            .map(|_| history.sample_runtime(&spread, 1_000, 30_000, &mut rng))
+            .map(|_| history.sample_runtime(&spread, 1_000, 30_000, None, &mut rng))
             .collect();
         totals.sort_unstable();
         assert!(totals.iter().all(|t| (1_000..=30_000).contains(t)));
@@ -301,26 +359,80 @@ mod tests {
     }
 
     #[test]
+    fn a_job_not_yet_started_draws_from_runtimes_of_jobs_that_asked_for_its_limit() {
+        let mut history = History::default();
+        let sweeps = family("q", 4);
+        // Its newest ended runtimes are short jobs that asked for an hour; 8 that asked for a
+        // week ran 2 to 5 days, and a wider group knows 8 more of those.
+        for i in 0..56 {
+            history.observe_runtime(sweeps.clone(), 600 + i * 10, Some(3_600));
+        }
+        let long = [
+            172_800, 200_000, 250_000, 300_000, 350_000, 400_000, 420_000, 432_000,
+        ];
+        for r in long {
+            history.observe_runtime(sweeps.clone(), r, Some(604_800));
+        }
+        let mut rng = SplitMix64::new(3);
+        for _ in 0..200 {
+            let week = history.sample_runtime(&sweeps, 0, 604_800, Some(604_800), &mut rng);
+            assert!(long.contains(&week), "asked for a week: {week}");
+        }
+        let mut asked_none: Vec<u64> = (0..2_000)
+            .map(|_| history.sample_runtime(&sweeps, 0, 604_800, None, &mut rng))
+            .collect();
+        asked_none.sort_unstable();
+        assert!(
+            asked_none[1_000] < 3_600,
+            "no runtime of its limit: the family's, mostly short: {}",
+            asked_none[1_000]
+        );
+        // A family with too few of its limit borrows them from a wider group before it draws
+        // from its own runtimes of other limits.
+        let few = family("q", 8);
+        for i in 0..60 {
+            history.observe_runtime(few.clone(), 900 + i, Some(3_600));
+        }
+        for _ in 0..200 {
+            let week = history.sample_runtime(&few, 0, 604_800, Some(604_800), &mut rng);
+            assert!(
+                long.contains(&week),
+                "from the queue's week-long jobs: {week}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_history_kept_before_limits_were_reads_back_and_limits_round_trip() {
+        let mut history = History::default();
+        history.observe_runtime(family("q", 1), 60, None);
+        history.observe_runtime(family("q", 1), 120, Some(3_600));
+        let json = serde_json::to_value(&history).unwrap();
+        assert_eq!(json["all"], serde_json::json!([60, [120, 3_600]]));
+        assert_eq!(serde_json::from_value::<History>(json).unwrap(), history);
+    }
+
+    #[test]
     fn a_family_with_few_runtimes_borrows_from_its_queue_then_from_everything() {
         let mut history = History::default();
         let mut rng = SplitMix64::new(1);
         assert_eq!(
-            history.sample_runtime(&family("q", 1), 0, 86_400, &mut rng),
+            history.sample_runtime(&family("q", 1), 0, 86_400, None, &mut rng),
             86_400,
             "no history: the cap"
         );
         for _ in 0..8 {
-            history.observe_runtime(family("other", 4), 100);
+            history.observe_runtime(family("other", 4), 100, None);
         }
         assert_eq!(
-            history.sample_runtime(&family("q", 1), 0, 86_400, &mut rng),
+            history.sample_runtime(&family("q", 1), 0, 86_400, None, &mut rng),
             100
         );
         for _ in 0..8 {
-            history.observe_runtime(family("q", 2), 500);
+            history.observe_runtime(family("q", 2), 500, None);
         }
         assert_eq!(
-            history.sample_runtime(&family("q", 1), 0, 86_400, &mut rng),
+            history.sample_runtime(&family("q", 1), 0, 86_400, None, &mut rng),
             500,
             "its queue and share before everything"
         );

@@ -33,7 +33,12 @@ pub struct Options {
     /// The shortest step between two planner runs, in seconds.
     pub min_step_s: u64,
     /// Steps grow with the time looked ahead: at least this fraction of it. Start times are
-    /// resolved to about this fraction of the wait, far finer than the estimates' spread.
+    /// resolved to about this fraction of the wait, far finer than the estimates' spread. Fine
+    /// steps matter beyond resolution: instances that free within one step pile up, and a job
+    /// of many instances then starts on them, where a host's cycle at each release would have
+    /// given each to a smaller job (5% made the multi-instance sweeps of replayed Philly start
+    /// far too early once their runtimes were drawn by their limits; 1% costs a rollout about
+    /// 2.5 times as much).
     pub step_fraction: f64,
     /// Most jobs arriving in one rollout, all lines together.
     pub max_arrivals: usize,
@@ -61,7 +66,7 @@ impl Default for Options {
             horizon_s: 7 * 86_400,
             heads_extra: 16,
             min_step_s: 60,
-            step_fraction: 0.05,
+            step_fraction: 0.01,
             max_arrivals: 2_000,
             seed: 0,
             budget: None,
@@ -194,7 +199,8 @@ impl<'a> Rollout<'a> {
                         u64::try_from((now_ms - job.started_at_ms) / 1_000).unwrap_or(0);
                     let cap = u64::try_from((job.expected_end_ms - job.started_at_ms) / 1_000)
                         .unwrap_or(0);
-                    let total = history.sample_runtime(&family, elapsed_s, cap, &mut rng);
+                    let total =
+                        history.sample_runtime(&family, elapsed_s, cap, Some(cap), &mut rng);
                     job.started_at_ms + i64::try_from(total).unwrap_or(i64::MAX / 4) * 1_000
                 }
             })
@@ -315,7 +321,7 @@ impl<'a> Rollout<'a> {
             World::Shadow => cap,
             World::Sampled(history) => {
                 let family = Family::of(&job.queue, job.share.as_ref(), &job.instances);
-                history.sample_runtime(&family, 0, cap, &mut self.rng)
+                history.sample_runtime(&family, 0, cap, job.max_runtime_s, &mut self.rng)
             }
         };
         self.ends.push(t.saturating_add(secs_ms(runtime_s)));

@@ -256,7 +256,7 @@ async fn what_the_forecaster_learnt_is_there_after_reopening_the_file() {
         instances: 2,
     };
     for runtime_s in [600, 900, 1_200] {
-        history.observe_runtime(family.clone(), runtime_s);
+        history.observe_runtime(family.clone(), runtime_s, Some(86_400));
     }
     let learned = Learned {
         history,
