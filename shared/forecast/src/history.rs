@@ -148,22 +148,22 @@ impl History {
     /// ended by itself (not preempted, which would cut it short); its job asked for `asked_s`
     /// (`MaxRuntimeInSeconds`, if set).
     pub fn observe_runtime(&mut self, family: Family, runtime_s: u64, asked_s: Option<u64>) {
-        let runtime_s = Ran { runtime_s, asked_s };
+        let ran = Ran { runtime_s, asked_s };
         let line = (family.queue.clone(), family.share.clone());
         keep(
             self.by_share.entry(line).or_default(),
-            runtime_s,
+            ran,
             Self::GROUP_RUNTIMES_KEPT,
         );
         keep(
             self.by_queue.entry(family.queue.clone()).or_default(),
-            runtime_s,
+            ran,
             Self::GROUP_RUNTIMES_KEPT,
         );
-        keep(&mut self.all, runtime_s, 4 * Self::GROUP_RUNTIMES_KEPT);
+        keep(&mut self.all, ran, 4 * Self::GROUP_RUNTIMES_KEPT);
         keep(
             self.runtimes.entry(family).or_default(),
-            runtime_s,
+            ran,
             Self::RUNTIMES_KEPT,
         );
     }
@@ -234,11 +234,13 @@ impl History {
         for alike in passes {
             for ring in groups.into_iter().flatten() {
                 let runtimes = || ring.iter().filter(|r| alike(r)).map(|r| r.runtime_s);
-                if runtimes().count() < MIN_SAMPLE {
+                let (alike_n, longer) = runtimes().fold((0, 0), |(n, longer), r| {
+                    (n + 1, longer + usize::from(r > elapsed_s))
+                });
+                if alike_n < MIN_SAMPLE {
                     continue;
                 }
                 known = true;
-                let longer = runtimes().filter(|r| *r > elapsed_s).count();
                 if longer >= MIN_LONGER {
                     if elapsed_s > 0 && spreads_wide(runtimes()) {
                         let by_age = elapsed_s as f64 / (1.0 - rng.unit());
