@@ -334,9 +334,7 @@ impl<T> Forecaster<T> {
             instances: open.instances,
             first: open.first,
         };
-        for (q, covered) in Calibration::outcomes(&open.estimate, started_ms) {
-            self.calibration.observe(scope, &open.estimate, q, covered);
-        }
+        self.calibration.observe(scope, &open.estimate, started_ms);
     }
 
     /// Estimates the waiting jobs of `snapshot` at `now_ms`: every one with `all`, otherwise
