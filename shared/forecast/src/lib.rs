@@ -37,8 +37,10 @@ pub mod history;
 pub mod rollout;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use trainyard_domain::random::{SplitMix64, mix64};
+use trainyard_scheduler::snapshot::Instances;
 use trainyard_scheduler::{Config, SharedStr, Snapshot};
 
 pub use estimate::{Calibration, Coverage, Estimate, P90From, Samples, Scope};
@@ -69,6 +71,7 @@ pub fn forecast(
         })
         .collect();
     let started = std::time::Instant::now();
+    let snapshot = &with_shared_shapes(snapshot);
     for (job, at) in shadow(snapshot, now_ms, planner, options) {
         if let Some(s) = samples.get_mut(&job) {
             s.shadow_ms = Some(at);
@@ -103,6 +106,28 @@ pub fn forecast(
     samples
 }
 
+/// A copy of `snapshot` in which jobs of the same shape (instances of each type) share one map:
+/// every step of a rollout checks every head's instances against the pool, and a few shared maps
+/// stay in the processor's cache where one map per job does not (docs/benchmarks.md, "Cost" of
+/// start-time estimates).
+fn with_shared_shapes(snapshot: &Snapshot) -> Snapshot {
+    let mut shapes: BTreeMap<Instances, Arc<Instances>> = BTreeMap::new();
+    let mut share = |instances: &mut Arc<Instances>| match shapes.get(&**instances) {
+        Some(shape) => *instances = Arc::clone(shape),
+        None => {
+            shapes.insert((**instances).clone(), Arc::clone(instances));
+        }
+    };
+    let mut copy = snapshot.clone();
+    for job in &mut copy.pending {
+        share(&mut job.instances);
+    }
+    for job in &mut copy.running {
+        share(&mut job.instances);
+    }
+    copy
+}
+
 /// Slurm's shadow schedule from `snapshot`: when each waiting job would start if every attempt
 /// ran to its `MaxRuntimeInSeconds` and nothing arrived.
 pub fn shadow(
@@ -119,4 +144,40 @@ pub fn shadow(
         options,
         SplitMix64::new(options.seed),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_scheduler::PendingJob;
+
+    fn pending(id: &str, n: u32) -> PendingJob {
+        PendingJob {
+            job_id: id.into(),
+            queue: "q".into(),
+            share: None,
+            priority: 0,
+            runnable_at_ms: 0,
+            instances: Arc::new([("ml.g5.xlarge".to_owned(), n)].into()),
+            max_runtime_s: None,
+            not_before_ms: None,
+            line_offset_ms: 0,
+        }
+    }
+
+    #[test]
+    fn jobs_of_one_shape_share_one_map_and_nothing_else_changes() {
+        let snapshot = Snapshot {
+            pending: vec![pending("a", 1), pending("b", 2), pending("c", 1)],
+            ..Snapshot::default()
+        };
+        let shared = with_shared_shapes(&snapshot);
+        assert_eq!(shared, snapshot);
+        let [a, b, c] = [0, 1, 2].map(|i| &shared.pending[i].instances);
+        assert!(
+            Arc::ptr_eq(a, c),
+            "one map for the two jobs of one instance"
+        );
+        assert!(!Arc::ptr_eq(a, b));
+    }
 }
