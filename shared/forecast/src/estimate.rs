@@ -330,13 +330,17 @@ impl Calibration {
         } else {
             (-wait_s(started_ms, estimate.at_ms) / STALE_S).exp()
         };
-        for (i, covered) in Self::outcomes(estimate, started_ms) {
-            if estimate.raw_ms[i].is_none() {
-                continue;
-            }
-            let excess = weight * (if covered { 0.0 } else { 1.0 } - ALPHA[i]);
-            for name in groups(scope, estimate.raw_p50_wait_s()) {
-                let group = self.groups.entry(name).or_default();
+        let outcomes: Vec<(usize, bool)> = Self::outcomes(estimate, started_ms)
+            .into_iter()
+            .filter(|(i, _)| estimate.raw_ms[*i].is_some())
+            .collect();
+        if outcomes.is_empty() {
+            return;
+        }
+        for name in groups(scope, estimate.raw_p50_wait_s()) {
+            let group = self.groups.entry(name).or_default();
+            for &(i, covered) in &outcomes {
+                let excess = weight * (if covered { 0.0 } else { 1.0 } - ALPHA[i]);
                 if i == 1 && estimate.p90_from == P90From::Shadow {
                     group.shadow_round += excess;
                 } else {
