@@ -71,6 +71,10 @@ pub struct SimulateArgs {
     /// With --eta: rollouts per forecast.
     #[arg(long, requires = "eta", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     eta_rollouts: u32,
+    /// With --eta: how far ahead rollouts look, in days (default: the hosts' horizon); a job
+    /// not started by then is "beyond the horizon".
+    #[arg(long, requires = "eta", value_parser = clap::value_parser!(u64).range(1..=90))]
+    eta_horizon_days: Option<u64>,
 }
 
 /// Parses `A..B` (B excluded, A < B).
@@ -180,6 +184,9 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
             options: trainyard_forecast::Options {
                 rollouts: args.eta_rollouts,
                 seed: scenario.seed,
+                horizon_s: args
+                    .eta_horizon_days
+                    .map_or(settings.options.horizon_s, |days| days * 86_400),
                 ..settings.options.clone()
             },
             ..settings

@@ -6,7 +6,10 @@
 
 use trainyard_forecast::Options;
 use trainyard_sim::driver::{run, run_with_estimates};
-use trainyard_sim::eta::{EtaRun, EtaSettings, Prediction, coverage_spread, markdown, scores};
+use trainyard_sim::eta::{
+    BeyondHorizon, EtaRun, EtaSettings, Prediction, beyond_horizon, coverage_spread, markdown,
+    scores,
+};
 use trainyard_sim::policies::Policy;
 use trainyard_sim::scenario::Scenario;
 use trainyard_sim::trace::{Format, Trace, parse};
@@ -219,4 +222,44 @@ fn coverage_is_only_as_certain_as_the_days_that_measured_it() {
     assert!(spread.low <= 0.82 && spread.high == 1.0, "{spread:?}");
     assert!(markdown("trainyard", &episodic).contains("over the 10 days"));
     assert_eq!(coverage_spread(&run_of(Vec::new())), None);
+}
+
+#[test]
+fn a_p90_beyond_the_horizon_whose_job_started_beyond_it_is_counted_apart() {
+    let horizon_s = 604_800.0;
+    let beyond = |actual_s: f64| Prediction {
+        published_s: [None, None],
+        ..prediction(actual_s, 1_800.0, 3_600.0)
+    };
+    let run = run_of(vec![
+        beyond(horizon_s + 86_400.0),
+        beyond(3_600.0),
+        made_on_day(0, true),
+    ]);
+    assert_eq!(
+        beyond_horizon(&run),
+        BeyondHorizon {
+            published: 2,
+            started_beyond: 1
+        }
+    );
+    let published = scores(&run)
+        .into_iter()
+        .find(|s| s.stratum == "all" && s.method == "trainyard")
+        .unwrap();
+    assert!(
+        (published.p90_coverage - 2.0 / 3.0).abs() < 1e-9,
+        "the one that started beyond stays a miss in the coverage"
+    );
+    assert!(
+        markdown("trainyard", &run).contains(
+            "published p90 beyond the 168 h horizon: 2 estimates, of which 1 (33.3% of all \
+             estimates) started beyond it too"
+        ),
+        "{}",
+        markdown("trainyard", &run)
+    );
+    assert!(
+        !markdown("trainyard", &run_of(vec![made_on_day(0, true)])).contains("beyond the 168 h")
+    );
 }
