@@ -332,10 +332,8 @@ impl Calibration {
         } else {
             (-wait_s(started_ms, estimate.at_ms) / STALE_S).exp()
         };
-        let outcomes: Vec<(usize, bool)> = Self::outcomes(estimate, started_ms)
-            .into_iter()
-            .filter(|(i, _)| estimate.raw_ms[*i].is_some())
-            .collect();
+        let mut outcomes = Self::outcomes(estimate, started_ms);
+        outcomes.retain(|(i, _)| estimate.raw_ms[*i].is_some());
         if outcomes.is_empty() {
             return;
         }
