@@ -1200,7 +1200,7 @@ pub async fn documents_are_created_at_version_1_and_checked<S: Store>(store: &S)
 /// commit, each delete checked against its version, all or nothing.
 pub async fn a_release_is_folded_by_deleting_it_with_the_usage_write<S: Store>(store: &S) {
     let mut running = job("r").status(JobStatus::Running).build();
-    running.training = TrainingRequest::single("t", "ml.g5.xlarge", 1);
+    running.training = TrainingRequest::single("t", "ml.g5.xlarge", 1).into();
     running.job_queue = "research".into();
     running.quota_share_name = Some("vision".into());
     store.insert_job(&running, None).await.unwrap();
@@ -1395,7 +1395,8 @@ pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S)
         .quota_share("qs")
         .status(JobStatus::Starting)
         .build();
-    g.training.checkpoint_s3_uri = Some("s3://bucket/checkpoints/g".into());
+    std::sync::Arc::make_mut(&mut g.training).checkpoint_s3_uri =
+        Some("s3://bucket/checkpoints/g".into());
     g.preemption_summary = Some(trainyard_domain::job::PreemptionSummary {
         preempted_attempt_count: 2,
         ..Default::default()

@@ -426,7 +426,7 @@ mod tests {
             .build();
         j.job_queue = "HappyPathJobQueue".into();
         j.service_request_payload = r#"{"TrainingJobName":"secret-name"}"#.into();
-        j.tags.insert("team".into(), "vision".into());
+        std::sync::Arc::make_mut(&mut j.tags).insert("team".into(), "vision".into());
         j.created_at = 1_641_944_200_058;
         j.started_at = Some(1_641_944_300_058);
         j.stopped_at = Some(1_641_944_400_058);

@@ -21,6 +21,7 @@
 //! - Staying in the same status is not a transition (callers treat it as a no-op).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -273,10 +274,12 @@ pub struct ServiceJob {
     pub job_queue: String,
     /// Always SageMaker training.
     pub service_job_type: ServiceJobType,
-    /// The submitted `serviceRequestPayload`, verbatim.
-    pub service_request_payload: String,
+    /// The submitted `serviceRequestPayload`, verbatim. Shared by the job's copies: it never
+    /// changes, and every read of a job copies the job.
+    pub service_request_payload: Arc<str>,
     /// What scheduling needs from the payload, parsed once at submission.
-    pub training: TrainingRequest,
+    /// Shared by the job's copies, as the payload it comes from.
+    pub training: Arc<TrainingRequest>,
     /// Fair-share share, if the queue has a fair-share policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_identifier: Option<String>,
@@ -295,9 +298,9 @@ pub struct ServiceJob {
     /// Preemption tolerance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_configuration: Option<JobPreemptionConfiguration>,
-    /// Tags.
+    /// Tags, shared by the job's copies until one is edited.
     #[serde(default)]
-    pub tags: Tags,
+    pub tags: Arc<Tags>,
     /// Idempotency token the job was submitted with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_token: Option<String>,
@@ -360,7 +363,7 @@ impl ServiceJob {
         job_id: String,
         job_name: String,
         job_queue: String,
-        service_request_payload: String,
+        service_request_payload: impl Into<Arc<str>>,
         training: TrainingRequest,
         now: i64,
     ) -> Self {
@@ -369,15 +372,15 @@ impl ServiceJob {
             job_name,
             job_queue,
             service_job_type: ServiceJobType::SagemakerTraining,
-            service_request_payload,
-            training,
+            service_request_payload: service_request_payload.into(),
+            training: Arc::new(training),
             share_identifier: None,
             quota_share_name: None,
             scheduling_priority: None,
             retry_strategy: None,
             timeout_config: None,
             preemption_configuration: None,
-            tags: Tags::new(),
+            tags: Arc::default(),
             client_token: None,
             owner: None,
             status: JobStatus::Submitted,
@@ -562,7 +565,7 @@ mod tests {
             "j1".into(),
             "train".into(),
             "q".into(),
-            "{}".into(),
+            "{}",
             TrainingRequest::single("t", "ml.p4d.24xlarge", 2),
             1_000,
         )

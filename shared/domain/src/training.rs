@@ -170,7 +170,7 @@ mod tests {
             "training": {"trainingJobName": name, "instances": {"ml.g5.xlarge": 1}}
         }))
         .unwrap();
-        job.training = TrainingRequest::single(name, "ml.g5.xlarge", 1);
+        job.training = TrainingRequest::single(name, "ml.g5.xlarge", 1).into();
         job
     }
 

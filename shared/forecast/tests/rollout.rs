@@ -293,7 +293,7 @@ fn a_job_pushed_beyond_the_jobs_a_line_shows_keeps_its_estimate_open() {
             "a".into(),
             "a".into(),
             "low".into(),
-            "{}".into(),
+            "{}",
             TrainingRequest::single("t", TYPE, 1),
             0,
         )

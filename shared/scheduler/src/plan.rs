@@ -672,7 +672,7 @@ mod tests {
                         format!("job-{:02}", rng.below(100) * 100 + i),
                         "j".into(),
                         "q".into(),
-                        "{}".into(),
+                        "{}",
                         training,
                         created,
                     );

@@ -33,7 +33,7 @@ fn job(id: &str) -> ServiceJob {
         id.into(),
         "train".into(),
         "q".into(),
-        "{}".into(),
+        "{}",
         TrainingRequest::single("t", "ml.p4d.24xlarge", 2),
         NOW - 3600 * SEC,
     );

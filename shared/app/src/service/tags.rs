@@ -180,7 +180,7 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
                 .get_job(job_id)
                 .await?
                 .ok_or_else(|| not_found(ResourceKind::ServiceJob, job_id))?;
-            if !edit.apply(arn, &mut current.value.tags)? {
+            if !edit.apply(arn, std::sync::Arc::make_mut(&mut current.value.tags))? {
                 return Ok(());
             }
             match self.store.update_job(&current.value, current.version).await {
@@ -238,13 +238,14 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
             Ok(std::mem::take(found.value.tags_mut()))
         }
         let result = match self.tag_target(arn)? {
-            Target::Job(id) => Ok(self
-                .store
-                .get_job(&id)
-                .await?
-                .ok_or_else(|| not_found(ResourceKind::ServiceJob, &id))?
-                .value
-                .tags),
+            Target::Job(id) => Ok(std::sync::Arc::unwrap_or_clone(
+                self.store
+                    .get_job(&id)
+                    .await?
+                    .ok_or_else(|| not_found(ResourceKind::ServiceJob, &id))?
+                    .value
+                    .tags,
+            )),
             Target::Resource(kind, key) => match kind {
                 ResourceKind::ServiceEnvironment => {
                     tags_of::<S, ServiceEnvironment>(&self.store, &key).await
@@ -254,13 +255,14 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
                     tags_of::<S, SchedulingPolicy>(&self.store, &key).await
                 }
                 ResourceKind::QuotaShare => tags_of::<S, QuotaShare>(&self.store, &key).await,
-                ResourceKind::ServiceJob => Ok(self
-                    .store
-                    .get_job(&key)
-                    .await?
-                    .ok_or_else(|| not_found(ResourceKind::ServiceJob, &key))?
-                    .value
-                    .tags),
+                ResourceKind::ServiceJob => Ok(std::sync::Arc::unwrap_or_clone(
+                    self.store
+                        .get_job(&key)
+                        .await?
+                        .ok_or_else(|| not_found(ResourceKind::ServiceJob, &key))?
+                        .value
+                        .tags,
+                )),
             },
         };
         result.map_err(|e| name_the_arn(arn, e))

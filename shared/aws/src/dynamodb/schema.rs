@@ -816,7 +816,7 @@ mod tests {
     #[test]
     fn a_job_splits_into_its_own_item_and_a_request_item_and_reads_back_whole() {
         let mut job = trainyard_app::contract::job("j1").build();
-        job.service_request_payload = r#"{"TrainingJobName":"x","Hyper":"y"}"#.to_owned();
+        job.service_request_payload = r#"{"TrainingJobName":"x","Hyper":"y"}"#.into();
         job.status_reason = Some("CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting".to_owned());
         job.not_before = Some(-7);
         job.line_offset_ms = 86_400_000;
@@ -843,7 +843,7 @@ mod tests {
 
         // A different request, a different fingerprint: the write condition tells them apart.
         let mut changed = job.clone();
-        changed.service_request_payload.push(' ');
+        changed.service_request_payload = format!("{} ", changed.service_request_payload).into();
         let other = job_items(&changed, 3).unwrap();
         assert_ne!(items.job[REQUEST_HASH], other.job[REQUEST_HASH]);
 
@@ -872,7 +872,9 @@ mod tests {
     fn every_runnable_index_entry_reads_back_as_the_jobs_head() {
         use trainyard_app::contract::job;
         let mut bare = job("plain").runnable_at(-3).build();
-        bare.training.instances.clear();
+        std::sync::Arc::make_mut(&mut bare.training)
+            .instances
+            .clear();
         let mut detailed = job("detailed")
             .runnable_at(1_700_000_000_000)
             .line_offset(3_600_000)
@@ -881,11 +883,12 @@ mod tests {
             .build();
         detailed.status_reason = Some("PRIORITY:a higher queue - waits for #1".to_owned());
         detailed.not_before = Some(1_700_000_060_000);
-        detailed.training.max_runtime_s = Some(86_400);
-        detailed.training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5=odd;name", 1)]
-            .into_iter()
-            .map(|(t, c)| (t.to_owned(), c))
-            .collect();
+        std::sync::Arc::make_mut(&mut detailed.training).max_runtime_s = Some(86_400);
+        std::sync::Arc::make_mut(&mut detailed.training).instances =
+            [("ml.p4d.24xlarge", 2), ("ml.g5=odd;name", 1)]
+                .into_iter()
+                .map(|(t, c)| (t.to_owned(), c))
+                .collect();
         let mut never_runnable_at = job("created").created_at(77).share("s").build();
         never_runnable_at.runnable_at = None;
         let fifo_with_priority = job("fifo").runnable_at(5).priority(3).build();
@@ -962,11 +965,12 @@ mod tests {
             .priority(7)
             .quota_share("team-a")
             .build();
-        scheduled.training.max_runtime_s = Some(3_600);
-        scheduled.training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5.xlarge", 1)]
-            .into_iter()
-            .map(|(t, c)| (t.to_owned(), c))
-            .collect();
+        std::sync::Arc::make_mut(&mut scheduled.training).max_runtime_s = Some(3_600);
+        std::sync::Arc::make_mut(&mut scheduled.training).instances =
+            [("ml.p4d.24xlarge", 2), ("ml.g5.xlarge", 1)]
+                .into_iter()
+                .map(|(t, c)| (t.to_owned(), c))
+                .collect();
         scheduled.attempts.push(Attempt {
             stop_requested: None,
             failed_as: None,

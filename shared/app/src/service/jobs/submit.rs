@@ -186,7 +186,7 @@ impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             retry_strategy: cmd.retry_strategy,
             timeout_config: cmd.timeout_config,
             preemption_configuration: cmd.preemption_configuration,
-            tags: cmd.tags,
+            tags: cmd.tags.into(),
             client_token: cmd.client_token,
             owner,
             ..ServiceJob::submitted(

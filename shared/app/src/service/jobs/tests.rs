@@ -219,7 +219,7 @@ fn job(id: &str, priority: Option<u32>, created_at: i64, runnable_at: Option<i64
             id.into(),
             id.into(),
             "q".into(),
-            "{}".into(),
+            "{}",
             TrainingRequest::single("t", "ml.g5.xlarge", 1),
             created_at,
         )
