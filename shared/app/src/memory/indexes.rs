@@ -10,11 +10,15 @@ use trainyard_scheduler::SharedStr;
 
 use crate::ports::{CapacityHolder, RunnableHead};
 
-/// The RUNNABLE jobs of one share of a queue, as ([`runnable_rank`], id).
-pub(super) type Line = BTreeSet<(Reverse<u32>, i64, String)>;
+/// A RUNNABLE job's place in its line: ([`runnable_rank`], id).
+pub(super) type LineEntry = (Reverse<u32>, i64, String);
+
+/// The RUNNABLE jobs of one share of a queue, in line, each with the summary the scheduler
+/// reads of the heads every cycle (kept in the line, so that reading them looks nothing up).
+pub(super) type Line = BTreeMap<LineEntry, RunnableHead>;
 
 /// The line entry of a RUNNABLE job.
-fn line_entry(job: &ServiceJob) -> (Reverse<u32>, i64, String) {
+fn line_entry(job: &ServiceJob) -> LineEntry {
     let (priority, at, _) = runnable_rank(job);
     (priority, at, job.job_id.clone())
 }
@@ -24,11 +28,8 @@ fn line_entry(job: &ServiceJob) -> (Reverse<u32>, i64, String) {
 pub(super) struct Indexes {
     /// (created at, id) per status, for listings by status.
     pub(super) by_status: BTreeMap<JobStatus, BTreeSet<(i64, String)>>,
-    /// RUNNABLE jobs per queue and share.
+    /// RUNNABLE jobs per queue and share, with their summaries.
     pub(super) runnable: BTreeMap<String, BTreeMap<String, Line>>,
-    /// Every RUNNABLE job, summarised for the scheduler, which reads the heads every cycle
-    /// (hashed: looked up per head, never iterated).
-    pub(super) heads: foldhash::HashMap<String, RunnableHead>,
     /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING), summarised for the scheduler,
     /// which reads them every cycle.
     pub(super) dispatched: BTreeMap<String, CapacityHolder>,
@@ -48,19 +49,18 @@ impl Indexes {
             .or_default()
             .insert((job.created_at, job.job_id.clone()));
         if job.status == JobStatus::Runnable {
-            self.runnable
-                .entry(job.job_queue.clone())
-                .or_default()
-                .entry(share_key(job).to_owned())
-                .or_default()
-                .insert(line_entry(job));
             if let Some(at) = job.not_before {
                 self.backoff.insert((at, job.job_id.clone()));
             }
             let mut head = RunnableHead::of(job, version);
             head.job_queue = self.shared(&head.job_queue);
             head.share = self.shared(&head.share);
-            self.heads.insert(job.job_id.clone(), head);
+            self.runnable
+                .entry(job.job_queue.clone())
+                .or_default()
+                .entry(share_key(job).to_owned())
+                .or_default()
+                .insert(line_entry(job), head);
         }
         if job.status.is_dispatched() {
             let mut holder = CapacityHolder::of(job);
@@ -85,10 +85,18 @@ impl Indexes {
         name.clone()
     }
 
-    /// A job's status reason changed, and nothing else its index entries hold: a RUNNABLE
-    /// job's summary takes the new reason and version.
-    pub(super) fn new_reason(&mut self, job_id: &str, reason: Option<&str>, version: u64) {
-        if let Some(head) = self.heads.get_mut(job_id) {
+    /// The status reason of `job` (as indexed) changed, and nothing else its index entries
+    /// hold: a RUNNABLE job's summary takes the new reason and version.
+    pub(super) fn new_reason(&mut self, job: &ServiceJob, reason: Option<&str>, version: u64) {
+        if job.status != JobStatus::Runnable {
+            return;
+        }
+        let head = self
+            .runnable
+            .get_mut(&job.job_queue)
+            .and_then(|shares| shares.get_mut(share_key(job)))
+            .and_then(|line| line.get_mut(&line_entry(job)));
+        if let Some(head) = head {
             head.status_reason = reason.map(Into::into);
             head.version = version;
         }
@@ -114,7 +122,6 @@ impl Indexes {
             if let Some(at) = job.not_before {
                 self.backoff.remove(&(at, job.job_id.clone()));
             }
-            self.heads.remove(&job.job_id);
         }
         if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
             let held = job.held_total();

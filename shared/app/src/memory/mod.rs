@@ -50,7 +50,7 @@ impl Inner {
         // and its summary takes the new reason and version.
         if same_index_entries(&stored.value, job) {
             self.index
-                .new_reason(&job.job_id, job.status_reason.as_deref(), version);
+                .new_reason(job, job.status_reason.as_deref(), version);
         } else {
             self.index.remove(&stored.value);
             self.index.add(job, version);
@@ -362,7 +362,7 @@ impl SchedulingStore for MemoryStore {
         // Only the reason changes: no index entry moves, and a RUNNABLE job's summary takes
         // the new reason and version (as `Inner::replace_job` does for such an update).
         stored.version += 1;
-        index.new_reason(job_id, reason.as_deref(), stored.version);
+        index.new_reason(&stored.value, reason.as_deref(), stored.version);
         stored.value.status_reason = reason;
         Ok(stored.version)
     }
@@ -480,7 +480,7 @@ impl SchedulingStore for MemoryStore {
             return Ok(Vec::new());
         };
         Ok(line
-            .iter()
+            .keys()
             .take(limit)
             .filter_map(|(_, _, id)| inner.jobs.get(id).cloned())
             .collect())
@@ -520,16 +520,11 @@ impl SchedulingStore for MemoryStore {
         limit: usize,
     ) -> Result<Vec<RunnableHead>, StoreError> {
         let inner = self.lock();
-        let index = &inner.index;
-        let Some(line) = index.line(queue, share) else {
+        let Some(line) = inner.index.line(queue, share) else {
             return Ok(Vec::new());
         };
         let mut heads = Vec::with_capacity(limit.min(line.len()));
-        heads.extend(
-            line.iter()
-                .take(limit)
-                .filter_map(|(_, _, id)| index.heads.get(id).cloned()),
-        );
+        heads.extend(line.values().take(limit).cloned());
         Ok(heads)
     }
 }
