@@ -402,9 +402,13 @@ impl LineWaits {
     /// reasons with their figures (not how many jobs the cycle read, which moves with free
     /// capacity and is shown nowhere); not when the line was planned, nor since when each job
     /// waits. Equal digests, nothing to rewrite.
+    ///
+    /// Hashed with a fixed seed, so the same in every process; a build with another hasher
+    /// version may digest differently, which costs one rewrite of each line, no more. (Every
+    /// cycle digests every line: a hasher that reads a word at a time, not a byte.)
     pub fn digest(&self) -> u64 {
-        use std::hash::Hash;
-        let mut hash = trainyard_domain::random::Fnv1a::new();
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut hash = foldhash::fast::FixedState::with_seed(0x7472_6169_6e79_6172).build_hasher();
         (self.rank, self.lines).hash(&mut hash);
         for wait in self.waits.iter() {
             wait.job_id.hash(&mut hash);
