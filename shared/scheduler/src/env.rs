@@ -7,7 +7,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use crate::decision::{Dispatch, Plan, SkipReason};
-use crate::pool::{Fit, Pool};
+use crate::pool::Pool;
 use crate::snapshot::{Config, Instances, PendingJob, QueueState, SharedStr};
 
 /// The blocked head of an environment and the reservation it holds (EASY backfill).
@@ -35,7 +35,7 @@ impl EnvPlan<'_> {
     pub(crate) fn reserve(&self, demand: &Instances) -> (i64, Pool) {
         let mut pool = self.pool.clone();
         let mut shadow = i64::MIN;
-        if pool.check(demand) != Fit::Fits {
+        if !pool.fits(demand) {
             // Releases in end order (ties by instances: releases equal in both are
             // interchangeable), until the demand fits. A heap: usually a few suffice.
             let mut releases: BinaryHeap<Reverse<(i64, &Instances)>> = self
@@ -46,7 +46,7 @@ impl EnvPlan<'_> {
             while let Some(Reverse((end, instances))) = releases.pop() {
                 pool.give(instances);
                 shadow = end;
-                if pool.check(demand) == Fit::Fits {
+                if pool.fits(demand) {
                     break;
                 }
             }
@@ -105,7 +105,7 @@ pub(crate) fn dispatch<'a>(
     if let Some(head) = &mut env.head
         && end_ms > head.shadow_ms
     {
-        if head.extra.check(&job.instances) != Fit::Fits {
+        if !head.extra.fits(&job.instances) {
             return Err(SkipReason::ReservedForHead {
                 head_job_id: head.job_id.clone(),
                 head_queue: head.queue.clone(),

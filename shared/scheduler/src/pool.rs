@@ -26,6 +26,20 @@ pub(crate) enum Fit {
     },
 }
 
+/// Why a demand does not fit, naming the instance type short (`None`: the total).
+enum Shortfall<'a> {
+    Never {
+        ty: Option<&'a str>,
+        needed: u64,
+        max: u64,
+    },
+    NotNow {
+        ty: Option<&'a str>,
+        needed: u64,
+        free: u64,
+    },
+}
+
 /// Limits and use of one environment.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Pool {
@@ -93,50 +107,75 @@ impl Pool {
     }
 
     pub(crate) fn check(&self, demand: &Instances) -> Fit {
+        let unit =
+            |ty: Option<&str>| ty.map_or(Cow::Borrowed(NUM_INSTANCES), |t| t.to_owned().into());
+        match self.shortfall(demand) {
+            None => Fit::Fits,
+            Some(Shortfall::Never { ty, needed, max }) => Fit::Never {
+                unit: unit(ty),
+                needed,
+                max,
+            },
+            Some(Shortfall::NotNow { ty, needed, free }) => Fit::NotNow {
+                unit: unit(ty),
+                needed,
+                free,
+            },
+        }
+    }
+
+    /// Whether `demand` fits now: [`Pool::check`] without spelling out why not (which copies an
+    /// instance type's name), for the callers that only ask.
+    pub(crate) fn fits(&self, demand: &Instances) -> bool {
+        self.shortfall(demand).is_none()
+    }
+
+    /// What [`Pool::check`] finds missing first, naming an instance type (`None`: the total).
+    fn shortfall<'a>(&self, demand: &'a Instances) -> Option<Shortfall<'a>> {
         let needed: u64 = demand.values().map(|n| u64::from(*n)).sum();
         if let Some(max) = self.total_max
             && needed > max
         {
-            return Fit::Never {
-                unit: Cow::Borrowed(NUM_INSTANCES),
+            return Some(Shortfall::Never {
+                ty: None,
                 needed,
                 max,
-            };
+            });
         }
         if !self.type_max.is_empty() {
             for (ty, n) in demand {
                 let max = self.type_max.get(ty).copied().unwrap_or(0);
                 if u64::from(*n) > max {
-                    return Fit::Never {
-                        unit: Cow::Owned(ty.clone()),
+                    return Some(Shortfall::Never {
+                        ty: Some(ty),
                         needed: u64::from(*n),
                         max,
-                    };
+                    });
                 }
             }
         }
         if let Some(free) = self.total_free()
             && needed > free
         {
-            return Fit::NotNow {
-                unit: Cow::Borrowed(NUM_INSTANCES),
+            return Some(Shortfall::NotNow {
+                ty: None,
                 needed,
                 free,
-            };
+            });
         }
         for (ty, n) in demand {
             if let Some(max) = self.type_max.get(ty) {
                 let free = max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0));
                 if u64::from(*n) > free {
-                    return Fit::NotNow {
-                        unit: Cow::Owned(ty.clone()),
+                    return Some(Shortfall::NotNow {
+                        ty: Some(ty),
                         needed: u64::from(*n),
                         free,
-                    };
+                    });
                 }
             }
         }
-        Fit::Fits
+        None
     }
 
     pub(crate) fn take(&mut self, demand: &Instances) {

@@ -810,7 +810,7 @@ impl<'a> Quota<'a> {
             for victim in chosen {
                 pool.give(&victim.instances);
             }
-            if pool.check(&job.instances) != Fit::Fits {
+            if !pool.fits(&job.instances) {
                 return false;
             }
             job.instances.iter().all(|(ty, n)| {
@@ -829,7 +829,7 @@ impl<'a> Quota<'a> {
         let mut pool = env.pool.clone();
         let mut leaving: BTreeMap<&str, u64> = BTreeMap::new();
         let fits_now = |pool: &crate::pool::Pool, leaving: &BTreeMap<&str, u64>| {
-            pool.check(&job.instances) == Fit::Fits
+            pool.fits(&job.instances)
                 && job
                     .instances
                     .iter()
@@ -982,11 +982,12 @@ fn decide<'a>(
         };
         return skip(plan, reason);
     };
+    if first_pass && let Some(until_ms) = job.not_before_ms.filter(|t| *t > now_ms) {
+        return skip(plan, SkipReason::Backoff { until_ms });
+    }
+    let fit = env.pool.check(&job.instances);
     if first_pass {
-        if let Some(until_ms) = job.not_before_ms.filter(|t| *t > now_ms) {
-            return skip(plan, SkipReason::Backoff { until_ms });
-        }
-        if let Fit::Never { unit, needed, max } = env.pool.check(&job.instances) {
+        if let Fit::Never { unit, needed, max } = fit {
             let reason = SkipReason::ExceedsEnvironment {
                 environment: env.name.clone(),
                 unit,
@@ -1001,7 +1002,7 @@ fn decide<'a>(
     }
 
     let entitled = quota.entitled(share, job);
-    let waiting = match env.pool.check(&job.instances) {
+    let waiting = match fit {
         Fit::Fits if entitled => None,
         Fit::NotNow { unit, needed, free } if entitled => Some(SkipReason::InsufficientCapacity {
             environment: env.name.clone(),
