@@ -237,15 +237,15 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
                 .ok_or_else(|| not_found(R::KIND, key))?;
             Ok(std::mem::take(found.value.tags_mut()))
         }
+        async fn job_tags<S: JobStore>(store: &S, id: &str) -> Result<Tags, AppError> {
+            let job = store
+                .get_job(id)
+                .await?
+                .ok_or_else(|| not_found(ResourceKind::ServiceJob, id))?;
+            Ok(std::sync::Arc::unwrap_or_clone(job.value.tags))
+        }
         let result = match self.tag_target(arn)? {
-            Target::Job(id) => Ok(std::sync::Arc::unwrap_or_clone(
-                self.store
-                    .get_job(&id)
-                    .await?
-                    .ok_or_else(|| not_found(ResourceKind::ServiceJob, &id))?
-                    .value
-                    .tags,
-            )),
+            Target::Job(id) => job_tags(&self.store, &id).await,
             Target::Resource(kind, key) => match kind {
                 ResourceKind::ServiceEnvironment => {
                     tags_of::<S, ServiceEnvironment>(&self.store, &key).await
@@ -255,14 +255,7 @@ impl<S: JobStore + ConfigStore, E: EventSink> Service<S, E> {
                     tags_of::<S, SchedulingPolicy>(&self.store, &key).await
                 }
                 ResourceKind::QuotaShare => tags_of::<S, QuotaShare>(&self.store, &key).await,
-                ResourceKind::ServiceJob => Ok(std::sync::Arc::unwrap_or_clone(
-                    self.store
-                        .get_job(&key)
-                        .await?
-                        .ok_or_else(|| not_found(ResourceKind::ServiceJob, &key))?
-                        .value
-                        .tags,
-                )),
+                ResourceKind::ServiceJob => job_tags(&self.store, &key).await,
             },
         };
         result.map_err(|e| name_the_arn(arn, e))
