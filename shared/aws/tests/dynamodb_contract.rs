@@ -273,13 +273,13 @@ async fn a_write_that_changes_the_request_keeps_it_through_update_and_commit() {
     let store = fresh("request_changes");
     trainyard_app::contract::ensure_queue(&store, "q").await;
     let mut j = job("j1").build();
-    j.service_request_payload = r#"{"TrainingJobName":"first"}"#.to_owned();
+    j.service_request_payload = r#"{"TrainingJobName":"first"}"#.into();
     store.insert_job(&j, None).await.unwrap();
 
     // An ordinary update (the request unchanged) and one that changes it.
     j.status = JobStatus::Runnable;
     let v2 = store.update_job(&j, 1).await.unwrap();
-    j.service_request_payload = r#"{"TrainingJobName":"second"}"#.to_owned();
+    j.service_request_payload = r#"{"TrainingJobName":"second"}"#.into();
     let v3 = store.update_job(&j, v2).await.unwrap();
     assert_eq!(v3, 3);
     let read = store.get_job("j1").await.unwrap().unwrap();
@@ -287,14 +287,14 @@ async fn a_write_that_changes_the_request_keeps_it_through_update_and_commit() {
 
     // A stale version with a changed request is a conflict, and changes nothing.
     let mut stale = j.clone();
-    stale.service_request_payload = r#"{"TrainingJobName":"stale"}"#.to_owned();
+    stale.service_request_payload = r#"{"TrainingJobName":"stale"}"#.into();
     assert!(matches!(
         store.update_job(&stale, 2).await,
         Err(trainyard_app::ports::StoreError::Conflict)
     ));
 
     // The same through a commit, which lists and batch-reads see too.
-    j.service_request_payload = r#"{"TrainingJobName":"third"}"#.to_owned();
+    j.service_request_payload = r#"{"TrainingJobName":"third"}"#.into();
     store
         .commit(&[Write::Job {
             job: Box::new(j.clone()),
