@@ -133,10 +133,36 @@ impl std::fmt::Display for Path<'_> {
     }
 }
 
+/// Every shape the model names, by the address of the name's text in the model: a check
+/// follows the model's own names (the root, members, list and map elements), so it finds each
+/// shape by comparing numbers rather than names.
+static NAMED: LazyLock<BTreeMap<usize, (usize, &'static Shape)>> = LazyLock::new(|| {
+    let mut names: Vec<&'static String> = vec![&MODEL.root];
+    for s in MODEL.shapes.values() {
+        match s {
+            Shape::Structure { members, .. } => names.extend(members.values()),
+            Shape::List { member, .. } => names.push(member),
+            Shape::Map { key, value, .. } => names.extend([key, value]),
+            _ => {}
+        }
+    }
+    names
+        .into_iter()
+        .filter_map(|name| Some((address(name), (name.len(), MODEL.shapes.get(name)?))))
+        .collect()
+});
+
+fn address(name: &str) -> usize {
+    name.as_ptr() as usize
+}
+
 fn shape(name: &str) -> &'static Shape {
-    MODEL
-        .shapes
-        .get(name)
+    // The same address and length: the same text.
+    NAMED
+        .get(&address(name))
+        .filter(|(len, _)| *len == name.len())
+        .map(|(_, shape)| *shape)
+        .or_else(|| MODEL.shapes.get(name))
         .unwrap_or_else(|| panic!("the model names shape {name} but does not define it"))
 }
 
