@@ -883,12 +883,12 @@ mod tests {
             .build();
         detailed.status_reason = Some("PRIORITY:a higher queue - waits for #1".to_owned());
         detailed.not_before = Some(1_700_000_060_000);
-        std::sync::Arc::make_mut(&mut detailed.training).max_runtime_s = Some(86_400);
-        std::sync::Arc::make_mut(&mut detailed.training).instances =
-            [("ml.p4d.24xlarge", 2), ("ml.g5=odd;name", 1)]
-                .into_iter()
-                .map(|(t, c)| (t.to_owned(), c))
-                .collect();
+        let training = std::sync::Arc::make_mut(&mut detailed.training);
+        training.max_runtime_s = Some(86_400);
+        training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5=odd;name", 1)]
+            .into_iter()
+            .map(|(t, c)| (t.to_owned(), c))
+            .collect();
         let mut never_runnable_at = job("created").created_at(77).share("s").build();
         never_runnable_at.runnable_at = None;
         let fifo_with_priority = job("fifo").runnable_at(5).priority(3).build();
@@ -965,12 +965,12 @@ mod tests {
             .priority(7)
             .quota_share("team-a")
             .build();
-        std::sync::Arc::make_mut(&mut scheduled.training).max_runtime_s = Some(3_600);
-        std::sync::Arc::make_mut(&mut scheduled.training).instances =
-            [("ml.p4d.24xlarge", 2), ("ml.g5.xlarge", 1)]
-                .into_iter()
-                .map(|(t, c)| (t.to_owned(), c))
-                .collect();
+        let training = std::sync::Arc::make_mut(&mut scheduled.training);
+        training.max_runtime_s = Some(3_600);
+        training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5.xlarge", 1)]
+            .into_iter()
+            .map(|(t, c)| (t.to_owned(), c))
+            .collect();
         scheduled.attempts.push(Attempt {
             stop_requested: None,
             failed_as: None,
