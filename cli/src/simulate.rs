@@ -53,6 +53,11 @@ pub struct SimulateArgs {
     /// Replays only the first N jobs.
     #[arg(long)]
     limit_jobs: Option<usize>,
+    /// Replays the jobs arriving X times as fast as the trace has them (each submission time,
+    /// from the first, divided by X; applied after --limit-jobs): the same work under a heavier
+    /// load.
+    #[arg(long, value_name = "X")]
+    arrival_rate: Option<f64>,
     /// Makes the trace's N largest shares (by offered load) the teams, folding the rest into
     /// `other` — for traces whose teams the scenario does not list.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -160,6 +165,9 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     if let Some(limit) = args.limit_jobs {
         trace.jobs.truncate(limit);
     }
+    if let Some(rate) = args.arrival_rate {
+        trace = trace.with_arrival_rate(rate)?;
+    }
     if let Some(n) = args.teams {
         scenario = scenario.with_largest_teams(&trace, usize::try_from(n)?, "other");
         scenario.validate()?;
@@ -172,6 +180,9 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         trace.jobs.len(),
         trace.skipped.len()
     );
+    if let Some(rate) = args.arrival_rate {
+        println!("arrivals: {rate} times the trace's rate (submission times divided by {rate})");
+    }
     for mapping in format.mappings() {
         println!("mapping: {mapping}");
     }

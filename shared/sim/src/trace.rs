@@ -119,6 +119,21 @@ pub struct Trace {
     pub skipped: Vec<(usize, String)>,
 }
 
+impl Trace {
+    /// The same jobs arriving `rate` times as fast: each submission time (from the first)
+    /// divided by `rate`, the jobs and their order unchanged. A heavier load than the trace
+    /// recorded, for asking how the pool would fare under it.
+    pub fn with_arrival_rate(mut self, rate: f64) -> Result<Self, TraceError> {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(TraceError::ArrivalRate(rate));
+        }
+        for job in &mut self.jobs {
+            job.submit_s /= rate;
+        }
+        Ok(self)
+    }
+}
+
 /// The native format: one object per line; blank lines and lines starting with `#` are ignored.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,6 +187,9 @@ pub enum TraceError {
     /// Nothing to replay.
     #[error("the trace has no jobs")]
     Empty,
+    /// An arrival rate that is not a positive number.
+    #[error("the arrival rate must be a positive number, got {0}")]
+    ArrivalRate(f64),
 }
 
 fn bad(line: usize, message: impl Into<String>) -> TraceError {

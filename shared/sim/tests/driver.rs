@@ -405,3 +405,24 @@ fn an_owner_gets_its_lent_capacity_back_once_the_borrowers_may_be_preempted() {
     assert_eq!(summary.lent_wait_s.count, 2);
     assert_eq!(summary.lent_wait_s.max, Some(60.0));
 }
+
+#[test]
+fn the_same_jobs_arriving_faster_wait_longer() {
+    let trace = mixed_trace();
+    let scenario = small();
+    let mean_wait = |trace: &Trace| {
+        let record = replay(trace, &scenario, Policy::Fifo);
+        let waits: Vec<f64> = record
+            .jobs
+            .iter()
+            .map(|j| j.first_start_s.unwrap() - j.submit_s)
+            .collect();
+        waits.iter().sum::<f64>() / waits.len() as f64
+    };
+    let faster = trace.clone().with_arrival_rate(4.0).unwrap();
+    let (as_recorded, four_times) = (mean_wait(&trace), mean_wait(&faster));
+    assert!(
+        four_times > as_recorded,
+        "mean wait {four_times} s at 4x the arrival rate, {as_recorded} s as recorded"
+    );
+}

@@ -362,3 +362,26 @@ fn runtime_class_tiers_put_each_job_in_the_first_class_that_holds_it() {
     let err = Scenario::parse(mixed).unwrap_err().to_string();
     assert!(err.contains("max_duration_s"), "{err}");
 }
+
+#[test]
+fn a_faster_arrival_rate_divides_submission_times_and_keeps_the_jobs() {
+    let text = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+        2017-10-09 06:00:00,60.0,1,60.0,a\n\
+        2017-10-09 06:01:40,60.0,2,120.0,b\n\
+        2017-10-09 06:05:00,60.0,4,240.0,a\n";
+    let trace = parse(text, Format::Philly).unwrap();
+    let faster = trace.clone().with_arrival_rate(2.5).unwrap();
+    let submits: Vec<f64> = faster.jobs.iter().map(|j| j.submit_s).collect();
+    assert_eq!(submits, vec![0.0, 40.0, 120.0]);
+    let unchanged = |t: &Trace| {
+        t.jobs
+            .iter()
+            .map(|j| (j.id.clone(), j.duration_s, j.instances, j.share.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(unchanged(&faster), unchanged(&trace));
+    for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let err = trace.clone().with_arrival_rate(rate).unwrap_err();
+        assert!(matches!(err, TraceError::ArrivalRate(_)), "{rate}: {err}");
+    }
+}
