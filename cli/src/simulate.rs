@@ -180,10 +180,20 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         trace.jobs.len(),
         trace.skipped.len()
     );
-    if let Some(rate) = args.arrival_rate {
-        println!("arrivals: {rate} times the trace's rate (submission times divided by {rate})");
+    // What was done to the trace, in the report as well as here: a replay of part of it, or of
+    // it sped up, must not read as one of the trace as recorded.
+    let mut mappings = format.mappings();
+    if let Some(limit) = args.limit_jobs {
+        mappings.push(format!(
+            "only the first {limit} jobs by submission (--limit-jobs)"
+        ));
     }
-    for mapping in format.mappings() {
+    if let Some(rate) = args.arrival_rate {
+        mappings.push(format!(
+            "arrivals {rate} times as fast as the trace's: submission times divided by {rate} (--arrival-rate)"
+        ));
+    }
+    for mapping in &mappings {
         println!("mapping: {mapping}");
     }
     for (k, v) in scenario.parameters() {
@@ -256,7 +266,7 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<()> {
                 trace: trace_path.display().to_string(),
                 scenario: scenario.name.clone(),
                 seed: scenario.seed,
-                mappings: format.mappings(),
+                mappings,
                 parameters: scenario.parameters(),
             };
             trainyard_sim::report::write_report(dir, &runs, &context)?;
