@@ -985,35 +985,13 @@ fn decide<'a>(
     if first_pass && let Some(until_ms) = job.not_before_ms.filter(|t| *t > now_ms) {
         return skip(plan, SkipReason::Backoff { until_ms });
     }
-    let fit = env.pool.check(&job.instances);
-    if first_pass {
-        if let Fit::Never { unit, needed, max } = fit {
-            let reason = SkipReason::ExceedsEnvironment {
-                environment: env.name.clone(),
-                unit,
-                needed,
-                max,
-            };
-            return skip(plan, reason);
-        }
-        if let Some(reason) = quota.never_fits(share, job, env) {
-            return skip(plan, reason);
-        }
-    }
-
-    let entitled = quota.entitled(share, job);
-    let waiting = match fit {
-        Fit::Fits if entitled => None,
-        Fit::NotNow { unit, needed, free } if entitled => Some(SkipReason::InsufficientCapacity {
-            environment: env.name.clone(),
-            unit,
-            needed,
-            free,
-        }),
-        _ if first_pass && !entitled => return Decision::Defer,
-        fit => match quota.may_borrow(share, job) {
+    // Pass 2 decides only the jobs pass 1 found not entitled. A share's use only grows within a
+    // cycle (`Quota::add`), so they still are not; and whether such a job fits matters only if
+    // it may borrow.
+    if !first_pass {
+        let waiting = match quota.may_borrow(share, job) {
             Err(reason) => Some(reason),
-            Ok(()) => match fit {
+            Ok(()) => match env.pool.check(&job.instances) {
                 Fit::NotNow { unit, needed, free }
                 | Fit::Never {
                     unit,
@@ -1038,7 +1016,62 @@ fn decide<'a>(
                     })
                 }),
             },
-        },
+        };
+        return wait_or_start(
+            plan, queue, quota, share, job, env, now_ms, config, false, waiting,
+        );
+    }
+    let fit = env.pool.check(&job.instances);
+    if let Fit::Never { unit, needed, max } = fit {
+        let reason = SkipReason::ExceedsEnvironment {
+            environment: env.name.clone(),
+            unit,
+            needed,
+            max,
+        };
+        return skip(plan, reason);
+    }
+    if let Some(reason) = quota.never_fits(share, job, env) {
+        return skip(plan, reason);
+    }
+    let entitled = quota.entitled(share, job);
+    let waiting = match fit {
+        Fit::Fits if entitled => None,
+        Fit::NotNow { unit, needed, free } if entitled => Some(SkipReason::InsufficientCapacity {
+            environment: env.name.clone(),
+            unit,
+            needed,
+            free,
+        }),
+        _ => return Decision::Defer,
+    };
+    wait_or_start(
+        plan, queue, quota, share, job, env, now_ms, config, true, waiting,
+    )
+}
+
+/// The rest of [`decide`], once it is known whether the job is `entitled` and why it would wait
+/// if it does not start (`waiting`): a borrower's reservation, borrowing after entitled starts,
+/// the dispatch, or the preemption that makes room.
+#[allow(clippy::too_many_arguments)]
+fn wait_or_start<'a>(
+    plan: &mut Plan,
+    queue: &QueueState,
+    quota: &mut Quota<'a>,
+    share: &'a QuotaShareState,
+    job: &'a PendingJob,
+    env: &mut EnvPlan<'a>,
+    now_ms: i64,
+    config: &Config,
+    entitled: bool,
+    waiting: Option<SkipReason>,
+) -> Decision {
+    let skip = |plan: &mut Plan, reason: SkipReason| {
+        plan.skips.push(Skip {
+            job_id: job.job_id.clone(),
+            reason,
+        });
+        Decision::Done
     };
     // A borrower that does not fit holds the environment's reservation once it has waited as
     // long as its queue says, if it says (`reserve_after_ms`; by default none does, as in Batch):
