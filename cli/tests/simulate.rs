@@ -7,6 +7,25 @@ use std::process::Command;
 
 use support::BIN;
 
+/// `trainyard simulate` of `trace` (JSONL) on the `small` scenario under FIFO, with `args`.
+fn simulate(trace: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args([
+            "simulate",
+            "--format",
+            "jsonl",
+            "--scenario",
+            "small",
+            "--policies",
+            "fifo",
+        ])
+        .args(args)
+        .arg("--trace")
+        .arg(trace)
+        .output()
+        .expect("run trainyard simulate")
+}
+
 /// A replay of part of a trace, sped up, says so on stdout and in the report it writes: its
 /// figures must not read as those of the trace as recorded.
 #[test]
@@ -23,22 +42,18 @@ fn a_replay_of_part_of_a_trace_sped_up_says_so_in_its_report() {
         .collect();
     std::fs::write(&trace, lines.join("\n")).expect("trace");
     let out = tmp.path().join("report");
-    let run = Command::new(BIN)
-        .args([
-            "simulate",
-            "--format",
-            "jsonl",
-            "--scenario",
-            "small",
-            "--policies",
-            "fifo",
-        ])
-        .args(["--limit-jobs", "4", "--arrival-rate", "2.5", "--trace"])
-        .arg(&trace)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run trainyard simulate");
+    let out_dir = out.to_str().expect("utf-8 path");
+    let run = simulate(
+        &trace,
+        &[
+            "--limit-jobs",
+            "4",
+            "--arrival-rate",
+            "2.5",
+            "--out",
+            out_dir,
+        ],
+    );
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),
@@ -57,20 +72,7 @@ fn a_replay_of_part_of_a_trace_sped_up_says_so_in_its_report() {
         assert!(report.contains(&format!("- {said}")), "{said}\n{report}");
     }
 
-    let refused = Command::new(BIN)
-        .args([
-            "simulate",
-            "--format",
-            "jsonl",
-            "--scenario",
-            "small",
-            "--policies",
-            "fifo",
-        ])
-        .args(["--arrival-rate", "0", "--trace"])
-        .arg(&trace)
-        .output()
-        .expect("run trainyard simulate");
+    let refused = simulate(&trace, &["--arrival-rate", "0"]);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(

@@ -880,6 +880,15 @@ enum Decision {
 /// Who borrowed a share's idle capacity ([`SkipReason::QuotaLent`]).
 type LentTo = (Vec<(SharedStr, u64)>, Option<i64>);
 
+/// The job waits, for `reason`.
+fn skip_job(plan: &mut Plan, job: &PendingJob, reason: SkipReason) -> Decision {
+    plan.skips.push(Skip {
+        job_id: job.job_id.clone(),
+        reason,
+    });
+    Decision::Done
+}
+
 /// Plans one quota-managed queue (see the module docs).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_quota_queue<'a>(
@@ -963,13 +972,7 @@ fn decide<'a>(
     config: &Config,
     first_pass: bool,
 ) -> Decision {
-    let skip = |plan: &mut Plan, reason: SkipReason| {
-        plan.skips.push(Skip {
-            job_id: job.job_id.clone(),
-            reason,
-        });
-        Decision::Done
-    };
+    let skip = |plan: &mut Plan, reason: SkipReason| skip_job(plan, job, reason);
     let shares: &'a [QuotaShareState] = quota.names.shares;
     let found = job
         .share
@@ -1066,13 +1069,7 @@ fn wait_or_start<'a>(
     entitled: bool,
     waiting: Option<SkipReason>,
 ) -> Decision {
-    let skip = |plan: &mut Plan, reason: SkipReason| {
-        plan.skips.push(Skip {
-            job_id: job.job_id.clone(),
-            reason,
-        });
-        Decision::Done
-    };
+    let skip = |plan: &mut Plan, reason: SkipReason| skip_job(plan, job, reason);
     // A borrower that does not fit holds the environment's reservation once it has waited as
     // long as its queue says, if it says (`reserve_after_ms`; by default none does, as in Batch):
     // the borrowers after it then start only where they do not delay it.
