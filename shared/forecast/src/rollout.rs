@@ -115,8 +115,8 @@ struct Rollout<'a> {
 }
 
 /// The shares a rollout accounts fair-share usage for, numbered once, so that a step sums what
-/// each holds without looking its name up: at 1,000 shares, three searches of a map of 1,000
-/// names per running attempt and step had been a quarter of a rollout.
+/// each holds without looking its name up (at 1,000 shares, three searches of a map of 1,000
+/// names for each running attempt and step).
 #[derive(Default)]
 struct Shares {
     numbers: BTreeMap<ShareKey, usize>,
@@ -131,19 +131,24 @@ struct Shares {
 }
 
 impl Shares {
+    /// The number of a job's share (`None` for a job without one).
     fn number(&mut self, queue: &SharedStr, share: Option<&SharedStr>) -> Option<usize> {
         let key = ShareKey {
             queue: queue.clone(),
             share: share?.clone(),
         };
-        if let Some(n) = self.numbers.get(&key) {
-            return Some(*n);
+        Some(self.number_key(&key))
+    }
+
+    fn number_key(&mut self, key: &ShareKey) -> usize {
+        if let Some(n) = self.numbers.get(key) {
+            return *n;
         }
         let n = self.keys.len();
         self.numbers.insert(key.clone(), n);
-        self.keys.push(key);
+        self.keys.push(key.clone());
         self.in_usage.push(false);
-        Some(n)
+        n
     }
 
     /// Numbers the shares of `usage` (all of its entries) and notes their order.
@@ -155,9 +160,7 @@ impl Shares {
         self.of_usage = usage
             .keys()
             .map(|key| {
-                let n = self
-                    .number(&key.queue, Some(&key.share))
-                    .unwrap_or_default();
+                let n = self.number_key(key);
                 self.in_usage[n] = true;
                 (n, half_life_s.get(&key.queue).copied())
             })

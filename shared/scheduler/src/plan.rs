@@ -8,7 +8,7 @@ use foldhash::fast::FixedState;
 use crate::decision::{Plan, Skip, SkipReason};
 use crate::env::{EnvPlan, dispatch, fifo, within_share};
 use crate::fair_share::{ShareUsage, reserved_instances, score};
-use crate::pool::{Fit, Pool};
+use crate::pool::{self, Fit, Pool};
 use crate::quota::plan_quota_queue;
 
 use crate::snapshot::total_instances;
@@ -564,16 +564,16 @@ fn consider<'a>(
         return Outcome::Passed;
     }
     match env.pool.check(&job.instances) {
-        Fit::Never { unit, needed, max } => {
+        Fit::Never { ty, needed, max } => {
             skip(SkipReason::ExceedsEnvironment {
                 environment: env.name.clone(),
-                unit,
+                unit: pool::unit(ty),
                 needed,
                 max,
             });
             Outcome::Passed
         }
-        Fit::NotNow { unit, needed, free } => {
+        Fit::NotNow { ty, needed, free } => {
             // Rule 4: the first job that does not fit holds a reservation (backfill mode), if
             // it has waited as long as its queue asks (`reserve_after_ms`).
             let may_reserve =
@@ -583,7 +583,7 @@ fn consider<'a>(
             }
             skip(SkipReason::InsufficientCapacity {
                 environment: env.name.clone(),
-                unit,
+                unit: pool::unit(ty),
                 needed,
                 free,
             });

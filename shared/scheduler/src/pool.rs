@@ -7,37 +7,29 @@ use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
 
 use crate::snapshot::Instances;
 
-/// Whether a demand fits.
+/// Whether a demand fits, naming the instance type that is short (`None`: the total).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Fit {
+pub(crate) enum Fit<'a> {
     /// It fits now.
     Fits,
-    /// Not now: `unit` has `free` of the `needed`.
+    /// Not now: `ty` has `free` of the `needed`.
     NotNow {
-        unit: Cow<'static, str>,
+        ty: Option<&'a str>,
         needed: u64,
         free: u64,
     },
-    /// Never: `unit` allows at most `max`, less than `needed` (0 when the type is not offered).
+    /// Never: `ty` allows at most `max`, less than `needed` (0 when the type is not offered).
     Never {
-        unit: Cow<'static, str>,
+        ty: Option<&'a str>,
         needed: u64,
         max: u64,
     },
 }
 
-/// Why a demand does not fit, naming the instance type short (`None`: the total).
-enum Shortfall<'a> {
-    Never {
-        ty: Option<&'a str>,
-        needed: u64,
-        max: u64,
-    },
-    NotNow {
-        ty: Option<&'a str>,
-        needed: u64,
-        free: u64,
-    },
+/// The capacity unit a skip reason names for a [`Fit`]'s instance type: the type, or
+/// `NUM_INSTANCES` for the total.
+pub(crate) fn unit(ty: Option<&str>) -> Cow<'static, str> {
+    ty.map_or(Cow::Borrowed(NUM_INSTANCES), |t| t.to_owned().into())
 }
 
 /// Limits and use of one environment.
@@ -106,76 +98,57 @@ impl Pool {
         by_type.min(self.total_free().unwrap_or(u64::MAX))
     }
 
-    pub(crate) fn check(&self, demand: &Instances) -> Fit {
-        let unit =
-            |ty: Option<&str>| ty.map_or(Cow::Borrowed(NUM_INSTANCES), |t| t.to_owned().into());
-        match self.shortfall(demand) {
-            None => Fit::Fits,
-            Some(Shortfall::Never { ty, needed, max }) => Fit::Never {
-                unit: unit(ty),
-                needed,
-                max,
-            },
-            Some(Shortfall::NotNow { ty, needed, free }) => Fit::NotNow {
-                unit: unit(ty),
-                needed,
-                free,
-            },
-        }
-    }
-
-    /// Whether `demand` fits now: [`Pool::check`] without spelling out why not (which copies an
-    /// instance type's name), for the callers that only ask.
-    pub(crate) fn fits(&self, demand: &Instances) -> bool {
-        self.shortfall(demand).is_none()
-    }
-
-    /// What [`Pool::check`] finds missing first, naming an instance type (`None`: the total).
-    fn shortfall<'a>(&self, demand: &'a Instances) -> Option<Shortfall<'a>> {
+    /// Whether a demand fits now, and if not, what is missing first.
+    pub(crate) fn check<'a>(&self, demand: &'a Instances) -> Fit<'a> {
         let needed: u64 = demand.values().map(|n| u64::from(*n)).sum();
         if let Some(max) = self.total_max
             && needed > max
         {
-            return Some(Shortfall::Never {
+            return Fit::Never {
                 ty: None,
                 needed,
                 max,
-            });
+            };
         }
         if !self.type_max.is_empty() {
             for (ty, n) in demand {
                 let max = self.type_max.get(ty).copied().unwrap_or(0);
                 if u64::from(*n) > max {
-                    return Some(Shortfall::Never {
+                    return Fit::Never {
                         ty: Some(ty),
                         needed: u64::from(*n),
                         max,
-                    });
+                    };
                 }
             }
         }
         if let Some(free) = self.total_free()
             && needed > free
         {
-            return Some(Shortfall::NotNow {
+            return Fit::NotNow {
                 ty: None,
                 needed,
                 free,
-            });
+            };
         }
         for (ty, n) in demand {
             if let Some(max) = self.type_max.get(ty) {
                 let free = max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0));
                 if u64::from(*n) > free {
-                    return Some(Shortfall::NotNow {
+                    return Fit::NotNow {
                         ty: Some(ty),
                         needed: u64::from(*n),
                         free,
-                    });
+                    };
                 }
             }
         }
-        None
+        Fit::Fits
+    }
+
+    /// Whether `demand` fits now.
+    pub(crate) fn fits(&self, demand: &Instances) -> bool {
+        self.check(demand) == Fit::Fits
     }
 
     pub(crate) fn take(&mut self, demand: &Instances) {
@@ -281,11 +254,12 @@ mod tests {
         let mut pool = Pool::new(&[limit(NUM_INSTANCES, 8)]);
         assert_eq!(pool.check(&demand(&[("ml.a", 5), ("ml.b", 3)])), Fit::Fits);
         pool.take(&demand(&[("ml.a", 5)]));
-        let fit = pool.check(&demand(&[("ml.b", 4)]));
+        let four = demand(&[("ml.b", 4)]);
+        let fit = pool.check(&four);
         assert_eq!(
             fit,
             Fit::NotNow {
-                unit: Cow::Borrowed(NUM_INSTANCES),
+                ty: None,
                 needed: 4,
                 free: 3
             }
@@ -302,11 +276,12 @@ mod tests {
     fn type_limits_offer_only_their_types() {
         let mut pool = Pool::new(&[limit("ml.p4d.24xlarge", 4), limit("ml.g5.xlarge", 2)]);
         assert_eq!(pool.check(&demand(&[("ml.p4d.24xlarge", 4)])), Fit::Fits);
-        let never = pool.check(&demand(&[("ml.p5.48xlarge", 1)]));
+        let other_type = demand(&[("ml.p5.48xlarge", 1)]);
+        let never = pool.check(&other_type);
         assert_eq!(
             never,
             Fit::Never {
-                unit: "ml.p5.48xlarge".into(),
+                ty: Some("ml.p5.48xlarge"),
                 needed: 1,
                 max: 0
             }

@@ -145,7 +145,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::decision::{Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason};
 use crate::env::{EnvPlan, dispatch, fifo, within_share};
-use crate::pool::Fit;
+use crate::pool::{self, Fit};
 use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob, SharedStr};
 use trainyard_domain::quota_share::SharingStrategy;
 
@@ -985,9 +985,6 @@ fn decide<'a>(
         };
         return skip(plan, reason);
     };
-    if first_pass && let Some(until_ms) = job.not_before_ms.filter(|t| *t > now_ms) {
-        return skip(plan, SkipReason::Backoff { until_ms });
-    }
     // Pass 2 decides only the jobs pass 1 found not entitled. A share's use only grows within a
     // cycle (`Quota::add`), so they still are not; and whether such a job fits matters only if
     // it may borrow.
@@ -995,14 +992,14 @@ fn decide<'a>(
         let waiting = match quota.may_borrow(share, job) {
             Err(reason) => Some(reason),
             Ok(()) => match env.pool.check(&job.instances) {
-                Fit::NotNow { unit, needed, free }
+                Fit::NotNow { ty, needed, free }
                 | Fit::Never {
-                    unit,
+                    ty,
                     needed,
                     max: free,
                 } => Some(SkipReason::InsufficientCapacity {
                     environment: env.name.clone(),
-                    unit,
+                    unit: pool::unit(ty),
                     needed,
                     free,
                 }),
@@ -1024,11 +1021,14 @@ fn decide<'a>(
             plan, queue, quota, share, job, env, now_ms, config, false, waiting,
         );
     }
+    if let Some(until_ms) = job.not_before_ms.filter(|t| *t > now_ms) {
+        return skip(plan, SkipReason::Backoff { until_ms });
+    }
     let fit = env.pool.check(&job.instances);
-    if let Fit::Never { unit, needed, max } = fit {
+    if let Fit::Never { ty, needed, max } = fit {
         let reason = SkipReason::ExceedsEnvironment {
             environment: env.name.clone(),
-            unit,
+            unit: pool::unit(ty),
             needed,
             max,
         };
@@ -1040,9 +1040,9 @@ fn decide<'a>(
     let entitled = quota.entitled(share, job);
     let waiting = match fit {
         Fit::Fits if entitled => None,
-        Fit::NotNow { unit, needed, free } if entitled => Some(SkipReason::InsufficientCapacity {
+        Fit::NotNow { ty, needed, free } if entitled => Some(SkipReason::InsufficientCapacity {
             environment: env.name.clone(),
-            unit,
+            unit: pool::unit(ty),
             needed,
             free,
         }),

@@ -856,6 +856,16 @@ mod tests {
 
     /// A runnable job's item, as the runnable index holds it: the table's keys, the index's
     /// keys and the projected attributes.
+    /// Sets what the job's parsed request asks for (its one copy of the shared request).
+    fn set_request(job: &mut ServiceJob, max_runtime_s: u64, instances: &[(&str, u32)]) {
+        let training = std::sync::Arc::make_mut(&mut job.training);
+        training.max_runtime_s = Some(max_runtime_s);
+        training.instances = instances
+            .iter()
+            .map(|(t, c)| ((*t).to_owned(), *c))
+            .collect();
+    }
+
     fn entry(job: &ServiceJob, version: u64) -> Item {
         let item = job_items(job, version).unwrap().job;
         let attributes = INDEXES[0].3;
@@ -883,12 +893,11 @@ mod tests {
             .build();
         detailed.status_reason = Some("PRIORITY:a higher queue - waits for #1".to_owned());
         detailed.not_before = Some(1_700_000_060_000);
-        let training = std::sync::Arc::make_mut(&mut detailed.training);
-        training.max_runtime_s = Some(86_400);
-        training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5=odd;name", 1)]
-            .into_iter()
-            .map(|(t, c)| (t.to_owned(), c))
-            .collect();
+        set_request(
+            &mut detailed,
+            86_400,
+            &[("ml.p4d.24xlarge", 2), ("ml.g5=odd;name", 1)],
+        );
         let mut never_runnable_at = job("created").created_at(77).share("s").build();
         never_runnable_at.runnable_at = None;
         let fifo_with_priority = job("fifo").runnable_at(5).priority(3).build();
@@ -965,12 +974,11 @@ mod tests {
             .priority(7)
             .quota_share("team-a")
             .build();
-        let training = std::sync::Arc::make_mut(&mut scheduled.training);
-        training.max_runtime_s = Some(3_600);
-        training.instances = [("ml.p4d.24xlarge", 2), ("ml.g5.xlarge", 1)]
-            .into_iter()
-            .map(|(t, c)| (t.to_owned(), c))
-            .collect();
+        set_request(
+            &mut scheduled,
+            3_600,
+            &[("ml.p4d.24xlarge", 2), ("ml.g5.xlarge", 1)],
+        );
         scheduled.attempts.push(Attempt {
             stop_requested: None,
             failed_as: None,
