@@ -168,10 +168,27 @@ fn main() -> ExitCode {
         // The reader went away (`trainyard jobs | head -1`): it has what it wanted.
         Err(error) if closed_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", message(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its causes, each once: many errors (ours, the standard library's, the AWS SDK's)
+/// end their message with their cause's, which `{:#}` would print again.
+fn message(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if text.ends_with(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 /// Whether `error` is a write to a pipe whose reader has gone.

@@ -80,3 +80,21 @@ fn a_replay_of_part_of_a_trace_sped_up_says_so_in_its_report() {
         "{stderr}"
     );
 }
+
+/// A file that cannot be read is named with why, once: the cause is not repeated after a
+/// message that already ends with it.
+#[test]
+fn a_missing_file_is_reported_with_its_cause_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let missing = tmp.path().join("no-such-trace.jsonl");
+    let run = simulate(&missing, &[]);
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .expect("an error line");
+    assert!(line.contains("cannot read trace"), "{stderr}");
+    assert!(line.contains("no-such-trace.jsonl"), "{stderr}");
+    assert_eq!(line.matches("(os error 2)").count(), 1, "{stderr}");
+}
