@@ -156,7 +156,7 @@ struct Names<'a> {
 
 /// Names' numbers by their text, hashed with a fixed seed.
 #[allow(clippy::disallowed_types)] // Only looked up, never iterated: no order leaks into a plan.
-type NameNumbers<'a> = std::collections::HashMap<&'a str, usize, FixedState>;
+pub(crate) type NameNumbers<'a> = std::collections::HashMap<&'a str, usize, FixedState>;
 
 impl<'a> Names<'a> {
     /// Names kept in a list before they are mapped.

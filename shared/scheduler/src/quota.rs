@@ -177,14 +177,13 @@ type TypeIx = usize;
 
 /// The shares and instance types of one queue's cycle, numbered, so that the planner's tallies
 /// are tables indexed by small numbers rather than maps searched by name (comparing names was a
-/// quarter of a `quota-shares` replay). A share's name is looked up by the address of its text
-/// first: the names that the cycle's jobs and shares hold are entered once, and a snapshot's jobs
-/// of one share usually hold clones of one [`SharedStr`], so most lookups compare integers; any
-/// other string is found by its text.
+/// quarter of a `quota-shares` replay). A share is found by its name's hash, one probe whether or
+/// not the store shares one string per name (the memory store does; an ordered map by the
+/// names' addresses cost 5% of a `quota-shares` replay).
 struct Names<'a> {
     shares: &'a [QuotaShareState],
-    /// The share (if any) of each name entered, by the address and length of the name's text.
-    by_address: BTreeMap<(usize, usize), Option<ShareIx>>,
+    /// Each share's number by its name (the first, should two have one name).
+    by_name: crate::plan::NameNumbers<'a>,
     /// Every instance type that a share limits or a job holds, in text order.
     types: Vec<&'a str>,
 }
@@ -192,53 +191,36 @@ struct Names<'a> {
 impl<'a> Names<'a> {
     fn new(
         shares: &'a [QuotaShareState],
-        running: impl Iterator<Item = &'a RunningJob> + Clone,
-        pending: impl Iterator<Item = &'a PendingJob> + Clone,
+        running: impl Iterator<Item = &'a RunningJob>,
+        pending: impl Iterator<Item = &'a PendingJob>,
     ) -> Self {
         // A cycle has few types and many jobs: each job's compared with the few found so far.
         let mut types: Vec<&'a str> = Vec::new();
         let every = shares
             .iter()
             .flat_map(|s| s.limits.keys())
-            .chain(running.clone().flat_map(|r| r.instances.keys()))
-            .chain(pending.clone().flat_map(|p| p.instances.keys()));
+            .chain(running.flat_map(|r| r.instances.keys()))
+            .chain(pending.flat_map(|p| p.instances.keys()));
         for ty in every {
             if !types.contains(&ty.as_str()) {
                 types.push(ty);
             }
         }
         types.sort_unstable();
-        let mut names = Self {
+        let mut by_name = crate::plan::NameNumbers::default();
+        for (i, share) in shares.iter().enumerate() {
+            by_name.entry(share.name.as_str()).or_insert(i);
+        }
+        Self {
             shares,
-            by_address: BTreeMap::new(),
+            by_name,
             types,
-        };
-        for share in shares {
-            names.enter(&share.name);
-        }
-        for name in running.filter_map(|r| r.share.as_deref()) {
-            names.enter(name);
-        }
-        for name in pending.filter_map(|p| p.share.as_deref()) {
-            names.enter(name);
-        }
-        names
-    }
-
-    fn enter(&mut self, name: &str) {
-        if let std::collections::btree_map::Entry::Vacant(entry) =
-            self.by_address.entry(address(name))
-        {
-            entry.insert(self.shares.iter().position(|s| s.name == name));
         }
     }
 
     /// The share named `name`, if the queue has it.
     fn share(&self, name: &str) -> Option<ShareIx> {
-        match self.by_address.get(&address(name)) {
-            Some(found) => *found,
-            None => self.shares.iter().position(|s| s.name == name),
-        }
+        self.by_name.get(name).copied()
     }
 
     /// The number of an instance type: types no share limits and no job of the cycle held when
@@ -256,12 +238,6 @@ impl<'a> Names<'a> {
     fn cells(&self) -> usize {
         self.shares.len() * self.types.len()
     }
-}
-
-/// Where a string's text is: the same for every clone of one [`SharedStr`], and distinct between
-/// strings alive at once (the length tells a string from a shorter slice of it).
-fn address(s: &str) -> (usize, usize) {
-    (s.as_ptr() as usize, s.len())
 }
 
 /// [`borrowed_jobs`], as the jobs themselves.
@@ -287,6 +263,17 @@ fn borrowed_among<'a>(
     }
     let mut borrowed = Vec::new();
     for (share, mut jobs) in names.shares.iter().zip(by_share) {
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        for job in &jobs {
+            for (ty, n) in job.instances.iter() {
+                *used.entry(ty.as_str()).or_insert(0) += u64::from(*n);
+            }
+        }
+        // Most shares are within their limits: nothing of theirs is borrowed, and their jobs
+        // need no order.
+        if used.iter().all(|(ty, n)| *n <= share.limit(ty)) {
+            continue;
+        }
         jobs.sort_by(|a, b| {
             (a.priority, Reverse(a.started_at_ms), Reverse(&a.job_id)).cmp(&(
                 b.priority,
@@ -294,12 +281,6 @@ fn borrowed_among<'a>(
                 Reverse(&b.job_id),
             ))
         });
-        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
-        for job in &jobs {
-            for (ty, n) in job.instances.iter() {
-                *used.entry(ty.as_str()).or_insert(0) += u64::from(*n);
-            }
-        }
         for (ty, in_use) in used {
             let over = in_use.saturating_sub(share.limit(ty));
             let mut marked = 0;
