@@ -9,7 +9,7 @@
 //! snapshot's `in_use` records are a host's and are not carried forward).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use trainyard_domain::random::SplitMix64;
@@ -103,7 +103,8 @@ struct Rollout<'a> {
     snapshot: Snapshot,
     /// When each of `snapshot.running` ends, in the same order.
     ends: Vec<i64>,
-    lines: BTreeMap<Line, Vec<PendingJob>>,
+    /// Each line's waiting jobs in order; dispatches take from the front.
+    lines: BTreeMap<Line, VecDeque<PendingJob>>,
     /// The line of each waiting job (a dispatch names the job and its queue, not its share).
     line_of_job: BTreeMap<SharedStr, Line>,
     environment_of: BTreeMap<SharedStr, String>,
@@ -206,15 +207,15 @@ impl<'a> Rollout<'a> {
         options: &'a Options,
         mut rng: SplitMix64,
     ) -> Self {
-        let mut lines: BTreeMap<Line, Vec<PendingJob>> = BTreeMap::new();
+        let mut lines: BTreeMap<Line, VecDeque<PendingJob>> = BTreeMap::new();
         let mut line_of_job = BTreeMap::new();
         for job in &snapshot.pending {
             let line = line_of(&job.queue, job.share.as_ref());
             line_of_job.insert(job.job_id.clone(), line.clone());
-            lines.entry(line).or_default().push(job.clone());
+            lines.entry(line).or_default().push_back(job.clone());
         }
         for line in lines.values_mut() {
-            line.sort_by(|a, b| rank(a).cmp(&rank(b)));
+            line.make_contiguous().sort_by(|a, b| rank(a).cmp(&rank(b)));
         }
         let environment_of = snapshot
             .queues
@@ -317,7 +318,7 @@ impl<'a> Rollout<'a> {
         let mut starts = BTreeMap::new();
         let mut t = now_ms;
         loop {
-            self.snapshot.pending = self.heads();
+            self.fill_heads();
             let plan = plan_cycle(&self.snapshot, t, self.planner);
             for preemption in &plan.preemptions {
                 self.requeue(&preemption.victim_job_id, t);
@@ -348,15 +349,22 @@ impl<'a> Rollout<'a> {
         starts
     }
 
-    /// The first jobs of each line, as many as a host's cycle would read.
-    fn heads(&self) -> Vec<PendingJob> {
+    /// Puts the first jobs of each line, as many as a host's cycle would read, in the snapshot
+    /// (in the space the last step's took).
+    fn fill_heads(&mut self) {
+        let mut heads = std::mem::take(&mut self.snapshot.pending);
+        heads.clear();
+        self.extend_heads(&mut heads);
+        self.snapshot.pending = heads;
+    }
+
+    fn extend_heads(&self, heads: &mut Vec<PendingJob>) {
         let mut held: BTreeMap<&str, u64> = BTreeMap::new();
         for job in &self.snapshot.running {
             if let Some(env) = self.environment_of.get(&job.queue) {
                 *held.entry(env).or_default() += total_instances(&job.instances);
             }
         }
-        let mut heads = Vec::new();
         for ((queue, _), line) in &self.lines {
             let free = self.environment_of.get(queue).map_or(0, |env| {
                 let max = self.capacity.get(env).copied().unwrap_or(0);
@@ -367,14 +375,13 @@ impl<'a> Rollout<'a> {
                 .saturating_add(self.options.heads_extra);
             heads.extend(line.iter().take(n).cloned());
         }
-        heads
     }
 
     fn take_pending(&mut self, job_id: &SharedStr) -> Option<PendingJob> {
         let line = self.lines.get_mut(&self.line_of_job.remove(job_id)?)?;
         // Dispatches come from the front of a line.
         let i = line.iter().position(|j| j.job_id == *job_id)?;
-        Some(line.remove(i))
+        line.remove(i)
     }
 
     /// A dispatched job holds its instances until its sampled runtime is up.

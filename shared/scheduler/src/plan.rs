@@ -19,7 +19,11 @@ use trainyard_domain::queue::Aging;
 
 /// Plans one cycle. Pure: the same arguments give the same plan.
 pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
-    let mut plan = Plan::default();
+    // Most pending jobs are skipped: room for all of them, rather than copies as it grows.
+    let mut plan = Plan {
+        skips: Vec::with_capacity(snapshot.pending.len()),
+        ..Plan::default()
+    };
 
     // 1. Capacity in use, derived from the running attempts.
     let queue_env: BTreeMap<&str, &str> = snapshot
