@@ -42,26 +42,51 @@ impl FairsharePolicy {
     }
 
     /// The weight factor of `share`: an exact entry wins, then the longest matching `prefix*`
-    /// entry, then the default 1.0.
+    /// entry, then the default 1.0. To weigh many shares, [`weights`](Self::weights) once.
     pub fn weight_factor(&self, share: &str) -> f64 {
-        let exact = self
-            .share_distribution
-            .iter()
-            .find(|a| a.share_identifier == share);
-        let prefix = || {
-            self.share_distribution
+        self.weights().of(share)
+    }
+
+    /// The share distribution indexed for looking up many shares: a planner weighs every share
+    /// with waiting jobs each cycle, and a list of 1,000 entries searched for each would cost a
+    /// million comparisons.
+    pub fn weights(&self) -> ShareWeights<'_> {
+        let mut exact = std::collections::BTreeMap::new();
+        let mut prefixes = Vec::new();
+        for entry in &self.share_distribution {
+            let id = entry.share_identifier.as_str();
+            exact.entry(id).or_insert(entry.weight_factor);
+            if let Some(prefix) = id.strip_suffix('*') {
+                prefixes.push((prefix, entry.weight_factor));
+            }
+        }
+        ShareWeights { exact, prefixes }
+    }
+}
+
+/// A fair-share policy's weights, indexed ([`FairsharePolicy::weights`]).
+#[derive(Debug)]
+pub struct ShareWeights<'a> {
+    /// The first entry of each identifier, as written (a `prefix*` entry too).
+    exact: std::collections::BTreeMap<&'a str, Option<f64>>,
+    /// The `prefix*` entries, in policy order, without their `*`.
+    prefixes: Vec<(&'a str, Option<f64>)>,
+}
+
+impl ShareWeights<'_> {
+    /// [`FairsharePolicy::weight_factor`] of `share`.
+    pub fn of(&self, share: &str) -> f64 {
+        let weight = match self.exact.get(share) {
+            Some(weight) => *weight,
+            // The longest prefix; of equally long ones, the last (as `max_by_key` picks).
+            None => self
+                .prefixes
                 .iter()
-                .filter_map(|a| {
-                    let p = a.share_identifier.strip_suffix('*')?;
-                    share.starts_with(p).then_some((p.len(), a))
-                })
-                .max_by_key(|(len, _)| *len)
-                .map(|(_, a)| a)
+                .filter(|(prefix, _)| share.starts_with(prefix))
+                .max_by_key(|(prefix, _)| prefix.len())
+                .and_then(|(_, weight)| *weight),
         };
-        exact
-            .or_else(prefix)
-            .and_then(|a| a.weight_factor)
-            .unwrap_or(DEFAULT_WEIGHT_FACTOR)
+        weight.unwrap_or(DEFAULT_WEIGHT_FACTOR)
     }
 }
 
@@ -131,6 +156,34 @@ mod tests {
             ("unweighted", 1.0),
         ];
         for (id, expected) in cases {
+            assert_eq!(policy.weight_factor(id), expected, "{id}");
+        }
+    }
+
+    /// Entries Batch would refuse as overlapping still weigh as a list searched in order would:
+    /// the first of two exact entries, the last of two equal prefixes, and an exact entry
+    /// without a weight over a prefix that has one.
+    #[test]
+    fn overlapping_entries_weigh_as_the_list_reads() {
+        let policy = FairsharePolicy {
+            share_distribution: vec![
+                share("a", Some(0.5)),
+                share("a", Some(0.25)),
+                share("b*", Some(2.0)),
+                share("b*", Some(4.0)),
+                share("bc", None),
+            ],
+            ..Default::default()
+        };
+        let weights = policy.weights();
+        for (id, expected) in [
+            ("a", 0.5),
+            ("bx", 4.0),
+            ("bc", 1.0),
+            ("b*", 2.0),
+            ("c", 1.0),
+        ] {
+            assert_eq!(weights.of(id), expected, "{id}");
             assert_eq!(policy.weight_factor(id), expected, "{id}");
         }
     }

@@ -7,13 +7,15 @@
 //!
 //! Run: `cargo bench -p trainyard-forecast --bench forecast_cost`
 //! (`FORECAST_ROLLOUTS=N` changes the rollouts of the timed round; default 32;
-//! `FORECAST_BUDGET_S=N` the budget; default 10).
+//! `FORECAST_BUDGET_S=N` the budget; default 10; `FORECAST_WEIGHTED=1` lists every share in
+//! the policy's `shareDistribution`, each at the default weight 1.0, so the plans are the same
+//! and only looking weights up costs more).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
-use trainyard_domain::policy::FairsharePolicy;
+use trainyard_domain::policy::{FairsharePolicy, ShareAttributes};
 use trainyard_forecast::{Family, History, Options, forecast};
 use trainyard_scheduler::{
     Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob, Snapshot,
@@ -22,7 +24,7 @@ use trainyard_scheduler::{
 const NOW: i64 = 1_800_000_000_000;
 const GPU: &str = "ml.p4d.24xlarge";
 
-fn world(pending: usize, shares: usize) -> (Snapshot, History) {
+fn world(pending: usize, shares: usize, weighted: bool) -> (Snapshot, History) {
     let one = |n: u32| BTreeMap::from([(GPU.to_owned(), n)]);
     let share = |i: usize| format!("team-{:04}", i % shares);
     let running = (0..1_000)
@@ -66,7 +68,16 @@ fn world(pending: usize, shares: usize) -> (Snapshot, History) {
             name: "research".into(),
             priority: 500,
             environment: Some("gpu".into()),
-            policy: QueuePolicy::FairShare(FairsharePolicy::default()),
+            policy: QueuePolicy::FairShare(FairsharePolicy {
+                share_distribution: (0..shares)
+                    .filter(|_| weighted)
+                    .map(|s| ShareAttributes {
+                        share_identifier: share(s),
+                        weight_factor: Some(1.0),
+                    })
+                    .collect(),
+                ..FairsharePolicy::default()
+            }),
             aging: None,
             reserve_after_ms: None,
         }],
@@ -103,13 +114,14 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
+    let weighted = std::env::var("FORECAST_WEIGHTED").is_ok_and(|v| v == "1");
     println!(
         "| waiting | shares | one rollout | round of {rollouts} | started within 7 days | \
          round within {budget_s} s: rollouts, wall |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
     for (pending, shares) in [(1_000, 10), (10_000, 10), (10_000, 1_000)] {
-        let (snapshot, history) = world(pending, shares);
+        let (snapshot, history) = world(pending, shares, weighted);
         let heads_extra = std::env::var("FORECAST_HEADS_EXTRA")
             .ok()
             .and_then(|v| v.parse().ok())

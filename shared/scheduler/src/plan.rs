@@ -420,6 +420,7 @@ impl<'a> Line<'a> {
                 // breaks ties by share identifier.
                 by_share.retain(|(_, jobs, _)| !jobs.is_empty());
                 by_share.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let weights = policy.weights();
                 let shares: Vec<ShareState> = by_share
                     .into_iter()
                     .map(|(share, mut list, held)| {
@@ -431,7 +432,7 @@ impl<'a> Line<'a> {
                             },
                         );
                         ShareState {
-                            weight: policy.weight_factor(share),
+                            weight: weights.of(share),
                             average: usage
                                 .advance(now_ms, 0, half_life)
                                 .average_instances(half_life),
