@@ -174,8 +174,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `error` and its causes, each once: many errors (ours, the standard library's, the AWS SDK's)
-/// end their message with their cause's, which `{:#}` would print again.
+/// `error` and its causes, each once: some errors end their message with their cause's (reading
+/// a trace or a scenario, parsing a scenario), which `{:#}` would print again.
 fn message(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {

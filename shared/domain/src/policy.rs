@@ -137,17 +137,21 @@ mod tests {
         }
     }
 
+    fn distributed(share_distribution: Vec<ShareAttributes>) -> FairsharePolicy {
+        FairsharePolicy {
+            share_distribution,
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn weight_factor_prefers_exact_then_longest_prefix_then_default() {
-        let policy = FairsharePolicy {
-            share_distribution: vec![
-                share("team*", Some(0.5)),
-                share("team-vision*", Some(0.25)),
-                share("team-vision-prod", Some(0.125)),
-                share("unweighted", None),
-            ],
-            ..Default::default()
-        };
+        let policy = distributed(vec![
+            share("team*", Some(0.5)),
+            share("team-vision*", Some(0.25)),
+            share("team-vision-prod", Some(0.125)),
+            share("unweighted", None),
+        ]);
         let cases = [
             ("team-vision-prod", 0.125),
             ("team-vision-dev", 0.25),
@@ -165,16 +169,13 @@ mod tests {
     /// without a weight over a prefix that has one.
     #[test]
     fn overlapping_entries_weigh_as_the_list_reads() {
-        let policy = FairsharePolicy {
-            share_distribution: vec![
-                share("a", Some(0.5)),
-                share("a", Some(0.25)),
-                share("b*", Some(2.0)),
-                share("b*", Some(4.0)),
-                share("bc", None),
-            ],
-            ..Default::default()
-        };
+        let policy = distributed(vec![
+            share("a", Some(0.5)),
+            share("a", Some(0.25)),
+            share("b*", Some(2.0)),
+            share("b*", Some(4.0)),
+            share("bc", None),
+        ]);
         let weights = policy.weights();
         for (id, expected) in [
             ("a", 0.5),

@@ -159,14 +159,14 @@ struct Names<'a> {
     many: Option<NameNumbers<'a>>,
 }
 
+/// Names' numbers by their text, hashed with a fixed seed.
+#[allow(clippy::disallowed_types)] // Only looked up, never iterated: no order leaks into a plan.
+pub(crate) type NameNumbers<'a> = std::collections::HashMap<&'a str, usize, FixedState>;
+
 /// Fair shares' decayed usage by (queue, share), hashed with a fixed seed (one probe a share,
 /// where an ordered map of 1,000 shares compared names ten times).
 #[allow(clippy::disallowed_types)] // Only looked up, never iterated: no order leaks into a plan.
 type UsageByShare<'a> = std::collections::HashMap<(&'a str, &'a str), ShareUsage, FixedState>;
-
-/// Names' numbers by their text, hashed with a fixed seed.
-#[allow(clippy::disallowed_types)] // Only looked up, never iterated: no order leaks into a plan.
-pub(crate) type NameNumbers<'a> = std::collections::HashMap<&'a str, usize, FixedState>;
 
 impl<'a> Names<'a> {
     /// Names kept in a list before they are mapped.
