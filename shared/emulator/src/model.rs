@@ -1,5 +1,6 @@
 //! The sans-IO model: training jobs, their lifecycle over time, and the events they emit.
 
+use foldhash::fast::FixedState;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use trainyard_domain::random::{Fnv1a, SplitMix64};
@@ -345,8 +346,10 @@ pub enum TimeFormat {
 #[derive(Debug, Clone)]
 pub struct Emulator {
     config: Config,
-    /// Keyed by lower-cased name: SageMaker names are unique regardless of case.
-    jobs: BTreeMap<String, Job>,
+    /// Keyed by lower-cased name: SageMaker names are unique regardless of case. Hashed: a
+    /// replay holds every job of its trace, and an ordered map compared long names with a common
+    /// prefix at each lookup.
+    jobs: ByName<Job>,
     /// (`next_at_ms`, key) of every job whose phase ends by itself: advancing time touches only
     /// the jobs with something due, so a model holding a whole trace's jobs stays fast.
     deadlines: BTreeSet<(i64, String)>,
@@ -356,10 +359,15 @@ pub struct Emulator {
     rng: SplitMix64,
     /// The checkpoint bucket: the newest checkpoint a job that stopped training left under each
     /// URI. A job training now writes on top of it ([`Emulator::latest_checkpoint`]).
-    bucket: BTreeMap<String, Checkpoint>,
+    bucket: ByName<Checkpoint>,
     /// The job (key) writing each URI, while it is in progress.
-    writers: BTreeMap<String, String>,
+    writers: ByName<String>,
 }
+
+/// A map by name, hashed with a fixed seed so that a run never depends on the process.
+#[allow(clippy::disallowed_types)] // Where one is iterated, the order does not show: a search for
+// a unique ARN, a sum, a minimum, a list sorted after, a collection into an ordered map.
+type ByName<V> = std::collections::HashMap<String, V, FixedState>;
 
 fn validation(message: impl Into<String>) -> SageMakerError {
     SageMakerError::ValidationException(message.into())
@@ -371,13 +379,13 @@ impl Emulator {
         let rng = SplitMix64::new(config.seed ^ 0x5EED);
         Self {
             config,
-            jobs: BTreeMap::new(),
+            jobs: ByName::default(),
             deadlines: BTreeSet::new(),
             events: Vec::new(),
             event_seq: 0,
             rng,
-            bucket: BTreeMap::new(),
-            writers: BTreeMap::new(),
+            bucket: ByName::default(),
+            writers: ByName::default(),
         }
     }
 
