@@ -169,6 +169,10 @@ fn key(job: &RunningJob) -> usize {
     job.job_id.as_str().as_ptr() as usize
 }
 
+/// A set of running jobs by [`key`], hashed with a fixed seed.
+#[allow(clippy::disallowed_types)] // Only looked up, never iterated: no order leaks into a plan.
+type Keys = std::collections::HashSet<usize, foldhash::fast::FixedState>;
+
 /// A share of the queue being planned, by its place in the queue's shares.
 type ShareIx = usize;
 
@@ -314,14 +318,16 @@ struct Quota<'a> {
     /// cycle, with its share: nothing is borrowed after it in this cycle (see the module docs).
     entitled_start: Option<(&'a str, SharedStr)>,
     /// Borrowed running jobs, recomputed after each preemption.
-    borrowed: BTreeSet<usize>,
+    borrowed: Keys,
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
     /// candidates preemption ever looks at (see [`Quota::make_room`]).
     preemptible: Vec<Vec<&'a RunningJob>>,
     /// Running jobs old enough to be reclaimed from a borrowing share (anti-thrash protects
-    /// from in-share preemption only), in `running` order.
-    reclaimable: Vec<&'a RunningJob>,
-    /// Of those, the borrowed ones (all shares), recomputed with `borrowed`.
+    /// from in-share preemption only).
+    reclaimable: Keys,
+    /// Of those, the borrowed ones (all shares), recomputed with `borrowed`, in the order
+    /// [`borrowed_among`] finds them (candidates are ranked by a total order, so the order
+    /// does not show).
     preemptible_borrowed: Vec<&'a RunningJob>,
     /// Demands for which [`Quota::make_room`] found no room in this cycle, per (share,
     /// instance type): (priority, instances) pairs. Room only shrinks within a cycle (capacity is
@@ -426,14 +432,15 @@ fn median_interval(running: &[&RunningJob]) -> Option<i64> {
 impl<'a> Quota<'a> {
     /// Recomputes which running jobs are borrowed (after a preemption, from those left).
     fn set_borrowed(&mut self, borrowed: Vec<&'a RunningJob>) {
-        self.borrowed = borrowed.into_iter().map(key).collect();
         self.lent_cache.clear();
-        self.preemptible_borrowed = self
-            .reclaimable
-            .iter()
-            .copied()
-            .filter(|r| self.borrowed.contains(&key(r)))
-            .collect();
+        self.borrowed.clear();
+        self.preemptible_borrowed.clear();
+        // A job borrowed in several types is listed once per type: kept once.
+        for job in borrowed {
+            if self.borrowed.insert(key(job)) && self.reclaimable.contains(&key(job)) {
+                self.preemptible_borrowed.push(job);
+            }
+        }
     }
 
     /// What preempting a candidate would lose now (see the module docs).
@@ -753,28 +760,6 @@ impl<'a> Quota<'a> {
         if candidates.is_empty() {
             return None;
         }
-        // Cost per instance freed of the types the job needs, compared exactly as
-        // cost(a) × freed(b) against cost(b) × freed(a).
-        let per_freed = |r: &RunningJob| {
-            let freed: u64 = job
-                .instances
-                .keys()
-                .filter_map(|ty| r.instances.get(ty))
-                .map(|n| u64::from(*n))
-                .sum();
-            let cost = self.loss(r).instance_s;
-            (u128::from(cost), u128::from(freed.max(1)))
-        };
-        let mut candidates: Vec<(&RunningJob, bool, (u128, u128))> = candidates
-            .into_iter()
-            .map(|(r, borrowed)| (r, borrowed, per_freed(r)))
-            .collect();
-        candidates.sort_by(|(a, ab, (ca, fa)), (b, bb, (cb, fb))| {
-            (!ab, a.priority)
-                .cmp(&(!bb, b.priority))
-                .then((ca * fb).cmp(&(cb * fa)))
-                .then_with(|| a.job_id.cmp(&b.job_id))
-        });
         // Whether the share, once `leaving` of its instances of `ty` are gone and the job's `n`
         // added, is within its limit (over it: within its limit plus its borrow cap).
         let within = |ty: &str, n: u32, leaving: u64| {
@@ -804,11 +789,8 @@ impl<'a> Quota<'a> {
                 within(ty, *n, leaving)
             })
         };
-        // Greedy, in victim order, until the job fits: `fits(&chosen)` kept up to date one
-        // victim at a time (the pool with their instances given back, and what the job's own
-        // share gives up per type).
-        let mut pool = env.pool.clone();
-        let mut leaving: BTreeMap<&str, u64> = BTreeMap::new();
+        // The fit as victims are given back one at a time: the pool with their instances, and
+        // what the job's own share gives up per type.
         let fits_now = |pool: &crate::pool::Pool, leaving: &BTreeMap<&str, u64>| {
             pool.fits(&job.instances)
                 && job
@@ -816,19 +798,60 @@ impl<'a> Quota<'a> {
                     .iter()
                     .all(|(ty, n)| within(ty, *n, leaving.get(ty.as_str()).copied().unwrap_or(0)))
         };
+        let give_back = |pool: &mut crate::pool::Pool,
+                         leaving: &mut BTreeMap<&'a str, u64>,
+                         candidate: &'a RunningJob| {
+            pool.give(&candidate.instances);
+            if candidate.share.as_deref() == Some(share.name.as_str()) {
+                for (ty, n) in candidate.instances.iter() {
+                    if job.instances.contains_key(ty) {
+                        *leaving.entry(ty.as_str()).or_insert(0) += u64::from(*n);
+                    }
+                }
+            }
+        };
+        // Giving back more only makes more room: when every candidate together makes too
+        // little, no choice does, and they need not be ranked (most searches end here).
+        let mut pool = env.pool.clone();
+        let mut leaving: BTreeMap<&str, u64> = BTreeMap::new();
+        for (candidate, _) in &candidates {
+            give_back(&mut pool, &mut leaving, candidate);
+        }
+        if !fits_now(&pool, &leaving) {
+            return None;
+        }
+        // Cost per instance freed of the types the job needs, compared exactly as
+        // cost(a) × freed(b) against cost(b) × freed(a).
+        let per_freed = |r: &RunningJob| {
+            let freed: u64 = job
+                .instances
+                .keys()
+                .filter_map(|ty| r.instances.get(ty))
+                .map(|n| u64::from(*n))
+                .sum();
+            let cost = self.loss(r).instance_s;
+            (u128::from(cost), u128::from(freed.max(1)))
+        };
+        let mut candidates: Vec<(&RunningJob, bool, (u128, u128))> = candidates
+            .into_iter()
+            .map(|(r, borrowed)| (r, borrowed, per_freed(r)))
+            .collect();
+        // A total order (ids are distinct), so an unstable sort orders them as a stable one.
+        candidates.sort_unstable_by(|(a, ab, (ca, fa)), (b, bb, (cb, fb))| {
+            (!ab, a.priority)
+                .cmp(&(!bb, b.priority))
+                .then((ca * fb).cmp(&(cb * fa)))
+                .then_with(|| a.job_id.cmp(&b.job_id))
+        });
+        // Greedy, in victim order, until the job fits.
+        let mut pool = env.pool.clone();
+        let mut leaving: BTreeMap<&str, u64> = BTreeMap::new();
         let mut chosen: Vec<&RunningJob> = Vec::new();
         for (candidate, _, _) in candidates {
             if fits_now(&pool, &leaving) {
                 break;
             }
-            pool.give(&candidate.instances);
-            if candidate.share.as_deref() == Some(share.name.as_str()) {
-                for ty in job.instances.keys() {
-                    if let Some(n) = candidate.instances.get(ty) {
-                        *leaving.entry(ty.as_str()).or_insert(0) += u64::from(*n);
-                    }
-                }
-            }
+            give_back(&mut pool, &mut leaving, candidate);
             chosen.push(candidate);
         }
         if chosen.is_empty() || !fits_now(&pool, &leaving) {
@@ -885,13 +908,13 @@ pub(crate) fn plan_quota_queue<'a>(
     let median = median_interval(running);
     let names = Names::new(shares, running.iter().copied(), jobs.iter().copied());
     let mut preemptible: Vec<Vec<&RunningJob>> = vec![Vec::new(); shares.len()];
-    let mut reclaimable = Vec::new();
+    let mut reclaimable = Keys::default();
     for job in running {
         let Some(share) = job.share.as_deref() else {
             continue;
         };
         if now_ms >= reclaimable_from(job, config) {
-            reclaimable.push(*job);
+            reclaimable.insert(key(job));
         }
         if now_ms >= preemptible_from(job, config)
             && let Some(s) = names.share(share)
@@ -903,7 +926,7 @@ pub(crate) fn plan_quota_queue<'a>(
         used: vec![0; names.cells()],
         used_by_priority: vec![Vec::new(); names.cells()],
         names,
-        borrowed: BTreeSet::new(),
+        borrowed: Keys::default(),
         preemptible,
         reclaimable,
         preemptible_borrowed: Vec::new(),
@@ -927,8 +950,9 @@ pub(crate) fn plan_quota_queue<'a>(
         }
     }
 
-    // Pass 1: entitled jobs, priority first.
-    jobs.sort_by(within_share);
+    // Pass 1: entitled jobs, priority first. Both orders end with the job id, so an unstable
+    // sort (no scratch space) orders them as a stable one would.
+    jobs.sort_unstable_by(within_share);
     let mut deferred = Vec::new();
     for job in jobs {
         if let Decision::Defer = decide(plan, queue, &mut quota, job, env, now_ms, config, true) {
@@ -936,7 +960,7 @@ pub(crate) fn plan_quota_queue<'a>(
         }
     }
     // Pass 2: borrowers, FIFO.
-    deferred.sort_by(fifo);
+    deferred.sort_unstable_by(fifo);
     for job in deferred {
         decide(plan, queue, &mut quota, job, env, now_ms, config, false);
     }
