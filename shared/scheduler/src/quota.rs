@@ -771,24 +771,6 @@ impl<'a> Quota<'a> {
                 None => true,
             }
         };
-        let fits = |chosen: &[&RunningJob]| {
-            let mut pool = env.pool.clone();
-            for victim in chosen {
-                pool.give(&victim.instances);
-            }
-            if !pool.fits(&job.instances) {
-                return false;
-            }
-            job.instances.iter().all(|(ty, n)| {
-                let leaving: u64 = chosen
-                    .iter()
-                    .filter(|v| v.share.as_deref() == Some(share.name.as_str()))
-                    .filter_map(|v| v.instances.get(ty))
-                    .map(|n| u64::from(*n))
-                    .sum();
-                within(ty, *n, leaving)
-            })
-        };
         // The fit as victims are given back one at a time: the pool with their instances, and
         // what the job's own share gives up per type.
         let fits_now = |pool: &crate::pool::Pool, leaving: &BTreeMap<&str, u64>| {
@@ -809,6 +791,15 @@ impl<'a> Quota<'a> {
                     }
                 }
             }
+        };
+        // Whether giving back `chosen` makes room.
+        let fits = |chosen: &[&'a RunningJob]| {
+            let mut pool = env.pool.clone();
+            let mut leaving = BTreeMap::new();
+            for victim in chosen {
+                give_back(&mut pool, &mut leaving, victim);
+            }
+            fits_now(&pool, &leaving)
         };
         // Giving back more only makes more room: when every candidate together makes too
         // little, no choice does, and they need not be ranked (most searches end here).

@@ -1064,3 +1064,27 @@ fn a_requeued_job_waits_again_before_it_preempts_in_its_share() {
     let plan = plan_cycle(&requeued(900), NOW, &config);
     assert_eq!(preempted(&plan), [("a-low", "a-high")]);
 }
+
+/// A borrowed job holding two instance types is one candidate, not one per type: reclaiming
+/// four of one type takes both borrowed jobs, each once, rather than counting the cheaper one
+/// (the more recently started) twice.
+#[test]
+fn a_job_borrowed_in_two_types_is_one_victim() {
+    const OTHER: &str = "ml.g5.48xlarge";
+    let mut both = run("b-both", "b", 2, 1);
+    both.instances = BTreeMap::from([(GPU.to_owned(), 2), (OTHER.to_owned(), 2)]).into();
+    let mut snap = snapshot(
+        4,
+        vec![share("a", 4, Lend), share("b", 0, LendAndBorrow)],
+        vec![both, run("b-other", "b", 2, 5)],
+        vec![job("a1", "a", 4)],
+    );
+    snap.environments[0].limits.push(CapacityLimit {
+        max_capacity: 2,
+        capacity_unit: OTHER.into(),
+    });
+    let plan = plan_cycle(&snap, NOW, &Config::default());
+    let mut victims = preempted(&plan);
+    victims.sort_unstable();
+    assert_eq!(victims, [("b-both", "a1"), ("b-other", "a1")], "{plan:#?}");
+}
