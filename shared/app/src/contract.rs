@@ -35,8 +35,8 @@ use trainyard_domain::{ResourceStatus, State, Tags};
 
 use crate::ports::{
     AuditCursor, AuditQuery, AuditRecord, CapacityHolder, CapacityRelease, ClientTokenRecord,
-    Document, EnvironmentUsage, Fence, InsertJob, JobCursor, JobQuery, NameFilter, Resource,
-    RunnableHead, ShareUsageRecord, Store, StoreError, Versioned, Write, quota_share_key,
+    Document, EnvironmentUsage, Fence, HoldersRead, InsertJob, JobCursor, JobQuery, NameFilter,
+    Resource, RunnableHead, ShareUsageRecord, Store, StoreError, Versioned, Write, quota_share_key,
 };
 
 /// Defines, from one list of cases, both the exported `store_contract_tests!` and [`run_all`],
@@ -99,6 +99,7 @@ contract_cases!($;
     a_line_offset_moves_a_job_back_in_its_line,
     runnable_shares_and_dispatched_jobs_follow_status,
     capacity_holders_summarise_the_dispatched_jobs,
+    holders_since_bring_a_reader_up_to_date,
     runnable_heads_summarise_the_runnable_jobs,
     a_status_reason_is_set_alone_and_version_checked,
     audit_pages_cover_every_record_once_newest_first_across_days,
@@ -1454,6 +1455,98 @@ pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S)
     assert_eq!(ids, ["e", "g", "i"]);
     assert_eq!(holders[0].priority, 7);
     assert_eq!(holders, expected(store).await);
+}
+
+/// A reader that follows the holders (`capacity_holders_since`) sees what a reader of them all
+/// sees: every holder at first, then either every holder again or the jobs that changed, each
+/// once, in id order, which bring its list up to date. What it was told it had seen never
+/// comes back as changes to a list it does not have.
+pub async fn holders_since_bring_a_reader_up_to_date<S: Store>(store: &S) {
+    for j in [
+        job("a").share("s1").status(JobStatus::Running).build(),
+        job("b").status(JobStatus::Scheduled).build(),
+        job("c")
+            .quota_share("qs")
+            .status(JobStatus::Starting)
+            .build(),
+        job("d").build(),
+        job("e").build(),
+    ] {
+        insert(store, &j).await;
+    }
+    /// `list` brought up to date by `read`.
+    fn brought(mut list: Vec<CapacityHolder>, read: HoldersRead) -> Vec<CapacityHolder> {
+        match read {
+            HoldersRead::All(all) => all,
+            HoldersRead::Changed(changed) => {
+                let ids: Vec<&str> = changed.iter().map(|(id, _)| id.as_str()).collect();
+                let mut ordered = ids.clone();
+                ordered.sort_unstable();
+                ordered.dedup();
+                assert_eq!(ids, ordered, "changes come in id order, each once");
+                for (id, now) in changed {
+                    list.retain(|h| *h.job_id != *id);
+                    list.extend(now);
+                }
+                list.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+                list
+            }
+        }
+    }
+    let (first, mut seen) = store.capacity_holders_since(None).await.unwrap();
+    let HoldersRead::All(mut list) = first else {
+        panic!("a reader that has seen nothing is told everything");
+    };
+    assert_eq!(list, store.capacity_holders().await.unwrap());
+
+    let update = |id: &'static str, change: fn(&mut ServiceJob)| async move {
+        let mut stored = store.get_job(id).await.unwrap().unwrap();
+        change(&mut stored.value);
+        store
+            .update_job(&stored.value, stored.version)
+            .await
+            .unwrap();
+    };
+    /// A job and what to change of it.
+    type Change = (&'static str, fn(&mut ServiceJob));
+    let steps: [&[Change]; 4] = [
+        // Nothing changes.
+        &[],
+        // A priority changes, a job ends, one is dispatched.
+        &[
+            ("a", |j| j.scheduling_priority = Some(7)),
+            ("b", |j| j.status = JobStatus::Succeeded),
+            ("d", |j| j.status = JobStatus::Scheduled),
+        ],
+        // One job changes twice, and a waiting job's change holds nothing.
+        &[
+            ("c", |j| j.status = JobStatus::Running),
+            ("c", |j| j.scheduling_priority = Some(3)),
+            ("e", |j| j.scheduling_priority = Some(2)),
+        ],
+        // Every holder ends.
+        &[
+            ("a", |j| j.status = JobStatus::Failed),
+            ("c", |j| j.status = JobStatus::Succeeded),
+            ("d", |j| j.status = JobStatus::Succeeded),
+        ],
+    ];
+    for (step, changes) in steps.iter().enumerate() {
+        for (id, change) in *changes {
+            update(id, *change).await;
+        }
+        let (read, now) = store.capacity_holders_since(seen).await.unwrap();
+        if seen.is_none() {
+            assert!(
+                matches!(read, HoldersRead::All(_)),
+                "step {step}: a store that follows nothing tells everything"
+            );
+        }
+        list = brought(list, read);
+        assert_eq!(list, store.capacity_holders().await.unwrap(), "step {step}");
+        seen = now;
+    }
+    assert!(list.is_empty());
 }
 
 /// A job's line offset (a queue that puts shorter jobs first) places it at its runnable time plus

@@ -40,6 +40,8 @@ pub struct Service<S, E> {
     arns: ArnContext,
     /// The IAM roles a submitted job's payload may name, when the host restricts them.
     training_roles: Option<Arc<[String]>>,
+    /// The last cycle's running jobs, for the next one to bring up to date.
+    running: std::sync::Mutex<Option<scheduling::RunningSet>>,
 }
 
 impl<S, E: EventSink> Service<S, E> {
@@ -58,6 +60,7 @@ impl<S, E: EventSink> Service<S, E> {
             ids,
             arns,
             training_roles: None,
+            running: std::sync::Mutex::default(),
         }
     }
 

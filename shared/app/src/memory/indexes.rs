@@ -2,13 +2,18 @@
 //! RUNNABLE lines of each queue and share, the heads' and holders' summaries, and backoff.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use trainyard_domain::job::{JobStatus, ServiceJob};
 use trainyard_domain::order::{runnable_rank, share_key};
 use trainyard_scheduler::SharedStr;
 
 use crate::ports::{CapacityHolder, RunnableHead};
+
+/// Changes to the jobs holding capacity that the store remembers, for readers that follow them
+/// ([`SchedulingStore::capacity_holders_since`](crate::ports::SchedulingStore::capacity_holders_since)):
+/// a cycle that dispatched a few hundred jobs is still followed.
+pub(super) const HOLDER_LOG: usize = 4096;
 
 /// A RUNNABLE job's place in its line: ([`runnable_rank`], id).
 pub(super) type LineEntry = (Reverse<u32>, i64, String);
@@ -37,6 +42,10 @@ pub(super) struct Indexes {
     pub(super) backoff: BTreeSet<(i64, String)>,
     /// Instances held by all dispatched jobs.
     pub(super) held_instances: u64,
+    /// Changes to `dispatched` so far (an entry added or removed).
+    pub(super) holder_changes: u64,
+    /// The last [`HOLDER_LOG`] of them: (its number, the job's id).
+    pub(super) holder_log: VecDeque<(u64, String)>,
     /// One shared string per queue and share name, which every summary of their jobs holds:
     /// the planner finds a name by its address before comparing text.
     pub(super) names: foldhash::HashSet<SharedStr>,
@@ -68,7 +77,33 @@ impl Indexes {
             holder.share = self.shared(&holder.share);
             self.dispatched.insert(job.job_id.clone(), holder);
             self.held_instances += job.held_total();
+            self.holder_changed(&job.job_id);
         }
+    }
+
+    /// Logs a change to `job_id`'s entry in `dispatched`.
+    fn holder_changed(&mut self, job_id: &str) {
+        self.holder_changes += 1;
+        if self.holder_log.len() == HOLDER_LOG {
+            self.holder_log.pop_front();
+        }
+        self.holder_log
+            .push_back((self.holder_changes, job_id.to_owned()));
+    }
+
+    /// The ids of the jobs whose entry in `dispatched` changed after the first `seen` changes,
+    /// ordered and each once; `None` when the log no longer reaches back that far (or `seen`
+    /// is ahead of it).
+    pub(super) fn holders_changed_since(&self, seen: u64) -> Option<BTreeSet<&str>> {
+        let oldest = self
+            .holder_log
+            .front()
+            .map_or(self.holder_changes + 1, |(n, _)| *n);
+        if seen > self.holder_changes || seen + 1 < oldest {
+            return None;
+        }
+        let newer = self.holder_log.iter().filter(|(n, _)| *n > seen);
+        Some(newer.map(|(_, id)| id.as_str()).collect())
     }
 
     /// The RUNNABLE jobs of `queue`'s `share`, in line.
@@ -126,6 +161,7 @@ impl Indexes {
         if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
             let held = job.held_total();
             self.held_instances = self.held_instances.saturating_sub(held);
+            self.holder_changed(&job.job_id);
         }
     }
 }

@@ -13,6 +13,7 @@ mod indexes;
 mod stored;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use trainyard_domain::arn::ResourceKind;
@@ -20,8 +21,8 @@ use trainyard_domain::job::{JobStatus, ServiceJob};
 
 use crate::ports::{
     AuditCursor, AuditPage, AuditQuery, AuditRecord, AuditStore, CapacityHolder, ClientTokenRecord,
-    ConfigStore, Document, InsertJob, JobCursor, JobQuery, JobStore, NameFilter, Page, Resource,
-    RunnableHead, SchedulingStore, StoreError, Versioned, Write,
+    ConfigStore, Document, HoldersRead, HoldersSeen, InsertJob, JobCursor, JobQuery, JobStore,
+    NameFilter, Page, Resource, RunnableHead, SchedulingStore, StoreError, Versioned, Write,
 };
 use indexes::{Indexes, same_index_entries};
 use stored::{Decoded, Json, Stored, corrupt};
@@ -62,9 +63,20 @@ impl Inner {
 }
 
 /// A [`Store`](crate::Store) in process memory.
-#[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// Its number among the process's memory stores ([`HoldersSeen::store`]).
+    number: u64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        static STORES: AtomicU64 = AtomicU64::new(0);
+        Self {
+            inner: Mutex::default(),
+            number: STORES.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 impl MemoryStore {
@@ -513,6 +525,30 @@ impl SchedulingStore for MemoryStore {
         Ok(self.lock().index.dispatched.values().cloned().collect())
     }
 
+    async fn capacity_holders_since(
+        &self,
+        seen: Option<HoldersSeen>,
+    ) -> Result<(HoldersRead, Option<HoldersSeen>), StoreError> {
+        let inner = self.lock();
+        let index = &inner.index;
+        let now = HoldersSeen {
+            store: self.number,
+            changes: index.holder_changes,
+        };
+        let changed = seen
+            .filter(|seen| seen.store == self.number)
+            .and_then(|seen| index.holders_changed_since(seen.changes));
+        let read = match changed {
+            Some(ids) => HoldersRead::Changed(
+                ids.into_iter()
+                    .map(|id| (id.to_owned(), index.dispatched.get(id).cloned()))
+                    .collect(),
+            ),
+            None => HoldersRead::All(index.dispatched.values().cloned().collect()),
+        };
+        Ok((read, Some(now)))
+    }
+
     async fn runnable_heads(
         &self,
         queue: &str,
@@ -526,5 +562,63 @@ impl SchedulingStore for MemoryStore {
         let mut heads = Vec::with_capacity(limit.min(line.len()));
         heads.extend(line.values().take(limit).cloned());
         Ok(heads)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::job;
+
+    async fn dispatched(store: &MemoryStore, id: &str) {
+        let job = job(id).status(JobStatus::Running).build();
+        store.insert_job(&job, None).await.unwrap();
+    }
+
+    /// Bumps a dispatched job's priority: its summary changes (out of the index and back in).
+    async fn bump(store: &MemoryStore, id: &str) {
+        let mut stored = store.get_job(id).await.unwrap().unwrap();
+        let priority = stored.value.scheduling_priority.unwrap_or(0) + 1;
+        stored.value.scheduling_priority = Some(priority);
+        store
+            .update_job(&stored.value, stored.version)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_reader_is_told_what_changed_while_the_log_reaches_back() {
+        let store = MemoryStore::new();
+        dispatched(&store, "a").await;
+        dispatched(&store, "b").await;
+        let (_, seen) = store.capacity_holders_since(None).await.unwrap();
+        bump(&store, "b").await;
+        let (read, now) = store.capacity_holders_since(seen).await.unwrap();
+        let HoldersRead::Changed(changed) = read else {
+            panic!("one change is in the log: {read:?}");
+        };
+        let ids: Vec<&str> = changed.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["b"]);
+        assert_eq!(changed[0].1.as_ref().map(|h| h.priority), Some(1));
+
+        // Another store's reader, or one the log no longer reaches, is told everything.
+        let other = MemoryStore::new();
+        let (read, _) = other.capacity_holders_since(now).await.unwrap();
+        assert!(matches!(read, HoldersRead::All(ref all) if all.is_empty()));
+        for _ in 0..indexes::HOLDER_LOG / 2 {
+            bump(&store, "a").await;
+        }
+        let (read, _) = store.capacity_holders_since(now).await.unwrap();
+        assert!(
+            matches!(read, HoldersRead::Changed(ref c) if c.len() == 1),
+            "{} changes are still in the log",
+            indexes::HOLDER_LOG
+        );
+        bump(&store, "a").await;
+        let (read, _) = store.capacity_holders_since(now).await.unwrap();
+        let HoldersRead::All(all) = read else {
+            panic!("the log no longer reaches back: {read:?}");
+        };
+        assert_eq!(all, store.capacity_holders().await.unwrap());
     }
 }

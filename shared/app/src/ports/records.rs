@@ -658,3 +658,30 @@ impl CapacityHolder {
         self.instances.values().map(|n| u64::from(*n)).sum()
     }
 }
+
+/// How far a reader of [`SchedulingStore::capacity_holders_since`] has followed one store's jobs
+/// holding capacity: the store (its number in the process) and how many changes to them it had
+/// seen.
+///
+/// [`SchedulingStore::capacity_holders_since`]: super::SchedulingStore::capacity_holders_since
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldersSeen {
+    /// Which store: a number no other store of the process has.
+    pub store: u64,
+    /// Changes to its holders seen.
+    pub changes: u64,
+}
+
+/// What [`SchedulingStore::capacity_holders_since`] answers.
+///
+/// [`SchedulingStore::capacity_holders_since`]: super::SchedulingStore::capacity_holders_since
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldersRead {
+    /// Every job holding capacity, ordered by job id ([`capacity_holders`]).
+    ///
+    /// [`capacity_holders`]: super::SchedulingStore::capacity_holders
+    All(Vec<CapacityHolder>),
+    /// The jobs whose summary changed since what the reader saw, ordered by job id, each with its
+    /// summary now, or `None` if it no longer holds capacity.
+    Changed(Vec<(String, Option<CapacityHolder>)>),
+}

@@ -22,8 +22,8 @@ pub use write::{DocumentValue, Write};
 
 use super::audit::AuditStore;
 use super::records::{
-    CapacityHolder, CapacityRelease, ClientTokenRecord, EnvironmentUsage, InsertJob, JobQuery,
-    Page, RunnableHead, quota_share_key,
+    CapacityHolder, CapacityRelease, ClientTokenRecord, EnvironmentUsage, HoldersRead, HoldersSeen,
+    InsertJob, JobQuery, Page, RunnableHead, quota_share_key,
 };
 
 /// A stored value and its version, for optimistic concurrency: an update names the version it
@@ -259,6 +259,22 @@ pub trait SchedulingStore: JobStore {
             let jobs = self.dispatched_jobs().await?;
             Ok(jobs.iter().map(|j| CapacityHolder::of(&j.value)).collect())
         }
+    }
+
+    /// [`capacity_holders`], or only what changed since `seen`, with where the answer leaves
+    /// the reader. A store that can tell what changed (the memory store logs its last few
+    /// thousand changes) answers [`HoldersRead::Changed`] when `seen` is one of its own and
+    /// still in its log; otherwise, and by default, it answers [`HoldersRead::All`]. The
+    /// default follows nothing (`None`): its reader reads everything every time, as from
+    /// DynamoDB's index.
+    ///
+    /// [`capacity_holders`]: SchedulingStore::capacity_holders
+    fn capacity_holders_since(
+        &self,
+        seen: Option<HoldersSeen>,
+    ) -> impl Future<Output = Result<(HoldersRead, Option<HoldersSeen>), StoreError>> + Send {
+        let _ = seen;
+        async move { Ok((HoldersRead::All(self.capacity_holders().await?), None)) }
     }
 
     /// What the scheduler needs of the first `limit` RUNNABLE jobs of `queue`'s `share`:

@@ -7,8 +7,9 @@ use trainyard_domain::job::ServiceJob;
 use crate::ports::audit::{AuditPage, AuditQuery, AuditRecord, AuditStore};
 
 use super::{
-    CapacityHolder, ClientTokenRecord, ConfigStore, Document, InsertJob, JobQuery, JobStore, Page,
-    Resource, RunnableHead, SchedulingStore, StoreError, Versioned, Write,
+    CapacityHolder, ClientTokenRecord, ConfigStore, Document, HoldersRead, HoldersSeen, InsertJob,
+    JobQuery, JobStore, Page, Resource, RunnableHead, SchedulingStore, StoreError, Versioned,
+    Write,
 };
 
 impl<S: JobStore> JobStore for Arc<S> {
@@ -88,6 +89,12 @@ impl<S: SchedulingStore> SchedulingStore for Arc<S> {
     }
     async fn capacity_holders(&self) -> Result<Vec<CapacityHolder>, StoreError> {
         (**self).capacity_holders().await
+    }
+    async fn capacity_holders_since(
+        &self,
+        seen: Option<HoldersSeen>,
+    ) -> Result<(HoldersRead, Option<HoldersSeen>), StoreError> {
+        (**self).capacity_holders_since(seen).await
     }
     async fn runnable_heads(
         &self,

@@ -176,6 +176,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         // ones go (listed at decision time only, so quiet cycles list nothing).
         let mut plan = plan_cycle(&loaded.snapshot, now, &config.planner);
         if !plan.preemptions.is_empty() && observe_checkpoints(backend, &mut loaded, &plan).await {
+            // Its running jobs now carry this moment's checkpoints: not kept for the next cycle.
+            loaded.kept = None;
             plan = plan_cycle(&loaded.snapshot, now, &config.planner);
         }
         // A cycle with no job to plan decides nothing: no record.
@@ -252,6 +254,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             decision.duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         }
         report.decision = decision.map(Box::new);
+        self.keep_running(loaded);
         Ok(report)
     }
 

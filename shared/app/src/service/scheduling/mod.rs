@@ -63,7 +63,7 @@ pub use decision::{DecisionLog, DecisionRecord, NoDecisions, Replay, capped};
 pub use due::{DueWork, RECONCILE_MAX_INTERVAL_MS, describe_due};
 pub use pass::{Accept, CycleGate, PassInput, PassReport, Step, StepError, accept_in_batches};
 pub use snapshot::queue_state;
-pub(crate) use snapshot::{environment_state, pending};
+pub(crate) use snapshot::{RunningSet, environment_state, pending};
 
 use trainyard_domain::job::JobStatus;
 use trainyard_scheduler::Config as PlannerConfig;

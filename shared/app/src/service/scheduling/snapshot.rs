@@ -9,6 +9,7 @@ use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::JobQueue;
 use trainyard_domain::quota_share::QuotaShare;
 use trainyard_domain::{ResourceStatus, State};
+use trainyard_scheduler::snapshot::total_instances;
 use trainyard_scheduler::{
     Config as PlannerConfig, EnvironmentState, PendingJob, QueuePolicy, QueueState,
     QuotaShareState, RunningJob, ShareKey, SharedStr, Snapshot,
@@ -18,7 +19,8 @@ use super::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
     CapacityHolder, CapacityRelease, ConfigStore, Document, EnvironmentUsage, EventSink, Fence,
-    RunnableHead, SchedulingStore, ShareUsageRecord, StoreError, Versioned, WaitDigests, Write,
+    HoldersRead, HoldersSeen, RunnableHead, SchedulingStore, ShareUsageRecord, StoreError,
+    Versioned, WaitDigests, Write,
 };
 use crate::service::Service;
 
@@ -92,6 +94,9 @@ pub(super) struct Loaded {
     pub(super) fence: Option<Fence>,
     /// Each queue's digests of its lines' stored waits, with their version for the cycle's write.
     pub(super) wait_digests: BTreeMap<String, Versioned<WaitDigests>>,
+    /// What keeping `snapshot.running` for the next cycle takes, while it still holds what the
+    /// store said (`None` once observed checkpoints were written into it).
+    pub(super) kept: Option<Kept>,
 }
 
 /// The configuration a cycle plans under, as stored.
@@ -220,25 +225,115 @@ fn with_fresh(
     }
 }
 
-/// Instances held per fair share or quota share. Counted by the addresses of the names (a store
-/// that shares one string per name, as the memory store does, gives one entry per share without
-/// comparing text), then summed by name.
-fn held_per_share(holders: &[CapacityHolder]) -> BTreeMap<ShareKey, u64> {
-    let mut held_by: foldhash::HashMap<(usize, usize), (&CapacityHolder, u64)> =
-        foldhash::HashMap::default();
-    for job in holders.iter().filter(|j| !j.share.is_empty()) {
-        let entry = held_by.entry((address(&job.job_queue), address(&job.share)));
-        entry.or_insert((job, 0)).1 += job.total_instances();
+/// The planner's running jobs as a cycle read them, kept for the next cycle, which then reads
+/// only the holders that changed since, where the store can tell
+/// ([`SchedulingStore::capacity_holders_since`]; the memory store can). A cycle takes it and
+/// gives it back when it ends without error, unless it wrote observed checkpoints into its
+/// jobs; the next cycle otherwise reads every holder. Rebuilt every cycle, it copied and
+/// dropped every summary (some 800 in a replay on 1,280 instances) and counted each share's
+/// (`docs/benchmarks.md#simulator-speed`).
+pub(crate) struct RunningSet {
+    /// What of the store's holders it reflects (`None`: a store that follows nothing).
+    seen: Option<HoldersSeen>,
+    /// The `default_runtime_s` its jobs' expected ends were worked out with.
+    default_runtime_s: u64,
+    /// Ordered by job id, as the store lists them.
+    jobs: Vec<RunningJob>,
+    /// Each job's `CheckpointConfig.S3Uri`, in `jobs`' order.
+    checkpoint_uris: Vec<Option<SharedStr>>,
+    /// Per fair share or quota share with jobs here: how many, and the instances they hold.
+    shares: ShareCounts,
+}
+
+/// Per share: jobs holding capacity, and the instances they hold.
+type ShareCounts = BTreeMap<ShareKey, (usize, u64)>;
+
+/// What a cycle needs to give its running jobs back as a [`RunningSet`].
+pub(super) struct Kept {
+    seen: Option<HoldersSeen>,
+    default_runtime_s: u64,
+    shares: ShareCounts,
+}
+
+/// Counts `job` into its share's tally (`into`) or out of it, if it has a share.
+fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
+    let Some(share) = &job.share else {
+        return;
+    };
+    let key = ShareKey {
+        queue: job.queue.clone(),
+        share: share.clone(),
+    };
+    let instances = total_instances(&job.instances);
+    if into {
+        let tally = shares.entry(key).or_insert((0, 0));
+        tally.0 += 1;
+        tally.1 += instances;
+    } else if let Some(tally) = shares.get_mut(&key) {
+        tally.0 = tally.0.saturating_sub(1);
+        tally.1 = tally.1.saturating_sub(instances);
+        if tally.0 == 0 {
+            shares.remove(&key);
+        }
     }
-    let mut held: BTreeMap<ShareKey, u64> = BTreeMap::new();
-    for (job, n) in held_by.into_values() {
-        let key = ShareKey {
-            queue: job.job_queue.clone(),
-            share: job.share.clone(),
+}
+
+impl RunningSet {
+    /// Every holder, in the store's order.
+    fn of(
+        holders: Vec<CapacityHolder>,
+        seen: Option<HoldersSeen>,
+        planner: &PlannerConfig,
+    ) -> Self {
+        let mut set = Self {
+            seen,
+            default_runtime_s: planner.default_runtime_s,
+            jobs: Vec::with_capacity(holders.len()),
+            checkpoint_uris: Vec::with_capacity(holders.len()),
+            shares: ShareCounts::new(),
         };
-        *held.entry(key).or_insert(0) += n;
+        for holder in holders {
+            set.checkpoint_uris.push(holder.checkpoint_s3_uri.clone());
+            let job = running(holder, planner);
+            count(&mut set.shares, &job, true);
+            set.jobs.push(job);
+        }
+        set
     }
-    held
+
+    /// Takes in what changed: each job's summary now, or `None` once it holds no capacity.
+    fn apply(
+        &mut self,
+        changed: Vec<(String, Option<CapacityHolder>)>,
+        seen: Option<HoldersSeen>,
+        planner: &PlannerConfig,
+    ) {
+        self.seen = seen;
+        for (id, now) in changed {
+            let at = self.jobs.binary_search_by(|j| j.job_id.as_str().cmp(&id));
+            if let Ok(i) = at {
+                count(&mut self.shares, &self.jobs[i], false);
+            }
+            match (at, now) {
+                (Ok(i), Some(holder)) => {
+                    self.checkpoint_uris[i] = holder.checkpoint_s3_uri.clone();
+                    self.jobs[i] = running(holder, planner);
+                    count(&mut self.shares, &self.jobs[i], true);
+                }
+                (Ok(i), None) => {
+                    self.jobs.remove(i);
+                    self.checkpoint_uris.remove(i);
+                }
+                (Err(i), Some(holder)) => {
+                    self.checkpoint_uris
+                        .insert(i, holder.checkpoint_s3_uri.clone());
+                    self.jobs.insert(i, running(holder, planner));
+                    count(&mut self.shares, &self.jobs[i], true);
+                }
+                (Err(_), None) => {}
+            }
+        }
+    }
 }
 
 /// Releases folded into a usage document per commit: with the document, DynamoDB's 100 items
@@ -371,17 +466,21 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             queue_map.insert(name, queue);
         }
 
-        // Summaries, not whole jobs: every cycle reads all of them.
-        let holders = self.store.capacity_holders().await?;
-        let held = held_per_share(&holders);
-        let checkpoint_uris = holders
+        // Summaries, not whole jobs: every cycle reads all of them, or what changed since the
+        // last cycle where the store can tell.
+        let set = self.running_set(&config.planner).await?;
+        let held = set
+            .shares
             .iter()
-            .map(|h| h.checkpoint_s3_uri.clone())
+            .map(|(key, (_, instances))| (key.clone(), *instances))
             .collect();
-        snapshot.running = holders
-            .into_iter()
-            .map(|job| running(job, &config.planner))
-            .collect();
+        snapshot.running = set.jobs;
+        let checkpoint_uris = set.checkpoint_uris;
+        let kept = Kept {
+            seen: set.seen,
+            default_runtime_s: set.default_runtime_s,
+            shares: set.shares,
+        };
         // Each share's usage now: its record brought forward with what it held since.
         let share_usage = self.share_usage().await?;
         let wait_digests = self
@@ -410,7 +509,53 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             share_usage,
             fence: None,
             wait_digests,
+            kept: Some(kept),
         })
+    }
+
+    /// The running jobs: the last cycle's, with what changed since, or all of them read anew.
+    async fn running_set(&self, planner: &PlannerConfig) -> Result<RunningSet, AppError> {
+        let last = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+            .filter(|set| set.default_runtime_s == planner.default_runtime_s);
+        let (read, seen) = self
+            .store
+            .capacity_holders_since(last.as_ref().and_then(|set| set.seen))
+            .await?;
+        Ok(match (read, last) {
+            (HoldersRead::Changed(changed), Some(mut set)) => {
+                set.apply(changed, seen, planner);
+                set
+            }
+            (HoldersRead::All(holders), _) => RunningSet::of(holders, seen, planner),
+            // Changes to a set it was not told of: not a store's answer; read everything.
+            (HoldersRead::Changed(_), None) => {
+                let holders = self.store.capacity_holders().await?;
+                RunningSet::of(holders, None, planner)
+            }
+        })
+    }
+
+    /// Keeps a cycle's running jobs for the next cycle (see [`RunningSet`]).
+    pub(super) fn keep_running(&self, loaded: Loaded) {
+        // A store that follows nothing is read anew every cycle: nothing to keep.
+        let Some(kept) = loaded.kept.filter(|kept| kept.seen.is_some()) else {
+            return;
+        };
+        let set = RunningSet {
+            seen: kept.seen,
+            default_runtime_s: kept.default_runtime_s,
+            jobs: loaded.snapshot.running,
+            checkpoint_uris: loaded.checkpoint_uris,
+            shares: kept.shares,
+        };
+        *self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(set);
     }
 
     /// What a start-time forecast rolls forward from: the snapshot a cycle would read, but with
@@ -532,6 +677,67 @@ pub fn queue_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::job;
+    use crate::memory::MemoryStore;
+    use crate::ports::JobStore;
+    use trainyard_domain::job::JobStatus;
+    use trainyard_domain::random::SplitMix64;
+
+    /// A running set kept from read to read, brought up to date by what changed, is the one
+    /// read anew: the same jobs in the same order, checkpoint URIs and tallies per share, while
+    /// jobs are dispatched, change and end in random order.
+    #[tokio::test]
+    async fn a_kept_running_set_is_the_one_read_anew() {
+        let planner = PlannerConfig::default();
+        for seed in 0..20 {
+            let mut rng = SplitMix64::new(seed);
+            let store = MemoryStore::new();
+            let (read, seen) = store.capacity_holders_since(None).await.unwrap();
+            let HoldersRead::All(all) = read else {
+                panic!("everything, at first");
+            };
+            let mut kept = RunningSet::of(all, seen, &planner);
+            for step in 0..60 {
+                for _ in 0..rng.below(6) {
+                    let id = format!("job-{:03}", rng.below(40));
+                    let stored = store.get_job(&id).await.unwrap();
+                    let Some(mut stored) = stored else {
+                        let mut new = job(&id).status(JobStatus::Running);
+                        new = match rng.below(3) {
+                            0 => new.share(&format!("s{}", rng.below(3))),
+                            1 => new.quota_share(&format!("q{}", rng.below(2))),
+                            _ => new,
+                        };
+                        store.insert_job(&new.build(), None).await.unwrap();
+                        continue;
+                    };
+                    let job = &mut stored.value;
+                    match rng.below(3) {
+                        0 => job.scheduling_priority = Some(rng.below(5) as u32),
+                        1 => job.status = JobStatus::Succeeded,
+                        _ => {
+                            job.status = if job.status.is_dispatched() {
+                                JobStatus::Runnable
+                            } else {
+                                JobStatus::Running
+                            }
+                        }
+                    }
+                    store.update_job(job, stored.version).await.unwrap();
+                }
+                let (read, seen) = store.capacity_holders_since(kept.seen).await.unwrap();
+                let HoldersRead::Changed(changed) = read else {
+                    panic!("seed {seed}, step {step}: a few changes are in the log");
+                };
+                kept.apply(changed, seen, &planner);
+                let anew =
+                    RunningSet::of(store.capacity_holders().await.unwrap(), kept.seen, &planner);
+                assert_eq!(kept.jobs, anew.jobs, "seed {seed}, step {step}");
+                assert_eq!(kept.checkpoint_uris, anew.checkpoint_uris);
+                assert_eq!(kept.shares, anew.shares, "seed {seed}, step {step}");
+            }
+        }
+    }
 
     #[test]
     fn waiting_jobs_are_found_by_their_own_id_or_by_an_equal_one() {
