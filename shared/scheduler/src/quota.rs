@@ -190,6 +190,8 @@ struct Names<'a> {
     by_name: crate::plan::NameNumbers<'a>,
     /// Every instance type that a share limits or a job holds, in text order.
     types: Vec<&'a str>,
+    /// Each share's own limit of each type, by [`Names::cell`].
+    limits: Vec<u64>,
 }
 
 impl<'a> Names<'a> {
@@ -215,10 +217,15 @@ impl<'a> Names<'a> {
         for (i, share) in shares.iter().enumerate() {
             by_name.entry(share.name.as_str()).or_insert(i);
         }
+        let limits = shares
+            .iter()
+            .flat_map(|share| types.iter().map(|ty| share.limit(ty)))
+            .collect();
         Self {
             shares,
             by_name,
             types,
+            limits,
         }
     }
 
@@ -251,50 +258,96 @@ fn borrowed<'a>(
 ) -> Vec<&'a RunningJob> {
     let running: Vec<&RunningJob> = running.into_iter().collect();
     let names = Names::new(shares, running.iter().copied(), std::iter::empty());
-    borrowed_among(&names, running)
+    let holdings = Holdings::of(&names, &running);
+    borrowed_among(&names, &holdings, &running, 0..running.len())
 }
 
-/// [`borrowed`], with the cycle's names.
+/// What each running job of a cycle holds, by number: its share, if the queue has it, and its
+/// instances per type, worked out once a cycle so that tallying the running jobs (each cycle,
+/// and again after each preemption) compares no names.
+struct Holdings {
+    /// By the job's place in the cycle's running jobs.
+    share: Vec<Option<ShareIx>>,
+    /// Every job's (type, instances), one job after the other: job `i`'s are
+    /// `held[start[i]..start[i + 1]]`.
+    held: Vec<(TypeIx, u32)>,
+    start: Vec<usize>,
+}
+
+impl Holdings {
+    fn of(names: &Names<'_>, running: &[&RunningJob]) -> Self {
+        let mut holdings = Self {
+            share: Vec::with_capacity(running.len()),
+            held: Vec::with_capacity(running.len()),
+            start: Vec::with_capacity(running.len() + 1),
+        };
+        for job in running {
+            let share = job.share.as_deref().and_then(|name| names.share(name));
+            holdings.share.push(share);
+            holdings.start.push(holdings.held.len());
+            // Every type a running job holds was numbered (`Names::new`).
+            let held = job.instances.iter();
+            let numbered = held.filter_map(|(ty, n)| Some((names.ty(ty)?, *n)));
+            holdings.held.extend(numbered);
+        }
+        holdings.start.push(holdings.held.len());
+        holdings
+    }
+
+    /// What running job `i` holds, per type.
+    fn of_job(&self, i: usize) -> &[(TypeIx, u32)] {
+        &self.held[self.start[i]..self.start[i + 1]]
+    }
+}
+
+/// [`borrowed`], with the cycle's names and holdings, among the running jobs `among` (places in
+/// `running`).
 fn borrowed_among<'a>(
     names: &Names<'_>,
-    running: impl IntoIterator<Item = &'a RunningJob>,
+    holdings: &Holdings,
+    running: &[&'a RunningJob],
+    among: impl IntoIterator<Item = usize>,
 ) -> Vec<&'a RunningJob> {
-    let mut by_share: Vec<Vec<&RunningJob>> = vec![Vec::new(); names.shares.len()];
-    for job in running {
-        if let Some(s) = job.share.as_deref().and_then(|name| names.share(name)) {
-            by_share[s].push(job);
+    let types = names.types.len();
+    let mut by_share: Vec<Vec<usize>> = vec![Vec::new(); names.shares.len()];
+    // What each share's jobs hold, by `Names::cell`.
+    let mut used = vec![0u64; names.cells()];
+    for i in among {
+        if let Some(s) = holdings.share[i] {
+            by_share[s].push(i);
+            for (t, n) in holdings.of_job(i) {
+                used[s * types + t] += u64::from(*n);
+            }
         }
     }
     let mut borrowed = Vec::new();
-    for (share, mut jobs) in names.shares.iter().zip(by_share) {
-        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
-        for job in &jobs {
-            for (ty, n) in job.instances.iter() {
-                *used.entry(ty.as_str()).or_insert(0) += u64::from(*n);
-            }
-        }
+    for (s, mut jobs) in by_share.into_iter().enumerate() {
+        let over = |t: usize| used[s * types + t].saturating_sub(names.limits[s * types + t]);
         // Most shares are within their limits: nothing of theirs is borrowed, and their jobs
         // need no order.
-        if used.iter().all(|(ty, n)| *n <= share.limit(ty)) {
+        if (0..types).all(|t| over(t) == 0) {
             continue;
         }
         jobs.sort_by(|a, b| {
+            let (a, b) = (running[*a], running[*b]);
             (a.priority, Reverse(a.started_at_ms), Reverse(&a.job_id)).cmp(&(
                 b.priority,
                 Reverse(b.started_at_ms),
                 Reverse(&b.job_id),
             ))
         });
-        for (ty, in_use) in used {
-            let over = in_use.saturating_sub(share.limit(ty));
+        // Types in text order, as `Names::types` numbers them.
+        for t in 0..types {
+            let over = over(t);
             let mut marked = 0;
-            for job in &jobs {
+            for i in &jobs {
                 if marked >= over {
                     break;
                 }
-                if let Some(n) = job.instances.get(ty).filter(|n| **n > 0) {
+                let held = holdings.of_job(*i).iter().find(|(ty, _)| *ty == t);
+                if let Some((_, n)) = held.filter(|(_, n)| *n > 0) {
                     marked += u64::from(*n);
-                    borrowed.push(*job);
+                    borrowed.push(running[*i]);
                 }
             }
         }
@@ -312,6 +365,8 @@ struct Quota<'a> {
     used_by_priority: Vec<Vec<(u32, u64)>>,
     /// Running attempts of the queue.
     running: Vec<&'a RunningJob>,
+    /// What each of them holds.
+    holdings: Holdings,
     /// Jobs being preempted in this cycle.
     victims: BTreeSet<usize>,
     /// The first job dispatched, or reclaiming lent capacity, within its share's limit in this
@@ -449,10 +504,14 @@ impl<'a> Quota<'a> {
         Loss::of(job, now_ms, median, restart_overhead_s)
     }
 
-    /// The number of one of the queue's shares (its own name was entered, so it is found by
-    /// the name's address); a share the queue does not have tallies nothing.
+    /// The number of one of the queue's shares: every share the planner asks about is one of
+    /// `names.shares` (names are unique within a queue), found by its address among the few
+    /// (hashing its name cost 3% of a `quota-shares` replay); another tallies nothing.
     fn ix(&self, share: &QuotaShareState) -> ShareIx {
-        self.names.share(&share.name).unwrap_or(usize::MAX)
+        let mut shares = self.names.shares.iter();
+        shares
+            .position(|s| std::ptr::eq(s, share))
+            .unwrap_or(usize::MAX)
     }
 
     fn used(&self, s: ShareIx, ty: &str) -> u64 {
@@ -474,17 +533,25 @@ impl<'a> Quota<'a> {
         })
     }
 
+    /// Counts instances of share `s` of a job of `priority` as used.
     fn add(&mut self, s: ShareIx, job: &crate::snapshot::Instances, priority: u32) {
         for (ty, n) in job {
-            let Some(cell) = self.names.ty(ty).and_then(|t| self.names.cell(s, t)) else {
-                continue;
-            };
-            self.used[cell] += u64::from(*n);
-            let by_priority = &mut self.used_by_priority[cell];
-            match by_priority.binary_search_by_key(&priority, |(p, _)| *p) {
-                Ok(i) => by_priority[i].1 += u64::from(*n),
-                Err(i) => by_priority.insert(i, (priority, u64::from(*n))),
+            if let Some(t) = self.names.ty(ty) {
+                self.add_cell(s, t, *n, priority);
             }
+        }
+    }
+
+    /// [`Quota::add`] of `n` instances of type `t`.
+    fn add_cell(&mut self, s: ShareIx, t: TypeIx, n: u32, priority: u32) {
+        let Some(cell) = self.names.cell(s, t) else {
+            return;
+        };
+        self.used[cell] += u64::from(n);
+        let by_priority = &mut self.used_by_priority[cell];
+        match by_priority.binary_search_by_key(&priority, |(p, _)| *p) {
+            Ok(i) => by_priority[i].1 += u64::from(n),
+            Err(i) => by_priority.insert(i, (priority, u64::from(n))),
         }
     }
 
@@ -898,17 +965,18 @@ pub(crate) fn plan_quota_queue<'a>(
 ) {
     let median = median_interval(running);
     let names = Names::new(shares, running.iter().copied(), jobs.iter().copied());
+    let holdings = Holdings::of(&names, running);
     let mut preemptible: Vec<Vec<&RunningJob>> = vec![Vec::new(); shares.len()];
-    let mut reclaimable = Keys::default();
-    for job in running {
-        let Some(share) = job.share.as_deref() else {
+    let mut reclaimable = Keys::with_capacity_and_hasher(running.len(), Default::default());
+    for (job, share) in running.iter().zip(&holdings.share) {
+        if job.share.is_none() {
             continue;
-        };
+        }
         if now_ms >= reclaimable_from(job, config) {
             reclaimable.insert(key(job));
         }
         if now_ms >= preemptible_from(job, config)
-            && let Some(s) = names.share(share)
+            && let Some(s) = *share
         {
             preemptible[s].push(job);
         }
@@ -924,20 +992,23 @@ pub(crate) fn plan_quota_queue<'a>(
         victims: BTreeSet::new(),
         entitled_start: None,
         running: running.to_vec(),
+        holdings,
         no_room: BTreeMap::new(),
         bounds: BTreeMap::new(),
         loss_at: (now_ms, median, config.restart_overhead_s),
         lent_cache: Vec::new(),
     };
-    let borrowed = borrowed_among(&quota.names, quota.running.iter().copied());
+    let all = 0..quota.running.len();
+    let borrowed = borrowed_among(&quota.names, &quota.holdings, &quota.running, all);
     quota.set_borrowed(borrowed);
-    for job in quota.running.clone() {
-        if let Some(s) = job
-            .share
-            .as_deref()
-            .and_then(|name| quota.names.share(name))
-        {
-            quota.add(s, &job.instances, job.priority);
+    for i in 0..quota.running.len() {
+        let Some(s) = quota.holdings.share[i] else {
+            continue;
+        };
+        let priority = quota.running[i].priority;
+        for j in quota.holdings.start[i]..quota.holdings.start[i + 1] {
+            let (t, n) = quota.holdings.held[j];
+            quota.add_cell(s, t, n, priority);
         }
     }
 
@@ -1225,12 +1296,9 @@ fn wait_or_start<'a>(
     }
     env.pool.take(&claim);
     quota.add(quota.ix(share), &job.instances, job.priority);
-    let left = quota
-        .running
-        .iter()
-        .copied()
-        .filter(|r| !quota.victims.contains(&key(r)));
-    let borrowed = borrowed_among(&quota.names, left);
+    let running = &quota.running;
+    let left = (0..running.len()).filter(|i| !quota.victims.contains(&key(running[*i])));
+    let borrowed = borrowed_among(&quota.names, &quota.holdings, running, left);
     quota.set_borrowed(borrowed);
     let victims = victims.iter().map(|v| v.job_id.clone()).collect();
     match due_ms {
