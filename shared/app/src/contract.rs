@@ -284,6 +284,16 @@ async fn insert<S: Store>(store: &S, job: &ServiceJob) {
     assert_eq!(outcome, InsertJob::Inserted, "inserting {}", job.job_id);
 }
 
+/// Reads job `id`, applies `change` and writes it back at the version read.
+async fn change_job<S: Store>(store: &S, id: &str, change: fn(&mut ServiceJob)) {
+    let mut stored = store.get_job(id).await.unwrap().unwrap();
+    change(&mut stored.value);
+    store
+        .update_job(&stored.value, stored.version)
+        .await
+        .unwrap();
+}
+
 /// Creates the job queue `name` unless it exists.
 pub async fn ensure_queue<S: Store>(store: &S, name: &str) {
     match store.create_resource(&queue(name)).await {
@@ -1439,14 +1449,7 @@ pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S)
         (None, 0)
     );
 
-    let update = |id: &'static str, change: fn(&mut ServiceJob)| async move {
-        let mut stored = store.get_job(id).await.unwrap().unwrap();
-        change(&mut stored.value);
-        store
-            .update_job(&stored.value, stored.version)
-            .await
-            .unwrap();
-    };
+    let update = |id: &'static str, change: fn(&mut ServiceJob)| change_job(store, id, change);
     update("e", |j| j.scheduling_priority = Some(7)).await;
     update("f", |j| j.status = JobStatus::Succeeded).await;
     update("i", |j| j.status = JobStatus::Scheduled).await;
@@ -1499,14 +1502,7 @@ pub async fn holders_since_bring_a_reader_up_to_date<S: Store>(store: &S) {
     };
     assert_eq!(list, store.capacity_holders().await.unwrap());
 
-    let update = |id: &'static str, change: fn(&mut ServiceJob)| async move {
-        let mut stored = store.get_job(id).await.unwrap().unwrap();
-        change(&mut stored.value);
-        store
-            .update_job(&stored.value, stored.version)
-            .await
-            .unwrap();
-    };
+    let update = |id: &'static str, change: fn(&mut ServiceJob)| change_job(store, id, change);
     /// A job and what to change of it.
     type Change = (&'static str, fn(&mut ServiceJob));
     let steps: [&[Change]; 4] = [
@@ -1656,14 +1652,7 @@ pub async fn runnable_heads_summarise_the_runnable_jobs<S: Store>(store: &S) {
     );
     assert_eq!((heads[0].share.as_str(), heads[0].runnable_at), ("s1", 20));
 
-    let update = |id: &'static str, change: fn(&mut ServiceJob)| async move {
-        let mut stored = store.get_job(id).await.unwrap().unwrap();
-        change(&mut stored.value);
-        store
-            .update_job(&stored.value, stored.version)
-            .await
-            .unwrap();
-    };
+    let update = |id: &'static str, change: fn(&mut ServiceJob)| change_job(store, id, change);
     update("a", |j| {
         j.status_reason = Some("CAPACITY:SERVICE_ENVIRONMENT_FULL - waiting".into())
     })

@@ -446,6 +446,24 @@ struct Recorder {
     teams: BTreeMap<String, (i64, u64, bool)>,
 }
 
+/// The interval a team's counts `(since, held, backlogged)` held until `end_ms`, if it is
+/// worth recording: not empty, and with instances held or jobs waiting.
+fn share_interval(
+    entitlements: &BTreeMap<String, f64>,
+    name: &str,
+    (start, held, backlogged): (i64, u64, bool),
+    end_ms: i64,
+) -> Option<ShareInterval> {
+    (end_ms > start && (held > 0 || backlogged)).then(|| ShareInterval {
+        start_s: seconds(start),
+        end_s: seconds(end_ms),
+        share: name.to_owned(),
+        held_instances: held,
+        backlogged,
+        entitlement: entitlements.get(name).copied().unwrap_or(0.0),
+    })
+}
+
 impl Recorder {
     fn observe(&mut self, now_ms: i64, store: &MemoryStore, teams: &TeamCounts) {
         let busy = store.held_instances();
@@ -474,17 +492,9 @@ impl Recorder {
         let state = teams.lock();
         let stats = &state.teams;
         let first = self.shares.len();
-        let mut ended = |name: &str, (start, h, w): (i64, u64, bool)| {
-            if now_ms > start && (h > 0 || w) {
-                self.shares.push(ShareInterval {
-                    start_s: seconds(start),
-                    end_s: seconds(now_ms),
-                    share: name.to_owned(),
-                    held_instances: h,
-                    backlogged: w,
-                    entitlement: self.entitlements.get(name).copied().unwrap_or(0.0),
-                });
-            }
+        let mut ended = |name: &str, last: (i64, u64, bool)| {
+            let interval = share_interval(&self.entitlements, name, last, now_ms);
+            self.shares.extend(interval);
         };
         for (name, now) in stats {
             let counts = (now.held_instances, now.runnable > 0);
@@ -523,17 +533,9 @@ impl Recorder {
                 backlogged: l,
             });
         }
-        for (name, (start, h, w)) in std::mem::take(&mut self.teams) {
-            if end_ms > start && (h > 0 || w) {
-                self.shares.push(ShareInterval {
-                    start_s: seconds(start),
-                    end_s: seconds(end_ms),
-                    share: name.clone(),
-                    held_instances: h,
-                    backlogged: w,
-                    entitlement: self.entitlements.get(&name).copied().unwrap_or(0.0),
-                });
-            }
+        for (name, last) in std::mem::take(&mut self.teams) {
+            let interval = share_interval(&self.entitlements, &name, last, end_ms);
+            self.shares.extend(interval);
         }
         self.shares
             .sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then(a.share.cmp(&b.share)));
