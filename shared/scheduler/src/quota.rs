@@ -515,28 +515,22 @@ impl<'a> Quota<'a> {
     }
 
     fn used(&self, s: ShareIx, ty: &str) -> u64 {
-        self.cell_of(s, ty).map_or(0, |cell| self.used[cell])
+        self.names
+            .ty(ty)
+            .and_then(|t| self.names.cell(s, t))
+            .map_or(0, |cell| self.used[cell])
     }
 
-    /// `U_p(S,t)` of a (share, type) cell: what the share's jobs of priority `p` or higher use
-    /// of the type.
-    fn used_from_cell(&self, cell: usize, p: u32) -> u64 {
-        self.used_by_priority[cell]
-            .iter()
-            .filter(|(priority, _)| *priority >= p)
-            .map(|(_, n)| n)
-            .sum()
-    }
-
-    /// The (share, type) cell of share `s`'s type `ty`, if the cycle numbered both.
-    fn cell_of(&self, s: ShareIx, ty: &str) -> Option<usize> {
-        self.names.ty(ty).and_then(|t| self.names.cell(s, t))
-    }
-
-    /// `L(S,t)`: the share's own limit of a type, from the cycle's table where the cycle
-    /// numbered the (share, type) cell.
-    fn limit_at(&self, cell: Option<usize>, share: &QuotaShareState, ty: &str) -> u64 {
-        cell.map_or_else(|| share.limit(ty), |cell| self.names.limits[cell])
+    /// `U_p(S,t)`: what the share's jobs of priority `p` or higher use of the type.
+    fn used_from(&self, s: ShareIx, ty: &str, p: u32) -> u64 {
+        let cell = self.names.ty(ty).and_then(|t| self.names.cell(s, t));
+        cell.map_or(0, |cell| {
+            self.used_by_priority[cell]
+                .iter()
+                .filter(|(priority, _)| *priority >= p)
+                .map(|(_, n)| n)
+                .sum()
+        })
     }
 
     /// Counts instances of share `s` of a job of `priority` as used.
@@ -572,26 +566,20 @@ impl<'a> Quota<'a> {
     /// of its priority or higher (`U_p(S,t) + n ≤ L(S,t)`), and the share stays within its
     /// limit plus its borrow cap with all of them (see the module docs).
     fn entitled(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
-        let s = self.ix(share);
         self.first_at_its_priority(share, job)
             && job.instances.iter().all(|(ty, n)| {
-                let cell = self.cell_of(s, ty);
-                let used = cell.map_or(0, |cell| self.used[cell]);
-                let limit = self.limit_at(cell, share, ty);
-                share
-                    .borrow_cap_of(limit)
-                    .is_none_or(|cap| used + u64::from(*n) <= limit.saturating_add(cap))
+                share.borrow_cap(ty).is_none_or(|cap| {
+                    self.used(self.ix(share), ty) + u64::from(*n)
+                        <= share.limit(ty).saturating_add(cap)
+                })
             })
     }
 
     /// Whether the job fits within its share's own limit with the share's jobs of its
     /// priority or higher: `U_p(S,t) + n ≤ L(S,t)` for every type it needs.
     fn first_at_its_priority(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
-        let s = self.ix(share);
         job.instances.iter().all(|(ty, n)| {
-            let cell = self.cell_of(s, ty);
-            let used = cell.map_or(0, |cell| self.used_from_cell(cell, job.priority));
-            used + u64::from(*n) <= self.limit_at(cell, share, ty)
+            self.used_from(self.ix(share), ty, job.priority) + u64::from(*n) <= share.limit(ty)
         })
     }
 
