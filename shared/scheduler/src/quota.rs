@@ -506,7 +506,8 @@ impl<'a> Quota<'a> {
 
     /// The number of one of the queue's shares: every share the planner asks about is one of
     /// `names.shares` (names are unique within a queue), found by its address among the few
-    /// (hashing its name cost 3% of a `quota-shares` replay); another tallies nothing.
+    /// (hashing its name was 1.6% of a `quota-shares` replay's instructions); another tallies
+    /// nothing.
     fn ix(&self, share: &QuotaShareState) -> ShareIx {
         let mut shares = self.names.shares.iter();
         shares

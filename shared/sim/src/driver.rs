@@ -488,10 +488,9 @@ impl Recorder {
         }
         // Every pass: the teams' counts are read in place, and a team's record is written only
         // when its counts change (cloning the counts and the names each pass was 5% of a
-        // replay).
+        // replay's profile). The intervals ended here are put in order by `finish`.
         let state = teams.lock();
         let stats = &state.teams;
-        let first = self.shares.len();
         let mut ended = |name: &str, last: (i64, u64, bool)| {
             let interval = share_interval(&self.entitlements, name, last, now_ms);
             self.shares.extend(interval);
@@ -517,8 +516,6 @@ impl Recorder {
                 *last = (now_ms, 0, false);
             }
         }
-        // In name order, as one walk of both lists would have ended them.
-        self.shares[first..].sort_by(|a, b| a.share.cmp(&b.share));
     }
 
     fn finish(mut self, end_ms: i64) -> (Vec<UsageInterval>, Vec<ShareInterval>) {
