@@ -309,6 +309,8 @@ fn borrowed_among<'a>(
     among: impl IntoIterator<Item = usize>,
 ) -> Vec<&'a RunningJob> {
     let types = names.types.len();
+    // `Names::cell`, for numbers known to be in range.
+    let cell = |s: ShareIx, t: TypeIx| s * types + t;
     let mut by_share: Vec<Vec<usize>> = vec![Vec::new(); names.shares.len()];
     // What each share's jobs hold, by `Names::cell`.
     let mut used = vec![0u64; names.cells()];
@@ -316,13 +318,13 @@ fn borrowed_among<'a>(
         if let Some(s) = holdings.share[i] {
             by_share[s].push(i);
             for (t, n) in holdings.of_job(i) {
-                used[s * types + t] += u64::from(*n);
+                used[cell(s, *t)] += u64::from(*n);
             }
         }
     }
     let mut borrowed = Vec::new();
     for (s, mut jobs) in by_share.into_iter().enumerate() {
-        let over = |t: usize| used[s * types + t].saturating_sub(names.limits[s * types + t]);
+        let over = |t: TypeIx| used[cell(s, t)].saturating_sub(names.limits[cell(s, t)]);
         // Most shares are within their limits: nothing of theirs is borrowed, and their jobs
         // need no order.
         if (0..types).all(|t| over(t) == 0) {

@@ -94,9 +94,9 @@ pub(super) struct Loaded {
     pub(super) fence: Option<Fence>,
     /// Each queue's digests of its lines' stored waits, with their version for the cycle's write.
     pub(super) wait_digests: BTreeMap<String, Versioned<WaitDigests>>,
-    /// What keeping `snapshot.running` for the next cycle takes, while it still holds what the
-    /// store said (`None` once observed checkpoints were written into it).
-    pub(super) kept: Option<Kept>,
+    /// The running set `snapshot.running` and `checkpoint_uris` were taken from, to be given
+    /// back for the next cycle (`None` once observed checkpoints were written into the jobs).
+    pub(super) kept: Option<RunningSet>,
 }
 
 /// The configuration a cycle plans under, as stored.
@@ -247,13 +247,6 @@ pub(crate) struct RunningSet {
 
 /// Per share: jobs holding capacity, and the instances they hold.
 type ShareCounts = BTreeMap<ShareKey, (usize, u64)>;
-
-/// What a cycle needs to give its running jobs back as a [`RunningSet`].
-pub(super) struct Kept {
-    seen: Option<HoldersSeen>,
-    default_runtime_s: u64,
-    shares: ShareCounts,
-}
 
 /// Counts `job` into its share's tally (`into`) or out of it, if it has a share.
 fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
@@ -468,19 +461,15 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
 
         // Summaries, not whole jobs: every cycle reads all of them, or what changed since the
         // last cycle where the store can tell.
-        let set = self.running_set(&config.planner).await?;
+        let mut set = self.running_set(&config.planner).await?;
         let held = set
             .shares
             .iter()
             .map(|(key, (_, instances))| (key.clone(), *instances))
             .collect();
-        snapshot.running = set.jobs;
-        let checkpoint_uris = set.checkpoint_uris;
-        let kept = Kept {
-            seen: set.seen,
-            default_runtime_s: set.default_runtime_s,
-            shares: set.shares,
-        };
+        // The snapshot holds the jobs for the cycle; `keep_running` puts them back.
+        snapshot.running = std::mem::take(&mut set.jobs);
+        let checkpoint_uris = std::mem::take(&mut set.checkpoint_uris);
         // Each share's usage now: its record brought forward with what it held since.
         let share_usage = self.share_usage().await?;
         let wait_digests = self
@@ -509,7 +498,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             share_usage,
             fence: None,
             wait_digests,
-            kept: Some(kept),
+            kept: Some(set),
         })
     }
 
@@ -542,16 +531,11 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     /// Keeps a cycle's running jobs for the next cycle (see [`RunningSet`]).
     pub(super) fn keep_running(&self, loaded: Loaded) {
         // A store that follows nothing is read anew every cycle: nothing to keep.
-        let Some(kept) = loaded.kept.filter(|kept| kept.seen.is_some()) else {
+        let Some(mut set) = loaded.kept.filter(|set| set.seen.is_some()) else {
             return;
         };
-        let set = RunningSet {
-            seen: kept.seen,
-            default_runtime_s: kept.default_runtime_s,
-            jobs: loaded.snapshot.running,
-            checkpoint_uris: loaded.checkpoint_uris,
-            shares: kept.shares,
-        };
+        set.jobs = loaded.snapshot.running;
+        set.checkpoint_uris = loaded.checkpoint_uris;
         *self
             .running
             .lock()
