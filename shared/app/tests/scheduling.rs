@@ -20,7 +20,7 @@ use trainyard_app::ports::{ManualClock, SequentialIds};
 use trainyard_app::service::jobs::SubmitJob;
 use trainyard_app::service::queues::JobQueueUpdate;
 use trainyard_app::service::scheduling::{
-    Accept, CycleConfig, CycleReport, DecisionRecord, DueWork, PassInput, StateOutcome,
+    Accept, CycleConfig, CycleReport, DecisionRecord, DueWork, PassInput, PassReport, StateOutcome,
 };
 use trainyard_app::testing::Interleaving;
 use trainyard_domain::arn::ArnContext;
@@ -1389,6 +1389,36 @@ async fn a_pass_accepts_then_cycles_again_while_cycles_dispatch() {
         "a cycle that dispatched is followed by one more; one that dispatched nothing ends the pass"
     );
     assert!(!pass.out_of_time);
+}
+
+#[tokio::test]
+async fn a_pass_asks_its_gate_before_each_cycle() {
+    let w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.queue("research", 500, "local").await;
+    for i in 0..3 {
+        w.submit(&format!("r-{i}"), "research", 1, quick(60)).await;
+    }
+    let asked = Mutex::new(Vec::new());
+    let gate = |so_far: &PassReport| {
+        asked.lock().unwrap().push(so_far.cycles.len());
+        so_far.cycles.is_empty()
+    };
+    let input = PassInput {
+        accept: Some(Accept::all(10, 0)),
+        max_cycles: 5,
+        cycle_gate: Some(&gate),
+        ..PassInput::default()
+    };
+    let pass = w.service.pass(&w.sagemaker, &w.config, input).await;
+    assert!(pass.errors.is_empty(), "{:?}", pass.errors);
+    let dispatched: Vec<usize> = pass.cycles.iter().map(|c| c.dispatched).collect();
+    assert_eq!(dispatched, vec![3], "the gate refused the second cycle");
+    assert_eq!(
+        *asked.lock().unwrap(),
+        vec![0, 1],
+        "asked before the first and the second"
+    );
 }
 
 #[tokio::test]

@@ -53,6 +53,7 @@ use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::model::{CheckpointProgress, Config as EmulatorConfig};
 
 use crate::eta::{EtaSettings, Tracker};
+use crate::gate::{Counted, Lines};
 use crate::policies::{Policy, Route, Setup, TeamLoad};
 use crate::record::{JobRecord, ReplayWork, RunRecord, ShareInterval, UsageInterval};
 use crate::scenario::Scenario;
@@ -167,9 +168,11 @@ struct TeamCounts {
 #[derive(Debug, Default)]
 struct TeamState {
     /// Each job's team and what it last added to it.
-    jobs: BTreeMap<String, (String, TeamNow)>,
+    jobs: BTreeMap<String, (String, TeamNow, Counted)>,
     /// Teams with a RUNNABLE job or held instances.
     teams: BTreeMap<String, TeamNow>,
+    /// Each team's waiting and running jobs by priority, for the cycle gate.
+    lines: Lines,
 }
 
 impl TeamState {
@@ -194,23 +197,26 @@ impl EventSink for TeamCounts {
         let Event::JobStatusChanged { job, .. } = event else {
             return;
         };
-        let (team, now) = (team_of(&job), TeamNow::of(&job));
+        let (team, now, counted) = (team_of(&job), TeamNow::of(&job), Counted::of(&job));
         let mut state = self.lock();
         let before = if job.status.is_terminal() {
             state.jobs.remove(&job.job_id)
         } else {
-            state.jobs.insert(job.job_id.clone(), (team.clone(), now))
+            let entry = (team.clone(), now, counted);
+            state.jobs.insert(job.job_id.clone(), entry)
         };
-        if let Some((old_team, old)) = before {
+        if let Some((old_team, old, old_counted)) = before {
             state.change(&old_team, |t| {
                 t.runnable = t.runnable.saturating_sub(old.runnable);
                 t.held_instances = t.held_instances.saturating_sub(old.held_instances);
             });
+            state.lines.count(&old_team, old_counted, false);
         }
         state.change(&team, |t| {
             t.runnable += now.runnable;
             t.held_instances += now.held_instances;
         });
+        state.lines.count(&team, counted, true);
     }
 }
 
@@ -266,6 +272,14 @@ impl LentWaits {
             self.open.entry(id.to_owned()).or_insert(now);
         }
     }
+}
+
+/// Whether `cycle` found an owner waiting for capacity its share lent, or reclaimed some, or
+/// waited for preempted jobs to stop: an episode [`LentWaits`] follows to the next cycle.
+fn owes_lent(cycle: &trainyard_app::service::scheduling::CycleReport) -> bool {
+    !(cycle.lent_waits.is_empty()
+        && cycle.reclaimed_for.is_empty()
+        && cycle.preemption_waits.is_empty())
 }
 
 /// A trace job as submitted: its tier and team decided.
@@ -560,6 +574,36 @@ pub fn run_with_estimates(
     eta: Option<&EtaSettings>,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunRecord, SimError> {
+    replay(
+        trace,
+        scenario,
+        policy,
+        eta,
+        progress,
+        Cycles::WhenTheyMayAct,
+    )
+}
+
+/// Which passes run a cycle. Either way a pass cycles only if something changed since the last
+/// cycle, some job is RUNNABLE, and capacity is free or the policy preempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cycles {
+    /// Only if the cycle may also start, preempt or reclaim something, as far as each team's
+    /// waiting and running jobs tell ([`crate::gate`]); what a replay runs.
+    WhenTheyMayAct,
+    /// Whenever those hold: the same replay, with the cycles that cannot act too.
+    WhenAnythingChanged,
+}
+
+/// [`run_with_estimates`], cycling as `cycles` says.
+pub(crate) fn replay(
+    trace: &Trace,
+    scenario: &Scenario,
+    policy: Policy,
+    eta: Option<&EtaSettings>,
+    progress: &mut dyn FnMut(&Progress),
+    cycles_when: Cycles,
+) -> Result<RunRecord, SimError> {
     let mut tracker = eta.map(|settings| Tracker::new(settings.clone(), T0_MS));
     let teams = team_loads(trace, scenario);
     let setup = Setup::new(policy, scenario, &teams);
@@ -766,6 +810,8 @@ pub fn run_with_estimates(
         if submitted > 0 || next_backoff == Some(now) || change_at == Some(now) {
             dirty = true;
         }
+        let lent_open = !lent_waits.open.is_empty();
+        let in_share_from = config.planner.min_priority_for_in_share_preemption;
         let gate = |so_far: &PassReport| {
             let changed = so_far.due.is_some()
                 || so_far.applied.iter().any(|outcome| {
@@ -776,8 +822,28 @@ pub fn run_with_estimates(
                         )
                     )
                 });
+            if !(dirty || changed) || store.runnable_count() == 0 {
+                return false;
+            }
             let free = capacity.saturating_sub(store.held_instances());
-            (dirty || changed) && store.runnable_count() > 0 && (free > 0 || policy.preempts())
+            if cycles_when == Cycles::WhenAnythingChanged {
+                return free > 0 || policy.preempts();
+            }
+            match policy {
+                Policy::StaticPartition => {
+                    free > 0 && teams.lock().lines.slice_has_room(&setup.slices)
+                }
+                // An owner's wait for lent capacity is followed cycle by cycle (`LentWaits`).
+                Policy::QuotaShares => {
+                    lent_open
+                        || so_far.cycles.iter().any(owes_lent)
+                        || teams
+                            .lock()
+                            .lines
+                            .quota_may_act(&setup.slices, free, in_share_from)
+                }
+                Policy::Fifo | Policy::BatchFairShare | Policy::Trainyard => free > 0,
+            }
         };
         let input = PassInput {
             accept: (submitted > 0).then_some(Accept {

@@ -20,6 +20,7 @@
 pub mod driver;
 pub mod eta;
 pub mod faults;
+mod gate;
 pub mod measures;
 pub mod plots;
 pub mod policies;

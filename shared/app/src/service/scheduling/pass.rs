@@ -44,9 +44,9 @@ impl Accept {
     }
 }
 
-/// Whether a pass may run its cycles, asked once steps 1 to 3 are done. The simulator skips
-/// cycles that cannot change anything (no waiting job, no free capacity) to replay a trace in
-/// minutes.
+/// Whether a pass may run its next cycle, asked before each, given the pass's report so far
+/// (its earlier cycles included). The simulator skips cycles that cannot change anything (no
+/// waiting job, no free capacity) to replay a trace in seconds.
 pub type CycleGate<'a> = &'a (dyn Fn(&PassReport) -> bool + Sync);
 
 /// What one pass is asked to do. The default does nothing.
@@ -63,7 +63,7 @@ pub struct PassInput<'a> {
     pub due_work: Option<DueWork>,
     /// Step 4: most cycles (0: none).
     pub max_cycles: usize,
-    /// Step 4 runs only if this says so (none: always).
+    /// Each cycle of step 4 runs only if this says so (none: always).
     pub cycle_gate: Option<CycleGate<'a>>,
     /// No step starts at or after this instant (the service's clock, epoch milliseconds).
     pub deadline_ms: Option<i64>,
@@ -234,10 +234,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         }
 
         // 4. Cycles.
-        if input.cycle_gate.is_some_and(|gate| !gate(&report)) {
-            return report;
-        }
         for _ in 0..input.max_cycles {
+            if input.cycle_gate.is_some_and(|gate| !gate(&report)) {
+                break;
+            }
             if out_of_time() {
                 report.out_of_time = true;
                 break;
