@@ -34,6 +34,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use trainyard_app::ports::{ConfigStore, JobStore};
@@ -53,7 +54,7 @@ use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::model::{CheckpointProgress, Config as EmulatorConfig};
 
 use crate::eta::{EtaSettings, Tracker};
-use crate::gate::{Counted, Lines};
+use crate::gate::{Counted, Fresh, InShare, Lines};
 use crate::policies::{Policy, Route, Setup, TeamLoad};
 use crate::record::{JobRecord, ReplayWork, RunRecord, ShareInterval, UsageInterval};
 use crate::scenario::Scenario;
@@ -280,6 +281,26 @@ fn owes_lent(cycle: &trainyard_app::service::scheduling::CycleReport) -> bool {
     !(cycle.lent_waits.is_empty()
         && cycle.reclaimed_for.is_empty()
         && cycle.preemption_waits.is_empty())
+}
+
+/// Whether `cycle` started, stopped and deferred nothing, and left no job waiting for time to
+/// pass to reclaim or to have its victims stop ([`owes_lent`]): for an owner the planner gives no
+/// time when enough of the borrowers will have run long enough to be preempted, and a cycle
+/// during the victims' stop plans the same preemption again and asks SageMaker again to stop
+/// them (skipping either changed a replay).
+fn did_nothing(cycle: &trainyard_app::service::scheduling::CycleReport) -> bool {
+    cycle.dispatched == 0
+        && cycle.preemptions == 0
+        && cycle.reclaims == 0
+        && cycle.conflicts == 0
+        && cycle.capacity_errors == 0
+        && cycle.launch_deferred == 0
+        && !owes_lent(cycle)
+}
+
+/// Whole seconds as milliseconds.
+fn secs_ms(s: u64) -> i64 {
+    i64::try_from(s.saturating_mul(1_000)).unwrap_or(i64::MAX)
 }
 
 /// A trace job as submitted: its tier and team decided.
@@ -700,6 +721,11 @@ pub(crate) fn replay(
     let mut next_change: Option<i64> = None;
     let mut now = T0_MS;
     let mut dirty = false;
+    // Under quota-shares: the last cycle did nothing (`did_nothing`), or the gate found since
+    // that none could, and no pass since let one (see `Lines::quota_fresh_may_act`).
+    // And the jobs submitted in this pass.
+    let mut settled = false;
+    let mut fresh: Vec<Fresh> = Vec::new();
     let mut idle_due_passes = 0u32;
     let mut reclaims = 0u64;
     // Jobs for which a cycle reclaimed lent capacity.
@@ -746,6 +772,7 @@ pub(crate) fn replay(
 
         // 1. Submit.
         let mut submitted = 0;
+        fresh.clear();
         while let Some(p) = planned.get(next).filter(|p| p.submit_ms <= now) {
             let route = setup.route(&p.tier, &p.team, p.job.scheduling_priority);
             let cmd = SubmitJob {
@@ -792,6 +819,11 @@ pub(crate) fn replay(
                 };
                 tracker.submitted(submitted_job.job_id.as_str().into(), line, arrival);
             }
+            fresh.push(Fresh {
+                team: p.team.clone(),
+                priority,
+                instances: u64::from(p.job.instances),
+            });
             ids.push(submitted_job.job_id);
             next += 1;
             submitted += 1;
@@ -807,11 +839,17 @@ pub(crate) fn replay(
                 .collect()
         });
         let due_now = now >= next_due;
-        if submitted > 0 || next_backoff == Some(now) || change_at == Some(now) {
+        let timed = next_backoff == Some(now) || change_at == Some(now);
+        if submitted > 0 || timed {
             dirty = true;
         }
         let lent_open = !lent_waits.open.is_empty();
-        let in_share_from = config.planner.min_priority_for_in_share_preemption;
+        let in_share = InShare {
+            from: config.planner.min_priority_for_in_share_preemption,
+            wait_ms: secs_ms(config.planner.min_wait_before_in_share_preemption_s),
+        };
+        // Whether the gate found that no cycle could do anything.
+        let idle = AtomicBool::new(false);
         let gate = |so_far: &PassReport| {
             let changed = so_far.due.is_some()
                 || so_far.applied.iter().any(|outcome| {
@@ -822,7 +860,11 @@ pub(crate) fn replay(
                         )
                     )
                 });
-            if !(dirty || changed) || store.runnable_count() == 0 {
+            if !(dirty || changed) {
+                return false;
+            }
+            if store.runnable_count() == 0 {
+                idle.store(true, Ordering::Relaxed);
                 return false;
             }
             let free = capacity.saturating_sub(store.held_instances());
@@ -833,14 +875,25 @@ pub(crate) fn replay(
                 Policy::StaticPartition => {
                     free > 0 && teams.lock().lines.slice_has_room(&setup.slices)
                 }
-                // An owner's wait for lent capacity is followed cycle by cycle (`LentWaits`).
                 Policy::QuotaShares => {
-                    lent_open
+                    let lines = &teams.lock().lines;
+                    let only_submitted = so_far.cycles.is_empty() && !changed && !timed;
+                    if settled && only_submitted {
+                        return lines.quota_fresh_may_act(
+                            &fresh,
+                            &setup.slices,
+                            free,
+                            in_share,
+                            now,
+                        );
+                    }
+                    // An owner's wait for lent capacity is followed cycle by cycle
+                    // (`LentWaits`).
+                    let acts = lent_open
                         || so_far.cycles.iter().any(owes_lent)
-                        || teams
-                            .lock()
-                            .lines
-                            .quota_may_act(&setup.slices, free, in_share_from)
+                        || lines.quota_may_act(&setup.slices, free, in_share.from);
+                    idle.store(!acts, Ordering::Relaxed);
+                    acts
                 }
                 Policy::Fifo | Policy::BatchFairShare | Policy::Trainyard => free > 0,
             }
@@ -885,6 +938,10 @@ pub(crate) fn replay(
         if let Some(last) = pass.cycles.last() {
             next_change = last.next_change_ms;
         }
+        settled = match pass.cycles.last() {
+            Some(last) => did_nothing(last),
+            None => settled || idle.load(Ordering::Relaxed),
+        };
         for cycle in &pass.cycles {
             dispatching_cycles += u64::from(cycle.dispatched > 0);
             done += cycle.rejected;

@@ -7,9 +7,11 @@
 //! planner's own state: a gate that says "maybe" too often costs a cycle; one that said "no"
 //! wrongly would change the replay. Under both quota policies a team is its quota share.
 //!
-//! Time is not looked at. A waiting job's wait before it may reclaim or preempt ends by itself,
-//! and the cycle that finds it waiting is the one that tells the driver when
+//! [`Lines::quota_may_act`] does not look at time. A waiting job's wait before it may reclaim
+//! ends by itself, and the cycle that finds it waiting is the one that tells the driver when
 //! (`Plan::next_change_ms`) and starts the owner's wait the report measures (`LentWaits`).
+//! [`Lines::quota_fresh_may_act`] is for the passes after a cycle that did nothing and left no
+//! owner waiting, in which jobs were only submitted.
 
 use std::collections::BTreeMap;
 
@@ -27,8 +29,9 @@ pub(crate) struct Counted {
 /// Where a job's instances count in its team.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    /// RUNNABLE: it needs this many.
-    Waiting(u64),
+    /// RUNNABLE: it needs this many, and has waited since then (as the planner counts a wait
+    /// before preempting: from its place in line, or the end of its backoff).
+    Waiting(u64, i64),
     /// Dispatched: it holds this many.
     Holding(u64),
 }
@@ -38,7 +41,9 @@ impl Counted {
     pub(crate) fn of(job: &ServiceJob) -> Self {
         let instances = job.training.total_instances();
         let place = if job.status == JobStatus::Runnable {
-            Some(Place::Waiting(instances))
+            let runnable_at = job.runnable_at.unwrap_or(job.created_at);
+            let since_ms = job.not_before.map_or(runnable_at, |t| t.max(runnable_at));
+            Some(Place::Waiting(instances, since_ms))
         } else if job.status.is_dispatched() {
             Some(Place::Holding(instances))
         } else {
@@ -56,6 +61,8 @@ impl Counted {
 struct Team {
     /// RUNNABLE jobs: priority → instances needed → jobs.
     waiting: BTreeMap<u32, BTreeMap<u64, usize>>,
+    /// The same jobs: priority → since when they have waited → jobs.
+    since: BTreeMap<u32, BTreeMap<i64, usize>>,
     /// Instances its dispatched jobs hold: priority → instances.
     held: BTreeMap<u32, u64>,
 }
@@ -78,6 +85,28 @@ impl Team {
     }
 }
 
+/// Counts one job of `priority` under `key` in (`add`) or out, forgetting what reaches 0.
+fn step<K: Ord + Copy>(
+    counts: &mut BTreeMap<u32, BTreeMap<K, usize>>,
+    priority: u32,
+    key: K,
+    add: bool,
+) {
+    let keys = counts.entry(priority).or_default();
+    let jobs = keys.entry(key).or_default();
+    *jobs = if add {
+        *jobs + 1
+    } else {
+        jobs.saturating_sub(1)
+    };
+    if *jobs == 0 {
+        keys.remove(&key);
+    }
+    if keys.is_empty() {
+        counts.remove(&priority);
+    }
+}
+
 /// Every team's waiting and running jobs, kept in step with their status changes.
 #[derive(Debug, Default)]
 pub(crate) struct Lines {
@@ -93,20 +122,9 @@ impl Lines {
         let entry = self.teams.entry(team.to_owned()).or_default();
         let p = job.priority;
         match place {
-            Place::Waiting(instances) => {
-                let sizes = entry.waiting.entry(p).or_default();
-                let jobs = sizes.entry(instances).or_default();
-                *jobs = if add {
-                    *jobs + 1
-                } else {
-                    jobs.saturating_sub(1)
-                };
-                if *jobs == 0 {
-                    sizes.remove(&instances);
-                }
-                if sizes.is_empty() {
-                    entry.waiting.remove(&p);
-                }
+            Place::Waiting(instances, since_ms) => {
+                step(&mut entry.waiting, p, instances, add);
+                step(&mut entry.since, p, since_ms, add);
             }
             Place::Holding(instances) => {
                 let held = entry.held.entry(p).or_default();
@@ -154,10 +172,7 @@ impl Lines {
             .teams
             .values()
             .any(|team| team.smallest_waiting().any(|(_, n)| n <= free));
-        let borrowing = self
-            .teams
-            .iter()
-            .any(|(name, team)| team.held() > limit(limits, name));
+        let borrowing = self.borrowing(limits);
         let may_preempt = |(name, team): (&String, &Team)| {
             team.smallest_waiting().any(|(priority, n)| {
                 let held_from = team.held_from(priority);
@@ -167,6 +182,70 @@ impl Lines {
             })
         };
         fits_free || self.teams.iter().any(may_preempt)
+    }
+}
+
+/// A job just submitted: its team, `schedulingPriority` and instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fresh {
+    pub team: String,
+    pub priority: u32,
+    pub instances: u64,
+}
+
+/// Preemption within a share: by jobs of `from` or higher, once they have waited `wait_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InShare {
+    pub from: u32,
+    pub wait_ms: i64,
+}
+
+impl Lines {
+    /// Under quota shares that lend and borrow, when the last cycle did nothing and found no
+    /// owner waiting for capacity its share lent (nor a job waiting for its victims to stop),
+    /// and jobs have only been submitted since: whether the next cycle at `now_ms` may do
+    /// something. The jobs that were there could do nothing then, and a submission changes
+    /// nothing they wait for; time does, only for a wait before preempting in the share. So it
+    /// may only if
+    /// - a fresh job may act as [`Lines::quota_may_act`] says (it fits in the `free`
+    ///   instances, is owed capacity, or may preempt in its share at once);
+    /// - or a job that may preempt in its share has waited to since, and jobs of lower priority
+    ///   of its share run.
+    pub(crate) fn quota_fresh_may_act(
+        &self,
+        fresh: &[Fresh],
+        limits: &BTreeMap<String, u32>,
+        free: u64,
+        in_share: InShare,
+        now_ms: i64,
+    ) -> bool {
+        let borrowing = self.borrowing(limits);
+        let fresh_acts = fresh.iter().any(|job| {
+            let Some(team) = self.teams.get(&job.team) else {
+                return job.instances <= free;
+            };
+            let held_from = team.held_from(job.priority);
+            let owed = borrowing && held_from + job.instances <= limit(limits, &job.team);
+            let preempts =
+                in_share.wait_ms <= 0 && job.priority >= in_share.from && team.held() > held_from;
+            job.instances <= free || owed || preempts
+        });
+        let by_ms = now_ms.saturating_sub(in_share.wait_ms);
+        let waited = |team: &Team| {
+            let from = team.since.range(in_share.from..);
+            from.into_iter().any(|(priority, since)| {
+                let first = since.keys().next();
+                team.held() > team.held_from(*priority) && first.is_some_and(|t| *t <= by_ms)
+            })
+        };
+        fresh_acts || self.teams.values().any(waited)
+    }
+
+    /// Whether some team holds more than its limit.
+    fn borrowing(&self, limits: &BTreeMap<String, u32>) -> bool {
+        self.teams
+            .iter()
+            .any(|(name, team)| team.held() > limit(limits, name))
     }
 }
 
@@ -190,7 +269,7 @@ mod tests {
     }
 
     fn waiting(priority: u32, instances: u64) -> Counted {
-        let place = Some(Place::Waiting(instances));
+        let place = Some(Place::Waiting(instances, 0));
         Counted { priority, place }
     }
 
@@ -252,6 +331,102 @@ mod tests {
         );
     }
 
+    #[test]
+    fn after_an_idle_cycle_only_a_fresh_job_or_an_in_share_wait_run_out_lets_a_cycle_act() {
+        const MINUTE: i64 = 60_000;
+        let in_share = InShare {
+            from: 300,
+            wait_ms: 30 * MINUTE,
+        };
+        let fresh = |team: &str, priority, instances| Fresh {
+            team: team.to_owned(),
+            priority,
+            instances,
+        };
+        let mut lines = Lines::default();
+        lines.count("a", holding(100, 8), true);
+        lines.count("b", holding(100, 8), true);
+        // a's production job has waited since minute 10; nothing is free, nobody borrows.
+        let production = Counted {
+            priority: 300,
+            place: Some(Place::Waiting(2, 10 * MINUTE)),
+        };
+        lines.count("a", production, true);
+        let acts = |lines: &Lines, fresh: &[Fresh], free, now| {
+            lines.quota_fresh_may_act(fresh, &limits(), free, in_share, now)
+        };
+        let sweep = [fresh("b", 100, 1)];
+        assert!(
+            !acts(&lines, &sweep, 0, 39 * MINUTE),
+            "a sweep that fits nowhere"
+        );
+        assert!(
+            acts(&lines, &sweep, 1, 39 * MINUTE),
+            "a sweep that fits what is free"
+        );
+        assert!(
+            acts(&lines, &sweep, 0, 40 * MINUTE),
+            "a's production has waited 30 minutes beside a's sweeps"
+        );
+        let at_once = InShare {
+            wait_ms: 0,
+            ..in_share
+        };
+        let b_production = [fresh("b", 300, 1)];
+        assert!(!acts(&lines, &b_production, 0, 39 * MINUTE));
+        assert!(lines.quota_fresh_may_act(&b_production, &limits(), 0, at_once, 0));
+        // b borrows: a fresh job of a within a's limit beside a's production is owed.
+        lines.count("b", holding(100, 8), false);
+        lines.count("b", holding(100, 12), true);
+        assert!(acts(&lines, &[fresh("a", 300, 4)], 0, 39 * MINUTE));
+        assert!(
+            !acts(&lines, &[fresh("a", 100, 1)], 0, 39 * MINUTE),
+            "a's sweep is not: a's 8 are in use"
+        );
+    }
+
+    #[test]
+    fn an_owner_waiting_for_borrowers_to_be_preemptible_is_cycled_for_at_the_next_event() {
+        // language borrows 4 of vision's 4 instances: two jobs from t = 0, two from t = 500.
+        // Vision's 4-instance job arrives at 700 and may reclaim from 1000, but only two
+        // borrowers may be preempted (after 600 s) until 1100, and the planner gives no time
+        // for that: the reclaim happens at the next event, language's submission at 1150.
+        let mut lines = Vec::new();
+        for (i, at) in [0, 0, 0, 0, 0, 0, 500, 500].into_iter().enumerate() {
+            lines.push(format!(
+                r#"{{"id":"lang-{i}","submit_s":{at},"duration_s":100000,"instances":1,"queue":"sweeps","share":"language"}}"#
+            ));
+        }
+        lines.push(r#"{"id":"vis","submit_s":700,"duration_s":100,"instances":4,"queue":"sweeps","share":"vision"}"#.to_owned());
+        lines.push(r#"{"id":"lang-late","submit_s":1150,"duration_s":100,"instances":1,"queue":"sweeps","share":"language"}"#.to_owned());
+        let trace = crate::trace::parse(&lines.join("\n"), Format::Jsonl).unwrap();
+        let mut scenario = Scenario::load("small").unwrap();
+        scenario.min_runtime_before_preemption_s = 600;
+        scenario.min_wait_before_reclaim_s = 300;
+        let run = |cycles| {
+            replay(
+                &trace,
+                &scenario,
+                Policy::QuotaShares,
+                None,
+                &mut |_| {},
+                cycles,
+            )
+        };
+        let gated = run(Cycles::WhenTheyMayAct).unwrap();
+        let every = run(Cycles::WhenAnythingChanged).unwrap();
+        let start = |record: &RunRecord| {
+            let owner = record.jobs.iter().find(|j| j.trace_id == "vis").unwrap();
+            owner.first_start_s
+        };
+        assert_eq!(
+            start(&every),
+            Some(1160.0),
+            "reclaimed at 1150, 10 s to stop"
+        );
+        assert_eq!(start(&gated), start(&every));
+    }
+
     /// The first `jobs` Philly jobs by submission (from the trace beside the repository, or
     /// `$TRAINYARD_TRACES`; a missing trace fails the test).
     fn philly(jobs: usize) -> crate::trace::Trace {
@@ -267,9 +442,9 @@ mod tests {
 
     #[test]
     fn skipping_the_cycles_that_cannot_act_changes_no_replay() {
-        // 1,000 jobs on an eighth of `fleet`: teams lend, borrow, reclaim and preempt in their
+        // 1,500 jobs on an eighth of `fleet`: teams lend, borrow, reclaim and preempt in their
         // shares under quota-shares, and wait for their slices under static-partition.
-        let trace = philly(1000);
+        let trace = philly(1500);
         let mut scenario = Scenario::load("fleet").unwrap();
         scenario.capacity_instances = 64;
         for policy in [Policy::StaticPartition, Policy::QuotaShares] {
