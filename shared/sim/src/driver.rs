@@ -721,10 +721,11 @@ pub(crate) fn replay(
     let mut next_change: Option<i64> = None;
     let mut now = T0_MS;
     let mut dirty = false;
-    // Under quota-shares: the last cycle did nothing (`did_nothing`), or the gate found since
-    // that none could, and no pass since let one (see `Lines::quota_fresh_may_act`).
-    // And the jobs submitted in this pass.
+    // Under quota-shares, whether nothing waiting could act when last looked at: the last cycle
+    // did nothing (`did_nothing`), or the gate found since that no cycle could, and the passes
+    // since only submitted jobs that could not either (`Lines::quota_fresh_may_act`).
     let mut settled = false;
+    // The jobs submitted in this pass.
     let mut fresh: Vec<Fresh> = Vec::new();
     let mut idle_due_passes = 0u32;
     let mut reclaims = 0u64;

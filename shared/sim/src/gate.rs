@@ -2,7 +2,7 @@
 //! jobs by `schedulingPriority`: the driver skips the cycles that cannot. A host runs them, and
 //! they start nothing, preempt nothing and reclaim nothing.
 //!
-//! Each test here is a necessary condition for the quota planner to act (the rules are in
+//! Each check here is a necessary condition for the quota planner to act (the rules are in
 //! `trainyard_scheduler`'s `quota` module), loosened wherever a closer one would need the
 //! planner's own state: a gate that says "maybe" too often costs a cycle; one that said "no"
 //! wrongly would change the replay. Under both quota policies a team is its quota share.
