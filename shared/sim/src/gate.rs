@@ -221,9 +221,8 @@ impl Lines {
     ) -> bool {
         let borrowing = self.borrowing(limits);
         let fresh_acts = fresh.iter().any(|job| {
-            let Some(team) = self.teams.get(&job.team) else {
-                return job.instances <= free;
-            };
+            let nothing = Team::default();
+            let team = self.teams.get(&job.team).unwrap_or(&nothing);
             let held_from = team.held_from(job.priority);
             let owed = borrowing && held_from + job.instances <= limit(limits, &job.team);
             let preempts =
@@ -382,6 +381,13 @@ mod tests {
         assert!(
             !acts(&lines, &[fresh("a", 100, 1)], 0, 39 * MINUTE),
             "a's sweep is not: a's 8 are in use"
+        );
+        let mut with_c = limits();
+        with_c.insert("c".to_owned(), 4);
+        let c = [fresh("c", 100, 2)];
+        assert!(
+            lines.quota_fresh_may_act(&c, &with_c, 0, in_share, 39 * MINUTE),
+            "a job of a team with nothing counted yet is owed its limit"
         );
     }
 
