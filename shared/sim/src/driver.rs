@@ -53,7 +53,7 @@ use trainyard_domain::job::{JobStatus, RetryStrategy, ServiceJob};
 use trainyard_emulator::backend::EmulatedSageMaker;
 use trainyard_emulator::model::{CheckpointProgress, Config as EmulatorConfig};
 
-use crate::eta::{EtaSettings, Tracker};
+use crate::eta::{EtaSettings, Tracker, secs_ms};
 use crate::gate::{Counted, Fresh, InShare, Lines};
 use crate::policies::{Policy, Route, Setup, TeamLoad};
 use crate::record::{JobRecord, ReplayWork, RunRecord, ShareInterval, UsageInterval};
@@ -145,15 +145,11 @@ struct TeamNow {
 }
 
 impl TeamNow {
-    /// What `job`, in its current status, adds to its team.
-    fn of(job: &ServiceJob) -> Self {
+    /// What a job, counted so, adds to its team.
+    fn of(job: Counted) -> Self {
         Self {
-            runnable: usize::from(job.status == JobStatus::Runnable),
-            held_instances: if job.status.is_dispatched() {
-                job.training.total_instances()
-            } else {
-                0
-            },
+            runnable: usize::from(job.waits()),
+            held_instances: job.held(),
         }
     }
 }
@@ -168,8 +164,8 @@ struct TeamCounts {
 
 #[derive(Debug, Default)]
 struct TeamState {
-    /// Each job's team and what it last added to it.
-    jobs: BTreeMap<String, (String, TeamNow, Counted)>,
+    /// Each job's team and how it was last counted in it.
+    jobs: BTreeMap<String, (String, Counted)>,
     /// Teams with a RUNNABLE job or held instances.
     teams: BTreeMap<String, TeamNow>,
     /// Each team's waiting and running jobs by priority, for the cycle gate.
@@ -198,15 +194,18 @@ impl EventSink for TeamCounts {
         let Event::JobStatusChanged { job, .. } = event else {
             return;
         };
-        let (team, now, counted) = (team_of(&job), TeamNow::of(&job), Counted::of(&job));
+        let (team, counted) = (team_of(&job), Counted::of(&job));
+        let now = TeamNow::of(counted);
         let mut state = self.lock();
         let before = if job.status.is_terminal() {
             state.jobs.remove(&job.job_id)
         } else {
-            let entry = (team.clone(), now, counted);
-            state.jobs.insert(job.job_id.clone(), entry)
+            state
+                .jobs
+                .insert(job.job_id.clone(), (team.clone(), counted))
         };
-        if let Some((old_team, old, old_counted)) = before {
+        if let Some((old_team, old_counted)) = before {
+            let old = TeamNow::of(old_counted);
             state.change(&old_team, |t| {
                 t.runnable = t.runnable.saturating_sub(old.runnable);
                 t.held_instances = t.held_instances.saturating_sub(old.held_instances);
@@ -296,11 +295,6 @@ fn did_nothing(cycle: &trainyard_app::service::scheduling::CycleReport) -> bool 
         && cycle.capacity_errors == 0
         && cycle.launch_deferred == 0
         && !owes_lent(cycle)
-}
-
-/// Whole seconds as milliseconds.
-fn secs_ms(s: u64) -> i64 {
-    i64::try_from(s.saturating_mul(1_000)).unwrap_or(i64::MAX)
 }
 
 /// A trace job as submitted: its tier and team decided.
@@ -727,6 +721,10 @@ pub(crate) fn replay(
     let mut settled = false;
     // The jobs submitted in this pass.
     let mut fresh: Vec<Fresh> = Vec::new();
+    let in_share = InShare {
+        from: config.planner.min_priority_for_in_share_preemption,
+        wait_ms: secs_ms(config.planner.min_wait_before_in_share_preemption_s),
+    };
     let mut idle_due_passes = 0u32;
     let mut reclaims = 0u64;
     // Jobs for which a cycle reclaimed lent capacity.
@@ -845,10 +843,6 @@ pub(crate) fn replay(
             dirty = true;
         }
         let lent_open = !lent_waits.open.is_empty();
-        let in_share = InShare {
-            from: config.planner.min_priority_for_in_share_preemption,
-            wait_ms: secs_ms(config.planner.min_wait_before_in_share_preemption_s),
-        };
         // Whether the gate found that no cycle could do anything.
         let idle = AtomicBool::new(false);
         let gate = |so_far: &PassReport| {
@@ -936,11 +930,11 @@ pub(crate) fn replay(
             next_due = now + due_interval_ms;
         }
         cycles += pass.cycles.len() as u64;
-        if let Some(last) = pass.cycles.last() {
-            next_change = last.next_change_ms;
-        }
         settled = match pass.cycles.last() {
-            Some(last) => did_nothing(last),
+            Some(last) => {
+                next_change = last.next_change_ms;
+                did_nothing(last)
+            }
             None => settled || idle.load(Ordering::Relaxed),
         };
         for cycle in &pass.cycles {

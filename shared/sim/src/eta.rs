@@ -275,7 +275,8 @@ impl Tracker {
     }
 }
 
-fn secs_ms(s: u64) -> i64 {
+/// Whole seconds as milliseconds.
+pub(crate) fn secs_ms(s: u64) -> i64 {
     i64::try_from(s).unwrap_or(i64::MAX / 4_000) * 1_000
 }
 

@@ -37,6 +37,19 @@ enum Place {
 }
 
 impl Counted {
+    /// Whether it waits (is RUNNABLE).
+    pub(crate) fn waits(&self) -> bool {
+        matches!(self.place, Some(Place::Waiting(..)))
+    }
+
+    /// The instances it holds (0 unless dispatched).
+    pub(crate) fn held(&self) -> u64 {
+        match self.place {
+            Some(Place::Holding(instances)) => instances,
+            _ => 0,
+        }
+    }
+
     /// `job` in its current status.
     pub(crate) fn of(job: &ServiceJob) -> Self {
         let instances = job.training.total_instances();
@@ -75,6 +88,17 @@ impl Team {
     /// Instances held by its jobs of `priority` or higher.
     fn held_from(&self, priority: u32) -> u64 {
         self.held.range(priority..).map(|(_, n)| n).sum()
+    }
+
+    /// Whether a job of `priority` needing `n` instances fits within `limit` beside the team's
+    /// jobs of its priority or higher (it is entitled).
+    fn entitles(&self, priority: u32, n: u64, limit: u64) -> bool {
+        self.held_from(priority) + n <= limit
+    }
+
+    /// Whether jobs of the team below `priority` run (a job of `priority` could preempt them).
+    fn runs_below(&self, priority: u32) -> bool {
+        self.held() > self.held_from(priority)
     }
 
     /// Its smallest waiting job of each priority.
@@ -175,10 +199,8 @@ impl Lines {
         let borrowing = self.borrowing(limits);
         let may_preempt = |(name, team): (&String, &Team)| {
             team.smallest_waiting().any(|(priority, n)| {
-                let held_from = team.held_from(priority);
-                let owed = borrowing && held_from + n <= limit(limits, name);
-                let in_share = priority >= in_share_from && team.held() > held_from;
-                owed || in_share
+                let owed = borrowing && team.entitles(priority, n, limit(limits, name));
+                owed || (priority >= in_share_from && team.runs_below(priority))
             })
         };
         fits_free || self.teams.iter().any(may_preempt)
@@ -223,18 +245,17 @@ impl Lines {
         let fresh_acts = fresh.iter().any(|job| {
             let nothing = Team::default();
             let team = self.teams.get(&job.team).unwrap_or(&nothing);
-            let held_from = team.held_from(job.priority);
-            let owed = borrowing && held_from + job.instances <= limit(limits, &job.team);
-            let preempts =
-                in_share.wait_ms <= 0 && job.priority >= in_share.from && team.held() > held_from;
-            job.instances <= free || owed || preempts
+            let (p, n) = (job.priority, job.instances);
+            let owed = borrowing && team.entitles(p, n, limit(limits, &job.team));
+            let preempts = in_share.wait_ms <= 0 && p >= in_share.from && team.runs_below(p);
+            n <= free || owed || preempts
         });
         let by_ms = now_ms.saturating_sub(in_share.wait_ms);
         let waited = |team: &Team| {
             let from = team.since.range(in_share.from..);
             from.into_iter().any(|(priority, since)| {
                 let first = since.keys().next();
-                team.held() > team.held_from(*priority) && first.is_some_and(|t| *t <= by_ms)
+                team.runs_below(*priority) && first.is_some_and(|t| *t <= by_ms)
             })
         };
         fresh_acts || self.teams.values().any(waited)
