@@ -2256,3 +2256,53 @@ async fn every_waiting_job_of_a_long_queue_has_an_estimate_and_gone_lines_lose_t
         .unwrap();
     assert!(gone.is_none(), "{gone:?}");
 }
+
+/// A cycle reads only the first `head_extra` jobs of a quota share that is full (it holds its
+/// limit, may borrow nothing more and may not preempt in itself: none of its jobs could act),
+/// where it reads as many as are free plus `head_extra` of another. The jobs it read carry the
+/// reason it planned; those further back were not planned.
+#[tokio::test]
+async fn a_cycle_reads_only_the_first_jobs_of_a_full_quota_share() {
+    let mut w = World::new(EmulatorConfig::default());
+    let shares = [
+        ("full", SharingStrategy::Reserve),
+        ("open", SharingStrategy::Reserve),
+    ];
+    // Each share's limit is 2 of the 8 instances.
+    w.quota_queue("teams", 8, &shares).await;
+    for (name, share) in [("f0", "full"), ("f1", "full"), ("o0", "open")] {
+        w.submit_with(name, "teams", 1, quick(3600), quota(share))
+            .await;
+    }
+    w.tick().await;
+    assert_eq!(w.dispatched_ids().await.len(), 3);
+    // Behind them, jobs that cannot start: `full` has no room, `open` has 1 and they need 2.
+    let mut full = Vec::new();
+    let mut open = Vec::new();
+    for i in 0..30 {
+        full.push(
+            w.submit_with(&format!("wf{i}"), "teams", 1, quick(60), quota("full"))
+                .await,
+        );
+        open.push(
+            w.submit_with(&format!("wo{i}"), "teams", 2, quick(60), quota("open"))
+                .await,
+        );
+    }
+    w.clock.advance(1_000);
+    w.tick().await;
+    let planned = |id: &String| {
+        let w = &w;
+        let id = id.clone();
+        async move { w.job(&id).await.status_reason.is_some() }
+    };
+    let extra = w.config.head_extra;
+    assert!(planned(&full[extra - 1]).await);
+    assert!(
+        !planned(&full[extra]).await,
+        "behind the first {extra} of a full share"
+    );
+    // 5 instances free: `open` has its first 5 + 16 read.
+    assert!(planned(&open[5 + extra - 1]).await);
+    assert!(!planned(&open[5 + extra]).await);
+}

@@ -180,6 +180,26 @@ impl QuotaShareState {
         Some(self.limit(instance_type).saturating_mul(percent) / 100)
     }
 
+    /// Whether no waiting job of the share can start, preempt or reclaim while its running jobs
+    /// hold `held(type)` instances: it may not preempt in itself, and of every type it holds
+    /// all it may, its limit plus what it may borrow on top. Over its limit, it has lent
+    /// nothing to reclaim, and its use only grows within a cycle (victims are counted out of
+    /// their shares only when they stop), so this holds for the whole cycle.
+    pub fn full(&self, held: impl Fn(&str) -> u64) -> bool {
+        let bound = |ty: &str| Some(self.limit(ty).saturating_add(self.borrow_cap(ty)?));
+        self.may_fill()
+            && self
+                .limits
+                .keys()
+                .all(|ty| bound(ty).is_some_and(|b| held(ty) >= b))
+    }
+
+    /// Whether the share can ever be [`full`](Self::full): it may not preempt in itself, and
+    /// what it may borrow is capped.
+    pub fn may_fill(&self) -> bool {
+        !self.in_share_preemption && self.borrow_cap("").is_some()
+    }
+
     /// Whether `in_use` (the share's instances per instance type) stays within what the share
     /// may ever hold: its own limit plus its borrow cap, for every type. The dispatch commit
     /// checks this on the share's usage as stored, so that a plan whose view of the share's

@@ -1088,3 +1088,34 @@ fn a_job_borrowed_in_two_types_is_one_victim() {
     victims.sort_unstable();
     assert_eq!(victims, [("b-both", "a1"), ("b-other", "a1")], "{plan:#?}");
 }
+
+/// A share is full when it holds its limit plus all it may borrow of every type it limits and
+/// may not preempt in itself: then none of its jobs can act, and a cycle reads only its first.
+#[test]
+fn a_share_is_full_only_when_none_of_its_jobs_could_act() {
+    let holding = |n: u64| move |ty: &str| if ty == GPU { n } else { 0 };
+    let reserve = share("a", 4, Reserve);
+    assert!(reserve.full(holding(4)));
+    assert!(
+        !reserve.full(holding(3)),
+        "one instance left to start a job in"
+    );
+    assert!(
+        !reserve.clone().in_share().full(holding(4)),
+        "it may preempt in itself"
+    );
+    assert!(
+        share("a", 4, Lend).full(holding(4)),
+        "lending is no borrowing"
+    );
+    // Borrowing: full at its limit plus its cap, never with no cap.
+    let capped = share("a", 4, LendAndBorrow).borrow(50);
+    assert!(!capped.full(holding(5)));
+    assert!(capped.full(holding(6)));
+    assert!(!share("a", 4, LendAndBorrow).full(holding(1_000)));
+    // Every type it limits counts; a type it does not limit it can never start.
+    let mut two = reserve.clone();
+    two.limits.insert("ml.g5.xlarge".into(), 2);
+    assert!(!two.full(holding(4)), "2 ml.g5.xlarge left");
+    assert!(two.full(|ty| if ty == GPU { 4 } else { 2 }));
+}

@@ -144,8 +144,33 @@ fn usage_after(
     (by_share, by_type)
 }
 
-/// Checks one plan's invariants; returns the first violation.
-fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<(), String> {
+/// Checks one plan's invariants; returns the first violation, or how many shares were
+/// [`full`](QuotaShareState::full) when the cycle began.
+fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<usize, String> {
+    // A full share's jobs neither start nor preempt (a cycle reads only its first few).
+    let (held, _) = usage_after(s, &Plan::default());
+    let mut full = 0;
+    for share in shares(s).iter().filter(|share| {
+        share.full(|ty| {
+            let key = (share.name.clone(), ty.to_owned());
+            held.get(&key).copied().unwrap_or(0)
+        })
+    }) {
+        full += 1;
+        let of_share = |job_id: &str| {
+            s.pending
+                .iter()
+                .any(|p| *p.job_id == *job_id && p.share.as_deref() == Some(share.name.as_str()))
+        };
+        let acted = plan.dispatches.iter().map(|d| d.job_id.as_str());
+        let acted = acted.chain(plan.preemptions.iter().map(|p| p.for_job_id.as_str()));
+        if let Some(job_id) = acted.clone().find(|j| of_share(j)) {
+            return Err(format!(
+                "{job_id} acted, but its share {} was full",
+                share.name
+            ));
+        }
+    }
     let (by_share, by_type) = usage_after(s, plan);
     for limit in &s.environments[0].limits {
         let used = by_type.get(&limit.capacity_unit).copied().unwrap_or(0);
@@ -197,7 +222,7 @@ fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<(), Str
             ));
         }
     }
-    Ok(())
+    Ok(full)
 }
 
 /// Runs the cycles; returns the preemption edges (preemptor, victim) in order.
@@ -208,7 +233,13 @@ fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<(), Str
 /// share's lower-priority jobs for the loop check. Without one, no job preempts a job that
 /// preempted it, and no cycle forms.
 fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
+    simulate_counting(seed).map(|(edges, _)| edges)
+}
+
+/// [`simulate`], also counting the shares found full at the start of a cycle.
+fn simulate_counting(seed: u64) -> Result<(Vec<(String, String)>, usize), String> {
     let (mut s, finite) = world(seed);
+    let mut full = 0;
     let config = Config::default();
     let mut now = NOW;
     let mut edges: Vec<(String, String)> = Vec::new();
@@ -223,7 +254,7 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
         .collect();
     for cycle in 0..CYCLES {
         let plan = plan_cycle(&s, now, &config);
-        check(&s, &plan, now, &config).map_err(|e| format!("cycle {cycle}: {e}"))?;
+        full += check(&s, &plan, now, &config).map_err(|e| format!("cycle {cycle}: {e}"))?;
         let mut shuffled = s.clone();
         shuffled.pending.reverse();
         shuffled.running.reverse();
@@ -295,7 +326,7 @@ fn simulate(seed: u64) -> Result<Vec<(String, String)>, String> {
         now += STEP_MS;
         s.running.retain(|r| r.expected_end_ms > now);
     }
-    Ok(edges)
+    Ok((edges, full))
 }
 
 /// A cycle in the preempted-by graph, if any (depth-first search).
@@ -372,6 +403,16 @@ fn a_job_is_reclaimed_back_only_after_its_share_starts_higher_priority_work() {
     let edges = simulate(seed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let edge = |a: &str, b: &str| edges.iter().any(|(x, y)| x == a && y == b);
     assert!(edge("j04", "j13") && edge("j13", "j04"), "{edges:?}");
+}
+
+/// The generator does produce full shares (otherwise the check that their jobs never act would
+/// be vacuous).
+#[test]
+fn the_simulation_fills_shares() {
+    let full: usize = (0..200u64)
+        .map(|seed| simulate_counting(seed).map(|(_, full)| full).unwrap_or(0))
+        .sum();
+    assert!(full >= 1_000, "only {full} full shares in 200 seeds");
 }
 
 /// The generator does produce preemptions (otherwise the loop property would be vacuous).

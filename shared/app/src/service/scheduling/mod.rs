@@ -7,9 +7,11 @@
 //! 1. **Snapshot.** Configuration, the jobs holding capacity, capacity in use per environment
 //!    (one document each), fair-share usage, and the *heads* of each queue and share: the first
 //!    RUNNABLE jobs in dispatch order, as many as the environment has free instances plus
-//!    [`CycleConfig::head_extra`]. Reads grow with queues, shares and free capacity, never with
-//!    the backlog; jobs are read as summaries (`Store::capacity_holders`,
-//!    `Store::runnable_heads`), and whole only when the cycle writes them.
+//!    [`CycleConfig::head_extra`] (only the latter for a quota share that is
+//!    [`full`](trainyard_scheduler::QuotaShareState::full): none of its jobs can act, however
+//!    many are read). Reads grow with queues, shares and free capacity, never with the backlog;
+//!    jobs are read as summaries (`Store::capacity_holders`, `Store::runnable_heads`), and whole
+//!    only when the cycle writes them.
 //! 2. **Plan** with the pure planner (`trainyard_scheduler::plan_cycle`).
 //! 3. **Commit** each dispatch atomically: the job RUNNABLE → SCHEDULED with a new attempt, and
 //!    the environment's usage document, both version-checked. A concurrent cycle that got there

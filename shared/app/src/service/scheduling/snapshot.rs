@@ -180,6 +180,27 @@ fn environment_states(
     (states, free)
 }
 
+/// The quota shares of `queue` that are [`full`](QuotaShareState::full) with what its running
+/// jobs hold (`held`): none of their waiting jobs can act in this cycle.
+fn full_shares<'a>(policy: &'a QueuePolicy, queue: &str, held: &ShareCounts) -> Vec<&'a str> {
+    let QueuePolicy::QuotaShare(shares) = policy else {
+        return Vec::new();
+    };
+    let full = |share: &QuotaShareState| {
+        let key = ShareKey {
+            queue: queue.into(),
+            share: share.name.as_str().into(),
+        };
+        let by_type = held.get(&key).map_or(&[][..], |tally| &tally.by_type);
+        share.full(|ty| {
+            let of_type = by_type.iter().find(|(t, _)| t == ty);
+            of_type.map_or(0, |(_, n)| *n)
+        })
+    };
+    let shares = shares.iter().filter(|s| s.may_fill() && full(s));
+    shares.map(|s| s.name.as_str()).collect()
+}
+
 /// The planner's view of an environment: disabled or being deleted, it dispatches nothing.
 pub(crate) fn environment_state(env: ServiceEnvironment) -> EnvironmentState {
     EnvironmentState {
@@ -191,12 +212,12 @@ pub(crate) fn environment_state(env: ServiceEnvironment) -> EnvironmentState {
 
 /// Adds to a queue's lines the `fresh` RUNNABLE jobs of that queue that they lack (an index that
 /// has not caught up with writes this process just made), each in its place in its share's line
-/// (`trainyard_domain::order`), each line kept to `limit`.
+/// (`trainyard_domain::order`), each line kept to its share's `limit`.
 fn with_fresh(
     lines: &mut Vec<Vec<RunnableHead>>,
     fresh: &[RunnableHead],
     queue: &str,
-    limit: usize,
+    limit: impl Fn(&str) -> usize,
 ) {
     // `runnable_rank`'s order: priority counts only within a share.
     let rank = |h: &RunnableHead| {
@@ -221,7 +242,7 @@ fn with_fresh(
         let line = &mut lines[i];
         let at = line.partition_point(|h| rank(h) < rank(head));
         line.insert(at, head.clone());
-        line.truncate(limit);
+        line.truncate(limit(&head.share));
     }
 }
 
@@ -246,7 +267,16 @@ pub(crate) struct RunningSet {
 }
 
 /// Per share: jobs holding capacity, and the instances they hold.
-type ShareCounts = BTreeMap<ShareKey, (usize, u64)>;
+type ShareCounts = BTreeMap<ShareKey, Tally>;
+
+/// What a share's jobs holding capacity hold.
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    jobs: usize,
+    instances: u64,
+    /// The same per instance type, in name order; no type of none.
+    by_type: Vec<(String, u64)>,
+}
 
 /// Counts `job` into its share's tally (`into`) or out of it, if it has a share.
 fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
@@ -259,13 +289,25 @@ fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
     };
     let instances = total_instances(&job.instances);
     if into {
-        let tally = shares.entry(key).or_insert((0, 0));
-        tally.0 += 1;
-        tally.1 += instances;
+        let tally = shares.entry(key).or_default();
+        tally.jobs += 1;
+        tally.instances += instances;
+        for (ty, n) in job.instances.iter().filter(|(_, n)| **n > 0) {
+            match tally.by_type.binary_search_by(|(t, _)| t.cmp(ty)) {
+                Ok(i) => tally.by_type[i].1 += u64::from(*n),
+                Err(i) => tally.by_type.insert(i, (ty.clone(), u64::from(*n))),
+            }
+        }
     } else if let Some(tally) = shares.get_mut(&key) {
-        tally.0 = tally.0.saturating_sub(1);
-        tally.1 = tally.1.saturating_sub(instances);
-        if tally.0 == 0 {
+        tally.jobs = tally.jobs.saturating_sub(1);
+        tally.instances = tally.instances.saturating_sub(instances);
+        for (ty, n) in job.instances.iter() {
+            if let Some((_, held)) = tally.by_type.iter_mut().find(|(t, _)| t == ty) {
+                *held = held.saturating_sub(u64::from(*n));
+            }
+        }
+        tally.by_type.retain(|(_, held)| *held > 0);
+        if tally.jobs == 0 {
             shares.remove(&key);
         }
     }
@@ -419,6 +461,11 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             .map(|(env, u)| (env.clone(), u.value.instances.clone()))
             .collect();
 
+        // Summaries, not whole jobs: every cycle reads all of them, or what changed since the
+        // last cycle where the store can tell. Read before the heads: they tell which quota
+        // shares are full.
+        let mut set = self.running_set(&config.planner).await?;
+
         let mut waiting = WaitingJobs::default();
         let mut fair_queues = BTreeMap::new();
         let mut queue_map = BTreeMap::new();
@@ -444,6 +491,16 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .unwrap_or(usize::MAX)
                 .saturating_add(config.head_extra)
                 .min(config.max_heads);
+            // A full quota share's jobs are all skipped, however many are read: only its first
+            // ones are, for the reasons shown.
+            let full = full_shares(&state.policy, &name, &set.shares);
+            let limit = |share: &str| {
+                if full.contains(&share) {
+                    config.head_extra.min(config.max_heads)
+                } else {
+                    limit
+                }
+            };
             let mut heads = self.queue_heads(&name, &state.policy, limit).await?;
             with_fresh(&mut heads, fresh, &name, limit);
             let time_limits = !queue.job_state_time_limit_actions.is_empty();
@@ -459,13 +516,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             queue_map.insert(name, queue);
         }
 
-        // Summaries, not whole jobs: every cycle reads all of them, or what changed since the
-        // last cycle where the store can tell.
-        let mut set = self.running_set(&config.planner).await?;
         let held = set
             .shares
             .iter()
-            .map(|(key, (_, instances))| (key.clone(), *instances))
+            .map(|(key, tally)| (key.clone(), tally.instances))
             .collect();
         // The snapshot holds the jobs for the cycle; `keep_running` puts them back.
         snapshot.running = std::mem::take(&mut set.jobs);
@@ -586,20 +640,23 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         })
     }
 
-    /// The first `limit` RUNNABLE jobs of each of the queue's lines: one list per share (one
-    /// for a FIFO queue).
+    /// The first `limit(share)` RUNNABLE jobs of each of the queue's lines: one list per share
+    /// (one for a FIFO queue, whose share is "").
     async fn queue_heads(
         &self,
         queue: &str,
         policy: &QueuePolicy,
-        limit: usize,
+        limit: impl Fn(&str) -> usize,
     ) -> Result<Vec<Vec<RunnableHead>>, AppError> {
         let mut heads = Vec::new();
         match policy {
-            QueuePolicy::Fifo => heads.push(self.store.runnable_heads(queue, "", limit).await?),
+            QueuePolicy::Fifo => {
+                heads.push(self.store.runnable_heads(queue, "", limit("")).await?);
+            }
             QueuePolicy::FairShare(_) | QueuePolicy::QuotaShare(_) => {
                 for share in self.store.runnable_shares(queue).await? {
-                    heads.push(self.store.runnable_heads(queue, &share, limit).await?);
+                    let line = self.store.runnable_heads(queue, &share, limit(&share));
+                    heads.push(line.await?);
                 }
             }
         }
@@ -665,6 +722,7 @@ mod tests {
     use crate::memory::MemoryStore;
     use crate::ports::JobStore;
     use trainyard_domain::job::JobStatus;
+    use trainyard_domain::payload::TrainingRequest;
     use trainyard_domain::random::SplitMix64;
 
     /// A running set kept from read to read, brought up to date by what changed, is the one
@@ -692,7 +750,12 @@ mod tests {
                             1 => new.quota_share(&format!("q{}", rng.below(2))),
                             _ => new,
                         };
-                        store.insert_job(&new.build(), None).await.unwrap();
+                        // Of one type or another, so that shares hold several.
+                        let mut new = new.build();
+                        let ty = ["ml.m5.large", "ml.p4d.24xlarge"][rng.below(2) as usize];
+                        let n = 1 + rng.below(4) as u32;
+                        new.training = TrainingRequest::single("t", ty, n).into();
+                        store.insert_job(&new, None).await.unwrap();
                         continue;
                     };
                     let job = &mut stored.value;
