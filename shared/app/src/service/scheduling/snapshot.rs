@@ -197,6 +197,7 @@ fn full_shares<'a>(policy: &'a QueuePolicy, queue: &str, held: &ShareCounts) -> 
             of_type.map_or(0, |(_, n)| *n)
         })
     };
+    // No key is built for a share that can never be full.
     let shares = shares.iter().filter(|s| s.may_fill() && full(s));
     shares.map(|s| s.name.as_str()).collect()
 }
