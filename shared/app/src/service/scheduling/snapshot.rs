@@ -303,8 +303,8 @@ fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
         tally.jobs = tally.jobs.saturating_sub(1);
         tally.instances = tally.instances.saturating_sub(instances);
         for (ty, n) in job.instances.iter() {
-            if let Some((_, held)) = tally.by_type.iter_mut().find(|(t, _)| t == ty) {
-                *held = held.saturating_sub(u64::from(*n));
+            if let Ok(i) = tally.by_type.binary_search_by(|(t, _)| t.cmp(ty)) {
+                tally.by_type[i].1 = tally.by_type[i].1.saturating_sub(u64::from(*n));
             }
         }
         tally.by_type.retain(|(_, held)| *held > 0);
