@@ -1186,9 +1186,7 @@ fn wait_or_start<'a>(
     // Counted from when it last became runnable: a preempted job keeps its place in line
     // (`runnable_at_ms`), not its wait, so a reclaim does not cascade into an in-share
     // preemption at once.
-    let since_ms = job
-        .not_before_ms
-        .map_or(job.runnable_at_ms, |t| t.max(job.runnable_at_ms));
+    let since_ms = job.waited_since_ms();
     let waited_ms = now_ms.saturating_sub(since_ms);
     let in_share = waited_ms >= seconds_ms(config.min_wait_before_in_share_preemption_s)
         && job.priority >= config.min_priority_for_in_share_preemption;

@@ -315,6 +315,20 @@ impl PendingJob {
     pub fn line_at_ms(&self) -> i64 {
         self.runnable_at_ms.saturating_add(self.line_offset_ms)
     }
+
+    /// Since when it has waited, as the waits before preempting count it
+    /// ([`waited_since_ms`]).
+    pub fn waited_since_ms(&self) -> i64 {
+        waited_since_ms(self.runnable_at_ms, self.not_before_ms)
+    }
+}
+
+/// Since when a RUNNABLE job has waited, as the waits before preempting
+/// (`Config::min_wait_before_reclaim_s`, `Config::min_wait_before_in_share_preemption_s`) count
+/// it: from when it last became runnable, or from the end of its retry backoff if that is
+/// later. A preempted job keeps its place in line (`runnable_at_ms`), not its wait.
+pub fn waited_since_ms(runnable_at_ms: i64, not_before_ms: Option<i64>) -> i64 {
+    not_before_ms.map_or(runnable_at_ms, |t| t.max(runnable_at_ms))
 }
 
 /// A share within a queue. Shared names: a cycle keys every share's usage by it.

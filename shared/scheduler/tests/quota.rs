@@ -8,6 +8,7 @@ use trainyard_domain::quota_share::SharingStrategy::{self, Lend, LendAndBorrow, 
 use trainyard_scheduler::{
     Config, EnvironmentState, PendingJob, Plan, PreemptionReason, QueuePolicy, QueueState,
     QuotaLimitCause, QuotaShareState, RunningJob, SkipReason, Snapshot, plan_cycle,
+    waited_since_ms,
 };
 
 const NOW: i64 = 1_000_000_000;
@@ -1118,4 +1119,12 @@ fn a_share_is_full_only_when_none_of_its_jobs_could_act() {
     two.limits.insert("ml.g5.xlarge".into(), 2);
     assert!(!two.full(holding(4)), "2 ml.g5.xlarge left");
     assert!(two.full(|ty| if ty == GPU { 4 } else { 2 }));
+}
+
+#[test]
+fn a_wait_before_preempting_counts_from_the_later_of_its_place_in_line_and_its_backoff() {
+    assert_eq!(waited_since_ms(1_000, None), 1_000);
+    assert_eq!(waited_since_ms(1_000, Some(5_000)), 5_000);
+    // A backoff that ended before the job became runnable again does not move its wait back.
+    assert_eq!(waited_since_ms(1_000, Some(500)), 1_000);
 }

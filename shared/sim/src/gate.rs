@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 
 use trainyard_domain::job::{JobStatus, ServiceJob};
+use trainyard_scheduler::waited_since_ms;
 
 /// A job as the gate counts it in its team.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +31,7 @@ pub(crate) struct Counted {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
     /// RUNNABLE: it needs this many, and has waited since then (as the planner counts a wait
-    /// before preempting: from its place in line, or the end of its backoff).
+    /// before preempting, `trainyard_scheduler::waited_since_ms`).
     Waiting(u64, i64),
     /// Dispatched: it holds this many.
     Holding(u64),
@@ -55,7 +56,7 @@ impl Counted {
         let instances = job.training.total_instances();
         let place = if job.status == JobStatus::Runnable {
             let runnable_at = job.runnable_at.unwrap_or(job.created_at);
-            let since_ms = job.not_before.map_or(runnable_at, |t| t.max(runnable_at));
+            let since_ms = waited_since_ms(runnable_at, job.not_before);
             Some(Place::Waiting(instances, since_ms))
         } else if job.status.is_dispatched() {
             Some(Place::Holding(instances))
