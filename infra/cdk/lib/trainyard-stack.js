@@ -43,7 +43,7 @@ const STATUS_LISTING = {
   projectionType: 'INCLUDE',
   nonKeyAttributes: [
     'share_identifier', 'quota_share_name', 'name_lower', 'lq', 'job_id', 'prio', 'ins', 'mrt', 'hs',
-    'ck', 'pre',
+    'ck', 'pre', 'stp',
   ],
 };
 const INDEXES = [

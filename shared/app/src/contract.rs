@@ -1458,6 +1458,31 @@ pub async fn capacity_holders_summarise_the_dispatched_jobs<S: Store>(store: &S)
     assert_eq!(ids, ["e", "g", "i"]);
     assert_eq!(holders[0].priority, 7);
     assert_eq!(holders, expected(store).await);
+
+    // g's attempt is asked to stop (a preemption): its summary says so, for the planner to
+    // choose it again before stopping another job.
+    assert!(!holders[1].stopping);
+    update("g", |j| {
+        j.attempts.push(trainyard_domain::job::Attempt {
+            training_job_name: "AWSBatchg1".into(),
+            training_job_arn: None,
+            started_at: Some(1_000),
+            stopped_at: None,
+            status_reason: None,
+            service_environment: Some("env".into()),
+            stop_requested: Some(trainyard_domain::job::StopRequest::Preemption),
+            failed_as: None,
+            selected_instance_type: None,
+        });
+    })
+    .await;
+    let holders = store.capacity_holders().await.unwrap();
+    let stopping: Vec<(&str, bool)> = holders
+        .iter()
+        .map(|h| (h.job_id.as_str(), h.stopping))
+        .collect();
+    assert_eq!(stopping, [("e", false), ("g", true), ("i", false)]);
+    assert_eq!(holders, expected(store).await);
 }
 
 /// A reader that follows the holders (`capacity_holders_since`) sees what a reader of them all

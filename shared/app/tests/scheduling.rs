@@ -1076,6 +1076,81 @@ async fn the_victim_is_the_borrowed_job_with_the_newest_checkpoint_and_it_resume
     assert_every_cycle_replays(&w.decisions);
 }
 
+/// A victim stays the victim while it stops: the cycles during its stop grace choose it again
+/// (it loses nothing more) rather than another borrowed job that has since become cheaper, so
+/// one owner's wait stops one job.
+#[tokio::test]
+async fn the_cycles_during_a_victims_stop_choose_it_again_rather_than_a_newly_cheaper_job() {
+    let mut w = World::new(EmulatorConfig {
+        stop_grace_ms: 5_000,
+        ..EmulatorConfig::default()
+    }); // training starts 400 ms after launch
+    w.config.planner.min_runtime_before_preemption_s = 2;
+    w.config.record_decisions = true;
+    w.lender_and_borrower().await;
+    // Four borrower jobs start, two within the share's limit and then two borrowed: b2 saves
+    // every 4 s of training, b3 every 6 s.
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let mut hyper = quick(60);
+        if i >= 2 {
+            let every = if i == 2 { "4" } else { "6" };
+            hyper["emulator_checkpoint_interval_s"] = json!(every);
+            hyper["emulator_checkpoint_on_stop"] = json!("false");
+        }
+        let id = w
+            .submit_with(&format!("b{i}"), "teams", 1, hyper, |cmd| {
+                quota("borrower")(cmd);
+                let mut payload: Value =
+                    serde_json::from_str(&cmd.service_request_payload).unwrap();
+                payload["CheckpointConfig"] = json!({"S3Uri": format!("s3://ckpt/b{i}")});
+                cmd.service_request_payload = payload.to_string();
+            })
+            .await;
+        ids.push(id);
+    }
+    w.tick().await;
+    w.tick().await;
+    assert_eq!(w.dispatched_ids().await.len(), 4, "idle capacity was lent");
+    // 6.9 s later (6.5 s of training): b3 saved 0.5 s ago, b2 2.5 s ago, so b3 goes. 1.5 s on,
+    // while b3 stops, b2 saves and would lose less than b3 now does.
+    for _ in 0..(6_900 / 250) {
+        w.clock.advance(250);
+        w.tick().await;
+    }
+    let owner = w
+        .submit_with("o0", "teams", 1, quick(1), quota("owner"))
+        .await;
+    w.run_until_done(250, 300_000).await;
+    assert_eq!(w.job(&owner).await.status, JobStatus::Succeeded);
+    let (b2, b3) = (w.job(&ids[2]).await, w.job(&ids[3]).await);
+    assert_eq!(b3.requeued_by, Some(Requeue::Preemption), "{b3:?}");
+    assert!(
+        b2.preemption_summary.is_none(),
+        "b2 was not stopped too: {b2:?}"
+    );
+    // The cycles during b3's stop chose it again: b2 was the cheaper candidate in some.
+    let chosen: Vec<&str> = w
+        .decisions
+        .iter()
+        .flat_map(|d| &d.plan.preemptions)
+        .map(|p| p.victim_job_id.as_str())
+        .collect();
+    assert!(chosen.len() > 1, "{chosen:?}");
+    assert!(chosen.iter().all(|v| *v == ids[3]), "{chosen:?}");
+    let b2_cheaper = w.decisions.iter().any(|d| {
+        let running = |id: &str| d.snapshot.running.iter().find(|r| r.job_id.as_str() == id);
+        let (Some(b2), Some(b3)) = (running(&ids[2]), running(&ids[3])) else {
+            return false;
+        };
+        b3.stopping && b2.checkpoint_ms > b3.checkpoint_ms
+    });
+    assert!(
+        b2_cheaper,
+        "some cycle saw b2 save after b3 was asked to stop"
+    );
+}
+
 /// Checks that every decision record, read back from its JSON, plans again to its decisions
 /// and matches its digest; returns how many of them preempt. Also that the check can fail: a
 /// record whose plan or snapshot was altered does not pass it.

@@ -40,6 +40,7 @@ fn world(pending: usize, shares: usize, weighted: bool) -> (Snapshot, History) {
             checkpoint_interval_ms: None,
             preemptions: 0,
             resumable: false,
+            stopping: false,
         })
         .collect();
     let pending = (0..pending)

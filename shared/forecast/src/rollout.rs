@@ -409,6 +409,7 @@ impl<'a> Rollout<'a> {
             checkpoint_interval_ms: None,
             preemptions: 0,
             resumable: false,
+            stopping: false,
         });
     }
 

@@ -41,6 +41,7 @@ fn running(id: &str, started_at_ms: i64, max_runtime_s: i64) -> RunningJob {
         checkpoint_interval_ms: None,
         preemptions: 0,
         resumable: false,
+        stopping: false,
     }
 }
 

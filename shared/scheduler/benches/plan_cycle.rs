@@ -51,6 +51,7 @@ fn snapshot(pending: usize, shares: usize, running: usize) -> Snapshot {
             checkpoint_interval_ms: None,
             preemptions: 0,
             resumable: false,
+            stopping: false,
         })
         .collect();
     let pending = (0..pending)

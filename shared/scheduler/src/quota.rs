@@ -17,9 +17,10 @@
 //! ```
 //!
 //! **A share's limit serves its highest-priority jobs first.** A share with `U > L` for a type
-//! is borrowing `U − L` of it. The borrowing is attributed to its *lowest-priority* running jobs
-//! holding that type, the most recently started first (then the greater job id), marking jobs
-//! until the marked instances cover `U − L`: the share's production keeps its entitlement while
+//! is borrowing `U − L` of it. The borrowing is attributed to its jobs already asked to stop
+//! (`RunningJob::stopping`: their instances are on their way back), then to its
+//! *lowest-priority* running jobs holding that type, the most recently started first (then the
+//! greater job id), marking jobs until the marked instances cover `U − L`: the share's production keeps its entitlement while
 //! its sweeps are the ones on lent capacity, and among equals the jobs that started last are the
 //! ones that could only start by borrowing. See [`borrowed_jobs`]. Likewise a job is *entitled*
 //! when it fits within its share's limit together with the share's jobs of its priority or
@@ -66,7 +67,8 @@
 //!
 //! Both waits let jobs that end free the capacity first, which costs no work.
 //!
-//! An attempt is preemptible once it has run `Config::min_runtime_before_preemption_s`. Anti-
+//! An attempt is preemptible once it has run `Config::min_runtime_before_preemption_s`, and
+//! always once it has been asked to stop (choosing it again loses nothing more). Anti-
 //! thrash protects from *in-share* preemption only (a borrower runs on lent capacity at the
 //! lender's pleasure, so reclaiming it is never delayed by it), for a job whose attempts resume
 //! from checkpoints (`RunningJob::resumable`) and that was preempted before
@@ -86,9 +88,9 @@
 //! cost(V)  g(V) × (now − tck(V) + Config::restart_overhead_s)          instance-seconds
 //! ```
 //!
-//! so hiding checkpoints buys no protection. Candidates are ordered borrowed first, then lowest
-//! priority (the rules stay first), then least cost per instance freed of the types `J` needs,
-//! then job id, and taken greedily until `J` would fit **within its share's own limit** and the
+//! so hiding checkpoints buys no protection. Candidates are ordered: jobs already asked to stop
+//! first, then borrowed, then lowest priority (the rules stay first), then least cost per
+//! instance freed of the types `J` needs, then job id, and taken greedily until `J` would fit **within its share's own limit** and the
 //! environment's capacity; then victims that turn out unnecessary are dropped, walking back from
 //! the last. A share already over its limit (`U(S,t) + n > L(S,t)`) lent nothing: it reclaims
 //! nothing, and an entitled job of it needs only the environment's room (and its share within
@@ -330,13 +332,18 @@ fn borrowed_among<'a>(
         if (0..types).all(|t| over(t) == 0) {
             continue;
         }
+        // Jobs already stopping first: their instances are the ones on their way back.
         jobs.sort_by(|a, b| {
             let (a, b) = (running[*a], running[*b]);
-            (a.priority, Reverse(a.started_at_ms), Reverse(&a.job_id)).cmp(&(
-                b.priority,
-                Reverse(b.started_at_ms),
-                Reverse(&b.job_id),
-            ))
+            let order = |r: &'a RunningJob| {
+                (
+                    !r.stopping,
+                    r.priority,
+                    Reverse(r.started_at_ms),
+                    Reverse(&r.job_id),
+                )
+            };
+            order(a).cmp(&order(b))
         });
         // Types in text order, as `Names::types` numbers them.
         for t in 0..types {
@@ -899,8 +906,8 @@ impl<'a> Quota<'a> {
             .collect();
         // A total order (ids are distinct), so an unstable sort orders them as a stable one.
         candidates.sort_unstable_by(|(a, ab, (ca, fa)), (b, bb, (cb, fb))| {
-            (!ab, a.priority)
-                .cmp(&(!bb, b.priority))
+            (!a.stopping, !ab, a.priority)
+                .cmp(&(!b.stopping, !bb, b.priority))
                 .then((ca * fb).cmp(&(cb * fa)))
                 .then_with(|| a.job_id.cmp(&b.job_id))
         });
@@ -975,10 +982,11 @@ pub(crate) fn plan_quota_queue<'a>(
         if job.share.is_none() {
             continue;
         }
-        if now_ms >= reclaimable_from(job, config) {
+        // A job already stopping loses nothing more by being chosen again, however young.
+        if job.stopping || now_ms >= reclaimable_from(job, config) {
             reclaimable.insert(key(job));
         }
-        if now_ms >= preemptible_from(job, config)
+        if (job.stopping || now_ms >= preemptible_from(job, config))
             && let Some(s) = *share
         {
             preemptible[s].push(job);

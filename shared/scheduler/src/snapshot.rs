@@ -274,6 +274,12 @@ pub struct RunningJob {
     /// preempted before.
     #[serde(default)]
     pub resumable: bool,
+    /// Whether its attempt has been asked to stop (a preemption, a timeout or a terminate): its
+    /// instances are on their way back. Choosing it as a victim again loses nothing more, so
+    /// the quota planner takes it before any other candidate, and counts it first among its
+    /// share's borrowed jobs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 impl RunningJob {

@@ -99,6 +99,7 @@ fn running(id: &str, queue: &str, instances: u32, ends_in_s: i64) -> RunningJob 
         checkpoint_interval_ms: None,
         preemptions: 0,
         resumable: false,
+        stopping: false,
     }
 }
 

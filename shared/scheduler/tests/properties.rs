@@ -71,6 +71,7 @@ fn generate(seed: u64) -> Snapshot {
             checkpoint_interval_ms: None,
             preemptions: 0,
             resumable: false,
+            stopping: false,
         });
     }
     let pending = (0..rng.below(41))
@@ -342,6 +343,7 @@ fn fair_share_converges_to_the_weights_over_a_long_backlogged_run() {
                 checkpoint_interval_ms: None,
                 preemptions: 0,
                 resumable: false,
+                stopping: false,
             });
         }
         // Account one step of usage per share (the host's job after each cycle).

@@ -7,7 +7,7 @@ use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::quota_share::SharingStrategy::{self, Lend, LendAndBorrow, Reserve};
 use trainyard_scheduler::{
     Config, EnvironmentState, PendingJob, Plan, PreemptionReason, QueuePolicy, QueueState,
-    QuotaLimitCause, QuotaShareState, RunningJob, SkipReason, Snapshot, plan_cycle,
+    QuotaLimitCause, QuotaShareState, RunningJob, Skip, SkipReason, Snapshot, plan_cycle,
     waited_since_ms,
 };
 
@@ -71,6 +71,7 @@ fn run(id: &str, share: &str, n: u32, started_hours_ago: i64) -> RunningJob {
         checkpoint_interval_ms: None,
         preemptions: 0,
         resumable: false,
+        stopping: false,
     }
 }
 
@@ -839,6 +840,55 @@ fn the_victim_is_the_job_that_loses_least_since_its_checkpoint() {
         assert_eq!(plan.preemptions[0].lost_instance_s, 3600 + 300);
         assert_eq!(plan.preemptions[0].checkpoint_ms, None);
     }
+}
+
+/// A job already asked to stop is chosen again before any other candidate, however the losses
+/// have moved since: stopping it again costs nothing, and its instances are on their way back.
+/// Its share's borrowing is counted on it first. Otherwise a job waiting for its victim to stop
+/// would stop another as soon as that one became cheaper (one that has just saved a checkpoint).
+#[test]
+fn a_victim_already_stopping_is_chosen_again_before_any_other() {
+    let shares = vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)];
+    let stopping = |mut r: RunningJob| {
+        r.stopping = true;
+        r
+    };
+    let world = |running: Vec<RunningJob>| {
+        let world = snapshot(4, shares.clone(), running, vec![job("a1", "a", 1)]);
+        plan_cycle(&world, NOW, &Config::default())
+    };
+    // b-new was chosen by an earlier cycle and is stopping; b-old has saved a checkpoint since,
+    // and would lose less.
+    let plan = world(vec![
+        run("b-own", "b", 2, 9),
+        stopping(run("b-new", "b", 1, 1)),
+        checkpointed(run("b-old", "b", 1, 5), 5),
+    ]);
+    assert_eq!(preempted(&plan), [("b-new", "a1")], "{plan:#?}");
+    // b's oldest job is the one stopping: b borrows 2 and it holds 2, so it alone is counted
+    // as borrowed, and the jobs that still run are within b's limit.
+    let plan = world(vec![
+        stopping(run("b-own", "b", 2, 9)),
+        run("b-new", "b", 1, 1),
+        checkpointed(run("b-old", "b", 1, 5), 5),
+    ]);
+    assert_eq!(preempted(&plan), [("b-own", "a1")], "{plan:#?}");
+    assert!(
+        matches!(
+            &plan.skips[..],
+            [Skip { reason: SkipReason::WaitingForPreemptedCapacity { victims }, .. }]
+                if victims.iter().map(|v| v.as_str()).eq(["b-own"])
+        ),
+        "{plan:#?}"
+    );
+    // Stopping and young (preempted moments after it started, or timed out early): still
+    // chosen first, as it loses nothing more.
+    let plan = world(vec![
+        run("b-own", "b", 2, 9),
+        stopping(run("b-new", "b", 1, 0)),
+        checkpointed(run("b-old", "b", 1, 5), 5),
+    ]);
+    assert_eq!(preempted(&plan), [("b-new", "a1")], "{plan:#?}");
 }
 
 /// With `checkpoint_alignment_s`, a preemption waits for its victim's due checkpoint when that is

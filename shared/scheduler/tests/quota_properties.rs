@@ -304,6 +304,7 @@ fn simulate_counting(seed: u64) -> Result<(Vec<(String, String)>, usize), String
                 checkpoint_interval_ms: None,
                 preemptions: 0,
                 resumable: false,
+                stopping: false,
             });
         }
         for p in &plan.preemptions {

@@ -627,6 +627,8 @@ pub struct CapacityHolder {
     pub checkpoint_s3_uri: Option<trainyard_scheduler::SharedStr>,
     /// How many of its attempts were preempted before (`preemptionSummary`).
     pub preemptions: u32,
+    /// Whether its attempt has been asked to stop ([`CapacityHolder::stopping_of`]).
+    pub stopping: bool,
 }
 
 impl CapacityHolder {
@@ -642,7 +644,17 @@ impl CapacityHolder {
             max_runtime_s: job.training.max_runtime_s,
             checkpoint_s3_uri: job.training.checkpoint_s3_uri.as_deref().map(Into::into),
             preemptions: job.preemptions(),
+            stopping: Self::stopping_of(job),
         }
+    }
+
+    /// Whether a dispatched job's attempt has been asked to stop: it was preempted, timed out
+    /// or terminated, and its instances come back when SageMaker reports it stopped.
+    pub fn stopping_of(job: &ServiceJob) -> bool {
+        job.is_terminated
+            || job
+                .latest_attempt()
+                .is_some_and(|attempt| attempt.stop_requested.is_some())
     }
 
     /// [`started_at`](Self::started_at) of a dispatched job: when its latest attempt started,

@@ -82,6 +82,9 @@ pub(crate) const CHECKPOINT_S3_URI: &str = "ck";
 /// How many of the job's attempts were preempted (N; absent when none): a copy of
 /// `preemptionSummary.preemptedAttemptCount` for the planner's anti-thrash rule.
 pub(crate) const PREEMPTIONS: &str = "pre";
+/// While the job holds capacity and its attempt has been asked to stop (BOOL true; absent
+/// otherwise): `CapacityHolder::stopping`, set once when the stop is asked for.
+pub(crate) const STOPPING: &str = "stp";
 /// `lineOffsetMs` (N; absent when 0): a RUNNABLE job's place in line is its runnable time plus
 /// this, and the runnable sort key holds that sum ([`runnable_key`]).
 pub(crate) const LINE_OFFSET: &str = "lo";
@@ -145,7 +148,8 @@ pub(crate) const LIST_FILTERS: &[&str] = &[SHARE_IDENTIFIER, QUOTA_SHARE_NAME, N
 /// What `by-queue-status` projects: the filters, the queue (its dispatched partition, every
 /// queue's, is filtered on it), and the rest of a [`CapacityHolder`], so that a cycle reads the
 /// jobs holding capacity from the index alone. Set at submit, or ([`HELD_SINCE`]) at dispatch:
-/// none changes while a job stays in one partition, but for a new `schedulingPriority`.
+/// none changes while a job stays in one partition, but for a new `schedulingPriority` and
+/// ([`STOPPING`]) a stop asked for.
 pub(crate) const STATUS_PROJECTION: &[&str] = &[
     SHARE_IDENTIFIER,
     QUOTA_SHARE_NAME,
@@ -158,6 +162,7 @@ pub(crate) const STATUS_PROJECTION: &[&str] = &[
     HELD_SINCE,
     CHECKPOINT_S3_URI,
     PREEMPTIONS,
+    STOPPING,
 ];
 
 /// Every global secondary index: (name, partition attribute, sort attribute, the attributes it
@@ -403,6 +408,9 @@ fn job_item_with(job: &ServiceJob, version: u64, doc: String) -> Item {
     if preemptions > 0 {
         put(PREEMPTIONS, n(preemptions));
     }
+    if job.status.is_dispatched() && CapacityHolder::stopping_of(job) {
+        put(STOPPING, AttributeValue::Bool(true));
+    }
     item
 }
 
@@ -558,6 +566,7 @@ pub(crate) fn capacity_holder(item: &Item) -> Result<CapacityHolder, StoreError>
         max_runtime_s: optional_number(&key, item, MAX_RUNTIME_S)?,
         checkpoint_s3_uri: optional_text(CHECKPOINT_S3_URI).map(Into::into),
         preemptions: optional_number(&key, item, PREEMPTIONS)?.unwrap_or(0),
+        stopping: matches!(item.get(STOPPING), Some(AttributeValue::Bool(true))),
     })
 }
 
@@ -1004,6 +1013,12 @@ mod tests {
             later.attempts[0].training_job_arn = Some("arn:aws:sagemaker:x".into());
             assert_eq!(status_entry(&later, version), first, "{status:?}");
         }
+        // Asked to stop (a preemption): the entry says so, and only then.
+        assert!(!capacity_holder(&first).unwrap().stopping);
+        later.attempts[0].stop_requested = Some(trainyard_domain::job::StopRequest::Preemption);
+        let stopping = capacity_holder(&status_entry(&later, 6)).unwrap();
+        assert!(stopping.stopping);
+        assert_eq!(stopping, CapacityHolder::of(&later));
         // Without an attempt start (a job written by hand), the last update stands in.
         let mut bare = job("bare").status(JobStatus::Running).build();
         bare.updated_at = 42;

@@ -151,6 +151,7 @@ fn running(job: CapacityHolder, planner: &PlannerConfig) -> RunningJob {
         checkpoint_interval_ms: None,
         preemptions: job.preemptions,
         resumable: job.checkpoint_s3_uri.is_some(),
+        stopping: job.stopping,
     }
 }
 
