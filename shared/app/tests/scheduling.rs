@@ -185,6 +185,32 @@ impl World {
         self.quota_queue("teams", 4, &shares).await;
     }
 
+    /// Submits four jobs `b0`..`b3` of `seconds` to the `borrower` share of
+    /// [`World::lender_and_borrower`], each with a `CheckpointConfig.S3Uri` of its own and the
+    /// hyper-parameters `hyper(i, ..)` adds; their ids.
+    async fn checkpointing_borrowers(
+        &self,
+        seconds: u32,
+        hyper: impl Fn(usize, &mut Value),
+    ) -> Vec<String> {
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            let mut hypers = quick(seconds);
+            hyper(i, &mut hypers);
+            let id = self
+                .submit_with(&format!("b{i}"), "teams", 1, hypers, |cmd| {
+                    quota("borrower")(cmd);
+                    let mut payload: Value =
+                        serde_json::from_str(&cmd.service_request_payload).unwrap();
+                    payload["CheckpointConfig"] = json!({"S3Uri": format!("s3://ckpt/b{i}")});
+                    cmd.service_request_payload = payload.to_string();
+                })
+                .await;
+            ids.push(id);
+        }
+        ids
+    }
+
     /// The environment's usage document, net of the releases not folded into it yet (with
     /// the version stored).
     async fn usage(&self, environment: &str) -> Versioned<EnvironmentUsage> {
@@ -1003,23 +1029,13 @@ async fn the_victim_is_the_borrowed_job_with_the_newest_checkpoint_and_it_resume
     w.config.record_decisions = true;
     w.lender_and_borrower().await;
     // Four borrower jobs start, two within the share's limit and then two borrowed (b2, b3). Only b3 checkpoints (every 4 s of training); b2 publishes nothing.
-    let mut ids = Vec::new();
-    for i in 0..4 {
-        let mut hyper = quick(30);
-        if i == 3 {
-            hyper["emulator_checkpoint_interval_s"] = json!("4");
-        }
-        let id = w
-            .submit_with(&format!("b{i}"), "teams", 1, hyper, |cmd| {
-                quota("borrower")(cmd);
-                let mut payload: Value =
-                    serde_json::from_str(&cmd.service_request_payload).unwrap();
-                payload["CheckpointConfig"] = json!({"S3Uri": format!("s3://ckpt/b{i}")});
-                cmd.service_request_payload = payload.to_string();
-            })
-            .await;
-        ids.push(id);
-    }
+    let ids = w
+        .checkpointing_borrowers(30, |i, hyper| {
+            if i == 3 {
+                hyper["emulator_checkpoint_interval_s"] = json!("4");
+            }
+        })
+        .await;
     // The owner's share is within its limit first; it borrows from the next cycle on.
     w.tick().await;
     assert_eq!(w.dispatched_ids().await.len(), 2, "within the limit first");
@@ -1090,25 +1106,15 @@ async fn the_cycles_during_a_victims_stop_choose_it_again_rather_than_a_newly_ch
     w.lender_and_borrower().await;
     // Four borrower jobs start, two within the share's limit and then two borrowed: b2 saves
     // every 4 s of training, b3 every 6 s.
-    let mut ids = Vec::new();
-    for i in 0..4 {
-        let mut hyper = quick(60);
-        if i >= 2 {
-            let every = if i == 2 { "4" } else { "6" };
-            hyper["emulator_checkpoint_interval_s"] = json!(every);
-            hyper["emulator_checkpoint_on_stop"] = json!("false");
-        }
-        let id = w
-            .submit_with(&format!("b{i}"), "teams", 1, hyper, |cmd| {
-                quota("borrower")(cmd);
-                let mut payload: Value =
-                    serde_json::from_str(&cmd.service_request_payload).unwrap();
-                payload["CheckpointConfig"] = json!({"S3Uri": format!("s3://ckpt/b{i}")});
-                cmd.service_request_payload = payload.to_string();
-            })
-            .await;
-        ids.push(id);
-    }
+    let ids = w
+        .checkpointing_borrowers(60, |i, hyper| {
+            if i >= 2 {
+                let every = if i == 2 { "4" } else { "6" };
+                hyper["emulator_checkpoint_interval_s"] = json!(every);
+                hyper["emulator_checkpoint_on_stop"] = json!("false");
+            }
+        })
+        .await;
     w.tick().await;
     w.tick().await;
     assert_eq!(w.dispatched_ids().await.len(), 4, "idle capacity was lent");
