@@ -20,9 +20,9 @@
 //! is borrowing `U − L` of it. The borrowing is attributed to its jobs already asked to stop
 //! (`RunningJob::stopping`: their instances are on their way back), then to its
 //! *lowest-priority* running jobs holding that type, the most recently started first (then the
-//! greater job id), marking jobs until the marked instances cover `U − L`: the share's production keeps its entitlement while
-//! its sweeps are the ones on lent capacity, and among equals the jobs that started last are the
-//! ones that could only start by borrowing. See [`borrowed_jobs`]. Likewise a job is *entitled*
+//! greater job id), marking jobs until the marked instances cover `U − L`: the share's
+//! production keeps its entitlement while its sweeps are the ones on lent capacity, and among
+//! equals the jobs that started last are the ones that could only start by borrowing. See [`borrowed_jobs`]. Likewise a job is *entitled*
 //! when it fits within its share's limit together with the share's jobs of its priority or
 //! higher, `U_p(S,t) + n ≤ L(S,t)`, and the share stays within `L + cap` with all of them: a
 //! production job of a share whose sweeps borrow is entitled, and goes before borrowers.
@@ -90,9 +90,9 @@
 //!
 //! so hiding checkpoints buys no protection. Candidates are ordered: jobs already asked to stop
 //! first, then borrowed, then lowest priority (the rules stay first), then least cost per
-//! instance freed of the types `J` needs, then job id, and taken greedily until `J` would fit **within its share's own limit** and the
-//! environment's capacity; then victims that turn out unnecessary are dropped, walking back from
-//! the last. A share already over its limit (`U(S,t) + n > L(S,t)`) lent nothing: it reclaims
+//! instance freed of the types `J` needs, then job id, and taken greedily until `J` would fit
+//! **within its share's own limit** and the environment's capacity; then victims that turn out
+//! unnecessary are dropped, walking back from the last. A share already over its limit (`U(S,t) + n > L(S,t)`) lent nothing: it reclaims
 //! nothing, and an entitled job of it needs only the environment's room (and its share within
 //! `L + cap`), so it preempts as many of its share's lower-priority jobs as that takes, not
 //! enough to bring the share back within its limit (those would only borrow again). If the candidates cannot make room, nobody is preempted. Each [`Preemption`] carries
