@@ -192,11 +192,8 @@ fn full_shares<'a>(policy: &'a QueuePolicy, queue: &str, held: &ShareCounts) -> 
             queue: queue.into(),
             share: share.name.as_str().into(),
         };
-        let by_type = held.get(&key).map_or(&[][..], |tally| &tally.by_type);
-        share.full(|ty| {
-            let of_type = by_type.iter().find(|(t, _)| t == ty);
-            of_type.map_or(0, |(_, n)| *n)
-        })
+        let tally = held.get(&key);
+        share.full(|ty| tally.map_or(0, |tally| tally.held(ty)))
     };
     // No key is built for a share that can never be full.
     let shares = shares.iter().filter(|s| s.may_fill() && full(s));
@@ -280,6 +277,18 @@ struct Tally {
     by_type: Vec<(String, u64)>,
 }
 
+impl Tally {
+    /// What the share's jobs hold of `ty`.
+    fn held(&self, ty: &str) -> u64 {
+        self.slot(ty).map_or(0, |i| self.by_type[i].1)
+    }
+
+    /// Where `ty` is in `by_type`, or where it would go.
+    fn slot(&self, ty: &str) -> Result<usize, usize> {
+        self.by_type.binary_search_by(|(t, _)| t.as_str().cmp(ty))
+    }
+}
+
 /// Counts `job` into its share's tally (`into`) or out of it, if it has a share.
 fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
     let Some(share) = &job.share else {
@@ -295,7 +304,7 @@ fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
         tally.jobs += 1;
         tally.instances += instances;
         for (ty, n) in job.instances.iter().filter(|(_, n)| **n > 0) {
-            match tally.by_type.binary_search_by(|(t, _)| t.cmp(ty)) {
+            match tally.slot(ty) {
                 Ok(i) => tally.by_type[i].1 += u64::from(*n),
                 Err(i) => tally.by_type.insert(i, (ty.clone(), u64::from(*n))),
             }
@@ -304,7 +313,7 @@ fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
         tally.jobs = tally.jobs.saturating_sub(1);
         tally.instances = tally.instances.saturating_sub(instances);
         for (ty, n) in job.instances.iter() {
-            if let Ok(i) = tally.by_type.binary_search_by(|(t, _)| t.cmp(ty)) {
+            if let Ok(i) = tally.slot(ty) {
                 tally.by_type[i].1 = tally.by_type[i].1.saturating_sub(u64::from(*n));
             }
         }
