@@ -947,6 +947,32 @@ async fn an_attempt_whose_training_job_vanished_is_requeued_without_using_an_att
 }
 
 #[tokio::test]
+async fn a_cycle_reports_the_borrowers_it_held_back_for_its_entitled_starts() {
+    let w = World::new(EmulatorConfig::default());
+    w.lender_and_borrower().await;
+    // The owner's job and the borrower's first two start within their limits; the borrower's
+    // third would borrow the owner's idle instance, and waits a cycle for them.
+    w.submit_with("o0", "teams", 1, quick(60), quota("owner"))
+        .await;
+    for i in 0..3 {
+        w.submit_with(&format!("b{i}"), "teams", 1, quick(60), quota("borrower"))
+            .await;
+    }
+    let first = w.accept_and_cycle().await;
+    assert_eq!(
+        (first.dispatched, first.borrowers_held),
+        (3, 1),
+        "{first:?}"
+    );
+    let second = w.accept_and_cycle().await;
+    assert_eq!(
+        (second.dispatched, second.borrowers_held),
+        (1, 0),
+        "{second:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_lender_reclaims_borrowed_capacity_by_preemption_and_the_victims_finish_later() {
     let mut w = World::new(EmulatorConfig::default());
     w.config.planner.min_runtime_before_preemption_s = 2;

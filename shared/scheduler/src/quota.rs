@@ -148,7 +148,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::decision::{Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason};
 use crate::env::{EnvPlan, dispatch, fifo, within_share};
 use crate::pool::{self, Fit};
-use crate::snapshot::{Config, PendingJob, QueueState, QuotaShareState, RunningJob, SharedStr};
+use crate::snapshot::{
+    Config, PendingJob, QueuePolicy, QueueState, QuotaShareState, RunningJob, SharedStr, Snapshot,
+};
 use trainyard_domain::quota_share::SharingStrategy;
 
 /// The jobs treated as borrowed: for each share and instance type in use above its own limit,
@@ -162,6 +164,109 @@ pub fn borrowed_jobs<'a>(
         .into_iter()
         .map(|job| job.job_id.as_str())
         .collect()
+}
+
+/// Whether `plan`'s dispatches change which running jobs of a quota-managed queue of
+/// `snapshot` count as borrowed ([`borrowed_jobs`]), once they run. A cycle works the borrowed
+/// jobs out when it begins and again after each preemption, not after its starts; when its
+/// starts move them (a share's new jobs outrank its older ones, which now count as borrowed,
+/// or the other way round), the next cycle may reclaim from jobs this one could not, or no
+/// longer from one it could. A host that cycles again only when that cycle could act asks this.
+pub fn dispatches_move_borrowing(snapshot: &Snapshot, plan: &Plan, now_ms: i64) -> bool {
+    if plan.dispatches.is_empty() {
+        return false;
+    }
+    snapshot.queues.iter().any(|queue| {
+        let QueuePolicy::QuotaShare(shares) = &queue.policy else {
+            return false;
+        };
+        let of_queue = |name: &str| name == queue.name.as_str();
+        let started: Vec<&PendingJob> = plan
+            .dispatches
+            .iter()
+            .filter(|d| of_queue(&d.queue))
+            .filter_map(|d| snapshot.pending.iter().find(|p| p.job_id == d.job_id))
+            .collect();
+        let running: Vec<&RunningJob> = snapshot
+            .running
+            .iter()
+            .filter(|r| of_queue(&r.queue))
+            .collect();
+        !started.is_empty() && starts_move_borrowing(shares, &running, &started, now_ms)
+    })
+}
+
+/// [`dispatches_move_borrowing`] for one queue: its `shares`, its `running` jobs and the jobs
+/// `started` at `now_ms`. Borrowing is counted per share and instance type, on a share's jobs in
+/// one order ([`borrowed_among`]), the started ones among them; the old jobs counted are the
+/// first of that order in both cases, so they are the same jobs when they are as many.
+fn starts_move_borrowing(
+    shares: &[QuotaShareState],
+    running: &[&RunningJob],
+    started: &[&PendingJob],
+    now_ms: i64,
+) -> bool {
+    shares.iter().any(|share| {
+        let name = share.name.as_str();
+        let of_share = |s: &Option<SharedStr>| s.as_deref() == Some(name);
+        let new: Vec<&PendingJob> = started
+            .iter()
+            .copied()
+            .filter(|j| of_share(&j.share))
+            .collect();
+        if new.is_empty() {
+            return false;
+        }
+        let old: Vec<&RunningJob> = running
+            .iter()
+            .copied()
+            .filter(|r| of_share(&r.share))
+            .collect();
+        let types: BTreeSet<&str> = new
+            .iter()
+            .flat_map(|j| j.instances.keys())
+            .map(|t| t.as_str())
+            .collect();
+        types.into_iter().any(|ty| {
+            let held = |instances: &crate::snapshot::Instances| {
+                u64::from(instances.get(ty).copied().unwrap_or(0))
+            };
+            let used: u64 = old.iter().map(|r| held(&r.instances)).sum();
+            let added: u64 = new.iter().map(|j| held(&j.instances)).sum();
+            let limit = share.limit(ty);
+            if used + added <= limit {
+                return false;
+            }
+            // (rank, instances of `ty`, whether it is an old job).
+            let old_jobs = old.iter().map(|r| {
+                let rank = borrow_rank(r.stopping, r.priority, r.started_at_ms, &r.job_id);
+                (rank, held(&r.instances), true)
+            });
+            let new_jobs = new.iter().map(|j| {
+                let rank = borrow_rank(false, j.priority, now_ms, &j.job_id);
+                (rank, held(&j.instances), false)
+            });
+            let mut order: Vec<(BorrowRank<'_>, u64, bool)> = old_jobs
+                .chain(new_jobs)
+                .filter(|(_, n, _)| *n > 0)
+                .collect();
+            order.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            // How many old jobs are counted to cover `over`, with or without the new ones.
+            let counted = |over: u64, with_new: bool| {
+                let mut marked = 0;
+                let mut jobs = 0;
+                for (_, n, is_old) in order.iter().filter(|(_, _, is_old)| with_new || *is_old) {
+                    if marked >= over {
+                        break;
+                    }
+                    marked += n;
+                    jobs += usize::from(*is_old);
+                }
+                jobs
+            };
+            counted(used.saturating_sub(limit), false) != counted(used + added - limit, true)
+        })
+    })
 }
 
 /// A running job's identity within one cycle: the address of its id's text, which every copy
@@ -302,6 +407,15 @@ impl Holdings {
     }
 }
 
+/// Where a share's job stands in the order its borrowing is counted in ([`borrowed_among`]):
+/// jobs already stopping first (their instances are the ones on their way back), then the
+/// lowest `schedulingPriority`, the most recently started, the greater id.
+type BorrowRank<'a> = (bool, u32, Reverse<i64>, Reverse<&'a str>);
+
+fn borrow_rank(stopping: bool, priority: u32, started_at_ms: i64, id: &str) -> BorrowRank<'_> {
+    (!stopping, priority, Reverse(started_at_ms), Reverse(id))
+}
+
 /// [`borrowed`], with the cycle's names and holdings, among the running jobs `among` (places in
 /// `running`).
 fn borrowed_among<'a>(
@@ -332,18 +446,10 @@ fn borrowed_among<'a>(
         if (0..types).all(|t| over(t) == 0) {
             continue;
         }
-        // Jobs already stopping first: their instances are the ones on their way back.
         jobs.sort_by(|a, b| {
-            let (a, b) = (running[*a], running[*b]);
-            let order = |r: &'a RunningJob| {
-                (
-                    !r.stopping,
-                    r.priority,
-                    Reverse(r.started_at_ms),
-                    Reverse(&r.job_id),
-                )
-            };
-            order(a).cmp(&order(b))
+            let rank =
+                |r: &'a RunningJob| borrow_rank(r.stopping, r.priority, r.started_at_ms, &r.job_id);
+            rank(running[*a]).cmp(&rank(running[*b]))
         });
         // Types in text order, as `Names::types` numbers them.
         for t in 0..types {

@@ -7,7 +7,7 @@ use trainyard_domain::environment::CapacityLimit;
 use trainyard_domain::quota_share::SharingStrategy::{self, Lend, LendAndBorrow, Reserve};
 use trainyard_scheduler::{
     Config, EnvironmentState, PendingJob, Plan, PreemptionReason, QueuePolicy, QueueState,
-    QuotaLimitCause, QuotaShareState, RunningJob, Skip, SkipReason, Snapshot, plan_cycle,
+    QuotaLimitCause, QuotaShareState, RunningJob, Skip, SkipReason, Snapshot, plan_cycle, quota,
     waited_since_ms,
 };
 
@@ -1177,4 +1177,109 @@ fn a_wait_before_preempting_counts_from_the_later_of_its_place_in_line_and_its_b
     assert_eq!(waited_since_ms(1_000, Some(5_000)), 5_000);
     // A backoff that ended before the job became runnable again does not move its wait back.
     assert_eq!(waited_since_ms(1_000, Some(500)), 1_000);
+}
+
+#[test]
+fn starts_that_make_older_jobs_count_as_borrowed_are_told_to_the_host() {
+    // Share a holds its limit of 2 with two jobs of priority 100; b lends its idle 2. A job of
+    // a borrows b's capacity: when it outranks a's jobs, a's newest of them now counts as
+    // borrowed (a next cycle may reclaim it); when it does not, it counts itself.
+    let world = |priority: u32| {
+        snapshot(
+            4,
+            vec![share("a", 2, LendAndBorrow), share("b", 2, Lend)],
+            vec![
+                prio(run("a1", "a", 1, 2), 100),
+                prio(run("a2", "a", 1, 1), 100),
+            ],
+            vec![prio(job("x", "a", 1), priority)],
+        )
+    };
+    for (priority, moved) in [(200, true), (100, false), (50, false)] {
+        let snapshot = world(priority);
+        let plan = plan_cycle(&snapshot, NOW, &Config::default());
+        assert_eq!(dispatched(&plan), ["x"], "x borrows at priority {priority}");
+        assert_eq!(
+            quota::dispatches_move_borrowing(&snapshot, &plan, NOW),
+            moved,
+            "x at priority {priority}"
+        );
+    }
+}
+
+#[test]
+fn whether_starts_move_the_borrowed_jobs_agrees_with_counting_them_again() {
+    // Random worlds of three shares: the answer is the borrowed jobs counted with the started
+    // jobs running, against those counted without them.
+    let mut seed: u64 = 0x5eed;
+    let mut draw = |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    let (mut moved, mut still) = (0, 0);
+    for world in 0..2_000 {
+        let names = ["a", "b", "c"];
+        let shares: Vec<QuotaShareState> = names
+            .iter()
+            .map(|n| share(n, 1 + draw(4) as u32, LendAndBorrow))
+            .collect();
+        let running: Vec<RunningJob> = (0..draw(10))
+            .map(|i| {
+                let share = names[draw(3) as usize];
+                let mut r = prio(
+                    run(&format!("r{i}"), share, 1 + draw(3) as u32, 0),
+                    draw(3) as u32,
+                );
+                r.started_at_ms = NOW - 1 - draw(5) as i64 * HOUR_MS;
+                r.stopping = draw(6) == 0;
+                r
+            })
+            .collect();
+        let pending: Vec<PendingJob> = (0..1 + draw(5))
+            .map(|i| {
+                let share = names[draw(3) as usize];
+                prio(
+                    job(&format!("p{i}"), share, 1 + draw(2) as u32),
+                    draw(3) as u32,
+                )
+            })
+            .collect();
+        let snapshot = snapshot(24, shares.clone(), running.clone(), pending.clone());
+        let plan = plan_cycle(&snapshot, NOW, &Config::default());
+        if plan.dispatches.is_empty() || !plan.preemptions.is_empty() {
+            continue;
+        }
+        let started: Vec<RunningJob> = plan
+            .dispatches
+            .iter()
+            .map(|d| {
+                let job = pending.iter().find(|p| p.job_id == d.job_id).unwrap();
+                RunningJob {
+                    priority: job.priority,
+                    started_at_ms: NOW,
+                    instances: job.instances.clone(),
+                    ..run(job.job_id.as_str(), job.share.as_deref().unwrap(), 0, 0)
+                }
+            })
+            .collect();
+        let before = quota::borrowed_jobs(&shares, &running);
+        let mut after = quota::borrowed_jobs(&shares, running.iter().chain(&started));
+        for job in &started {
+            after.remove(job.job_id.as_str());
+        }
+        let expected = before != after;
+        assert_eq!(
+            quota::dispatches_move_borrowing(&snapshot, &plan, NOW),
+            expected,
+            "world {world}: {running:?} started {started:?}"
+        );
+        if expected {
+            moved += 1;
+        } else {
+            still += 1;
+        }
+    }
+    assert!(moved >= 20 && still >= 20, "{moved} moved, {still} did not");
 }

@@ -455,6 +455,64 @@ mod tests {
         assert_eq!(start(&gated), start(&every));
     }
 
+    #[test]
+    fn a_start_that_makes_an_older_job_borrowed_is_followed_by_a_second_cycle() {
+        // Both teams hold their limit of 4. Vision's sweep `y` waits from 500 for one of its
+        // own to end; language's research job `d` from 600, above language's sweeps (it may not
+        // preempt them). When vision's `v0` ends, the pass's first cycle starts `d` on the freed
+        // instance (it goes first, by priority): language now holds 5, and its newest sweep
+        // counts as borrowed. `y` found nothing to reclaim in that cycle; the second reclaims
+        // that sweep for it at once, instead of at the next event, hours later.
+        let mut lines = Vec::new();
+        for i in 0..4 {
+            lines.push(format!(
+                r#"{{"id":"lang-{i}","submit_s":0,"duration_s":100000,"instances":1,"queue":"sweeps","share":"language"}}"#
+            ));
+        }
+        lines.push(r#"{"id":"v0","submit_s":0,"duration_s":1000,"instances":1,"queue":"sweeps","share":"vision"}"#.to_owned());
+        for i in 1..4 {
+            lines.push(format!(
+                r#"{{"id":"v{i}","submit_s":0,"duration_s":100000,"instances":1,"queue":"sweeps","share":"vision"}}"#
+            ));
+        }
+        lines.push(r#"{"id":"y","submit_s":500,"duration_s":100,"instances":1,"queue":"sweeps","share":"vision"}"#.to_owned());
+        lines.push(r#"{"id":"d","submit_s":600,"duration_s":100,"instances":1,"queue":"research","share":"language"}"#.to_owned());
+        let trace = crate::trace::parse(&lines.join("\n"), Format::Jsonl).unwrap();
+        let mut scenario = Scenario::load("small").unwrap();
+        scenario.min_runtime_before_preemption_s = 60;
+        scenario.min_wait_before_reclaim_s = 60;
+        scenario.min_priority_for_in_share_preemption = 1000;
+        let run = |cycles| {
+            replay(
+                &trace,
+                &scenario,
+                Policy::QuotaShares,
+                None,
+                &mut |_| {},
+                cycles,
+            )
+        };
+        let gated = run(Cycles::WhenTheyMayAct).unwrap();
+        let every = run(Cycles::WhenAnythingChanged).unwrap();
+        let job = |record: &RunRecord, id: &str| {
+            let job = record.jobs.iter().find(|j| j.trace_id == id).unwrap();
+            (job.first_start_s, job.preemptions)
+        };
+        let (d, y) = (job(&every, "d"), job(&every, "y"));
+        let v0_ended = job(&every, "v0").0.unwrap() + 1000.0;
+        assert!(
+            d.0.unwrap() < v0_ended + 1.0,
+            "d starts as v0 ends: {d:?}, {v0_ended}"
+        );
+        assert!(
+            y.0.unwrap() < v0_ended + 60.0,
+            "y reclaims a sweep at once: {y:?}, {v0_ended}"
+        );
+        let preempted: u32 = every.jobs.iter().map(|j| j.preemptions).sum();
+        assert_eq!(preempted, 1, "one of language's sweeps");
+        assert_eq!(gated.jobs, every.jobs);
+    }
+
     /// The first `jobs` Philly jobs by submission (from the trace beside the repository, or
     /// `$TRAINYARD_TRACES`; a missing trace fails the test).
     fn philly(jobs: usize) -> crate::trace::Trace {
@@ -470,9 +528,10 @@ mod tests {
 
     #[test]
     fn skipping_the_cycles_that_cannot_act_changes_no_replay() {
-        // 1,500 jobs on an eighth of `fleet`: teams lend, borrow, reclaim and preempt in their
-        // shares under quota-shares, and wait for their slices under static-partition.
-        let trace = philly(1500);
+        // 4,000 jobs on an eighth of `fleet`: teams lend, borrow, reclaim and preempt in their
+        // shares under quota-shares, and wait for their slices under static-partition. (With
+        // fewer, no pass's second cycle acts after a first that preempted.)
+        let trace = philly(4000);
         let mut scenario = Scenario::load("fleet").unwrap();
         scenario.capacity_instances = 64;
         for policy in [Policy::StaticPartition, Policy::QuotaShares] {

@@ -9,10 +9,9 @@ use futures::StreamExt;
 use trainyard_domain::job::{Attempt, JobStatus, ServiceJob};
 use trainyard_domain::training::attempt_name;
 use trainyard_scheduler::fair_share::ShareUsage;
-use trainyard_scheduler::retry;
 use trainyard_scheduler::{
     Dispatch, Plan, PreemptionReason, QueuePolicy, ShareKey, SharedStr, Skip, SkipReason, Snapshot,
-    plan_cycle, within_limits,
+    plan_cycle, quota, retry, within_limits,
 };
 
 use super::snapshot::Loaded;
@@ -230,6 +229,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         }
 
         report.next_change_ms = plan.next_change_ms(now);
+        report.borrowing_moved =
+            report.dispatched > 0 && quota::dispatches_move_borrowing(&loaded.snapshot, &plan, now);
 
         // 5. Record why the others wait, and apply the queues' time limits to them.
         for skip in &plan.skips {
@@ -239,6 +240,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 | SkipReason::WaitingForVictimCheckpoint { .. } => {
                     report.preemption_waits.push(skip.job_id.clone());
                 }
+                SkipReason::BorrowingAfterEntitledStart { .. } => report.borrowers_held += 1,
                 _ => {}
             }
             self.record_skip(&loaded, skip, now, &mut report).await?;

@@ -127,6 +127,15 @@ pub struct CycleReport {
     /// Of `preemptions`, those reclaiming capacity another quota share borrowed (the rest are
     /// in-share, by priority).
     pub reclaims: usize,
+    /// Borrowers that fitted but waited for this cycle's starts within their shares' limits
+    /// (`QUOTA:BORROWING_AFTER_ENTITLED_START`): the next cycle may start them.
+    #[serde(default)]
+    pub borrowers_held: usize,
+    /// Whether this cycle's dispatches changed which running jobs count as borrowed
+    /// (`trainyard_scheduler::quota::dispatches_move_borrowing`): the next cycle may reclaim
+    /// capacity from jobs this one could not.
+    #[serde(default)]
+    pub borrowing_moved: bool,
     /// The jobs those reclaims are for (each once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reclaimed_for: Vec<trainyard_scheduler::SharedStr>,

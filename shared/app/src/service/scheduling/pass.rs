@@ -136,6 +136,9 @@ impl PassReport {
             total.rejected += c.rejected;
             total.reasons_updated += c.reasons_updated;
             total.preemptions += c.preemptions;
+            total.reclaims += c.reclaims;
+            total.borrowers_held += c.borrowers_held;
+            total.borrowing_moved |= c.borrowing_moved;
             total.fenced |= c.fenced;
         }
         total
