@@ -187,12 +187,8 @@ pub fn dispatches_move_borrowing(snapshot: &Snapshot, plan: &Plan, now_ms: i64) 
             .filter(|d| of_queue(&d.queue))
             .filter_map(|d| snapshot.pending.iter().find(|p| p.job_id == d.job_id))
             .collect();
-        let running: Vec<&RunningJob> = snapshot
-            .running
-            .iter()
-            .filter(|r| of_queue(&r.queue))
-            .collect();
-        !started.is_empty() && starts_move_borrowing(shares, &running, &started, now_ms)
+        let running = snapshot.running.iter().filter(|r| of_queue(&r.queue));
+        !started.is_empty() && starts_move_borrowing(shares, running, &started, now_ms)
     })
 }
 
@@ -200,9 +196,9 @@ pub fn dispatches_move_borrowing(snapshot: &Snapshot, plan: &Plan, now_ms: i64) 
 /// `started` at `now_ms`. Borrowing is counted per share and instance type, on a share's jobs in
 /// one order ([`borrowed_among`]), the started ones among them; the old jobs counted are the
 /// first of that order in both cases, so they are the same jobs when they are as many.
-fn starts_move_borrowing(
+fn starts_move_borrowing<'a>(
     shares: &[QuotaShareState],
-    running: &[&RunningJob],
+    running: impl Iterator<Item = &'a RunningJob> + Clone,
     started: &[&PendingJob],
     now_ms: i64,
 ) -> bool {
@@ -217,11 +213,7 @@ fn starts_move_borrowing(
         if new.is_empty() {
             return false;
         }
-        let old: Vec<&RunningJob> = running
-            .iter()
-            .copied()
-            .filter(|r| of_share(&r.share))
-            .collect();
+        let old: Vec<&RunningJob> = running.clone().filter(|r| of_share(&r.share)).collect();
         let types: BTreeSet<&str> = new
             .iter()
             .flat_map(|j| j.instances.keys())
@@ -250,6 +242,23 @@ fn starts_move_borrowing(
                 .chain(new_jobs)
                 .filter(|(_, n, _)| *n > 0)
                 .collect();
+            // Most often every started job comes before every old one (the newest, of no higher
+            // priority): they then cover what they add to the excess, and no old job moves.
+            let last_new = order
+                .iter()
+                .filter(|(_, _, old)| !old)
+                .map(|(r, ..)| r)
+                .max();
+            let first_old = order
+                .iter()
+                .filter(|(_, _, old)| *old)
+                .map(|(r, ..)| r)
+                .min();
+            if let (Some(last_new), Some(first_old)) = (last_new, first_old)
+                && last_new < first_old
+            {
+                return false;
+            }
             order.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             // How many old jobs are counted to cover `over`, with or without the new ones.
             let counted = |over: u64, with_new: bool| {
