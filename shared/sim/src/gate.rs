@@ -413,6 +413,22 @@ mod tests {
         );
     }
 
+    /// The JSONL trace `lines` replayed under quota-shares on the `small` scenario as `edit`
+    /// changes it: skipping the cycles that cannot act, and running every one.
+    fn small_replays(lines: &[String], edit: impl FnOnce(&mut Scenario)) -> (RunRecord, RunRecord) {
+        let trace = crate::trace::parse(&lines.join("\n"), Format::Jsonl).unwrap();
+        let mut scenario = Scenario::load("small").unwrap();
+        edit(&mut scenario);
+        let run = |cycles| {
+            let policy = Policy::QuotaShares;
+            replay(&trace, &scenario, policy, None, &mut |_| {}, cycles).unwrap()
+        };
+        (
+            run(Cycles::WhenTheyMayAct),
+            run(Cycles::WhenAnythingChanged),
+        )
+    }
+
     #[test]
     fn an_owner_waiting_for_borrowers_to_be_preemptible_is_cycled_for_at_the_next_event() {
         // language borrows 4 of vision's 4 instances: two jobs from t = 0, two from t = 500.
@@ -427,22 +443,10 @@ mod tests {
         }
         lines.push(r#"{"id":"vis","submit_s":700,"duration_s":100,"instances":4,"queue":"sweeps","share":"vision"}"#.to_owned());
         lines.push(r#"{"id":"lang-late","submit_s":1150,"duration_s":100,"instances":1,"queue":"sweeps","share":"language"}"#.to_owned());
-        let trace = crate::trace::parse(&lines.join("\n"), Format::Jsonl).unwrap();
-        let mut scenario = Scenario::load("small").unwrap();
-        scenario.min_runtime_before_preemption_s = 600;
-        scenario.min_wait_before_reclaim_s = 300;
-        let run = |cycles| {
-            replay(
-                &trace,
-                &scenario,
-                Policy::QuotaShares,
-                None,
-                &mut |_| {},
-                cycles,
-            )
-        };
-        let gated = run(Cycles::WhenTheyMayAct).unwrap();
-        let every = run(Cycles::WhenAnythingChanged).unwrap();
+        let (gated, every) = small_replays(&lines, |scenario| {
+            scenario.min_runtime_before_preemption_s = 600;
+            scenario.min_wait_before_reclaim_s = 300;
+        });
         let start = |record: &RunRecord| {
             let owner = record.jobs.iter().find(|j| j.trace_id == "vis").unwrap();
             owner.first_start_s
@@ -477,23 +481,11 @@ mod tests {
         }
         lines.push(r#"{"id":"y","submit_s":500,"duration_s":100,"instances":1,"queue":"sweeps","share":"vision"}"#.to_owned());
         lines.push(r#"{"id":"d","submit_s":600,"duration_s":100,"instances":1,"queue":"research","share":"language"}"#.to_owned());
-        let trace = crate::trace::parse(&lines.join("\n"), Format::Jsonl).unwrap();
-        let mut scenario = Scenario::load("small").unwrap();
-        scenario.min_runtime_before_preemption_s = 60;
-        scenario.min_wait_before_reclaim_s = 60;
-        scenario.min_priority_for_in_share_preemption = 1000;
-        let run = |cycles| {
-            replay(
-                &trace,
-                &scenario,
-                Policy::QuotaShares,
-                None,
-                &mut |_| {},
-                cycles,
-            )
-        };
-        let gated = run(Cycles::WhenTheyMayAct).unwrap();
-        let every = run(Cycles::WhenAnythingChanged).unwrap();
+        let (gated, every) = small_replays(&lines, |scenario| {
+            scenario.min_runtime_before_preemption_s = 60;
+            scenario.min_wait_before_reclaim_s = 60;
+            scenario.min_priority_for_in_share_preemption = 1000;
+        });
         let job = |record: &RunRecord, id: &str| {
             let job = record.jobs.iter().find(|j| j.trace_id == id).unwrap();
             (job.first_start_s, job.preemptions)
