@@ -157,6 +157,8 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
 struct Names<'a> {
     names: Vec<&'a str>,
     many: Option<NameNumbers<'a>>,
+    /// The last name numbered, and its number: jobs of one name often come in a row.
+    last: Option<(&'a str, usize)>,
 }
 
 /// Names' numbers by their text, hashed with a fixed seed.
@@ -185,9 +187,18 @@ impl<'a> Names<'a> {
 
     /// The number of `name`, numbering it if it is new.
     fn number(&mut self, name: &'a str) -> usize {
-        if let Some(i) = self.get(name) {
+        if let Some((last, i)) = self.last
+            && std::ptr::eq(last, name)
+        {
             return i;
         }
+        let i = self.get(name).unwrap_or_else(|| self.add(name));
+        self.last = Some((name, i));
+        i
+    }
+
+    /// Numbers a name it does not have yet.
+    fn add(&mut self, name: &'a str) -> usize {
         let i = self.names.len();
         self.names.push(name);
         match &mut self.many {
@@ -643,12 +654,19 @@ mod tests {
     #[test]
     fn names_keep_their_numbers_when_scanned_and_when_mapped() {
         let texts: Vec<String> = (0..40).map(|i| format!("share-{i:02}")).collect();
+        let copies = texts.clone();
         let mut names = Names::default();
         for (i, text) in texts.iter().enumerate() {
             assert_eq!(names.number(text), i);
             // Found again by address, and by text in another string.
             assert_eq!(names.number(text), i);
+            assert_eq!(names.number(&copies[i]), i);
             assert_eq!(names.get(&text.clone()), Some(i));
+            // The last name's number is not another's.
+            if i > 0 {
+                assert_eq!(names.number(&texts[i - 1]), i - 1);
+                assert_eq!(names.number(text), i);
+            }
             // Past the scanned few, every earlier name is still found.
             assert_eq!(names.get(&texts[0]), Some(0));
         }

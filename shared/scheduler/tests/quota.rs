@@ -669,6 +669,25 @@ fn a_reclaim_waits_for_the_minimum_wait() {
     assert!(ended.preemptions.is_empty());
 }
 
+/// Two owners reclaim in one cycle: the borrowed jobs are counted again after the first
+/// preemption, among the jobs left, so the second owner reclaims the next borrower, not the
+/// first one's victim, and does not go without.
+#[test]
+fn owners_reclaiming_in_one_cycle_each_take_their_own_borrower() {
+    let running = (1..=4)
+        .map(|i| run(&format!("b{i}"), "b", 1, 10 - i))
+        .collect();
+    let snap = snapshot(
+        4,
+        vec![share("a", 2, Lend), share("b", 2, LendAndBorrow)],
+        running,
+        many("a", "a", 2),
+    );
+    let plan = plan_cycle(&snap, NOW, &Config::default());
+    // The newest borrowers first.
+    assert_eq!(preempted(&plan), [("b4", "a0"), ("b3", "a1")], "{plan:#?}");
+}
+
 /// A share's limit serves its highest-priority jobs first. Share `a` (limit 3) runs five sweeps
 /// (priority 1), two of them on capacity `b` lent; its production job (priority 9, 2 instances)
 /// is entitled at its priority and needs only the environment's room: one sweep is preempted,

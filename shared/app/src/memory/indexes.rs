@@ -102,7 +102,10 @@ impl Indexes {
         if seen > self.holder_changes || seen + 1 < oldest {
             return None;
         }
-        let newer = self.holder_log.iter().filter(|(n, _)| *n > seen);
+        // The log is numbered without gaps: the changes after `seen` are its last ones, read
+        // without passing over the rest.
+        let first = usize::try_from(seen + 1 - oldest).ok()?;
+        let newer = self.holder_log.range(first..);
         Some(newer.map(|(_, id)| id.as_str()).collect())
     }
 

@@ -586,6 +586,32 @@ mod tests {
             .unwrap();
     }
 
+    /// The log is read from the reader's place in it, not searched: once its oldest entries
+    /// have been dropped, a reader is told the changes after its own and none before.
+    #[tokio::test]
+    async fn a_reader_is_told_exactly_the_changes_after_its_own_once_the_log_has_wrapped() {
+        let store = MemoryStore::new();
+        dispatched(&store, "a").await;
+        for _ in 0..indexes::HOLDER_LOG {
+            bump(&store, "a").await;
+        }
+        dispatched(&store, "b").await;
+        let (_, seen) = store.capacity_holders_since(None).await.unwrap();
+        dispatched(&store, "c").await;
+        dispatched(&store, "d").await;
+        let (read, now) = store.capacity_holders_since(seen).await.unwrap();
+        let HoldersRead::Changed(changed) = read else {
+            panic!("two changes are in the log: {read:?}");
+        };
+        let ids: Vec<&str> = changed.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["c", "d"]);
+        let (read, _) = store.capacity_holders_since(now).await.unwrap();
+        assert!(
+            matches!(read, HoldersRead::Changed(ref c) if c.is_empty()),
+            "{read:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_reader_is_told_what_changed_while_the_log_reaches_back() {
         let store = MemoryStore::new();

@@ -28,14 +28,16 @@ impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             return Ok(());
         }
         let holders = self.store.capacity_holders().await?;
-        let mut active: std::collections::BTreeSet<String> = holders
-            .iter()
-            .filter(|h| &*h.job_queue == queue && !h.share.is_empty())
-            .map(|h| h.share.to_string())
-            .collect();
-        if active.contains(share) {
+        let in_queue = || {
+            holders
+                .iter()
+                .filter(|h| &*h.job_queue == queue && !h.share.is_empty())
+        };
+        if in_queue().any(|h| &*h.share == share) {
             return Ok(());
         }
+        let mut active: std::collections::BTreeSet<String> =
+            in_queue().map(|h| h.share.to_string()).collect();
         active.extend(self.store.runnable_shares(queue).await?);
         if active.len() >= MAX_ACTIVE_SHARES && !active.contains(share) {
             return Err(AppError::Invalid(format!(
