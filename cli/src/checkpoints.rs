@@ -297,7 +297,7 @@ mod tests {
             "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
         });
         shared
-            .with(|emulator, now_ms| emulator.create_training_job(&request, now_ms))
+            .with(|emulator, now_ms| emulator.create_training_job(request, now_ms))
             .unwrap();
         let mut copied = BTreeMap::new();
         let at = |ms: i64| now.store(t0 + 400 + ms, Ordering::SeqCst);

@@ -1373,7 +1373,8 @@ pub async fn runnable_jobs_come_in_dispatch_order<S: Store>(store: &S) {
     assert_eq!(ids(share), ["b", "d", "h", "a"]);
 }
 
-/// Distinct shares with RUNNABLE jobs, and the jobs holding capacity.
+/// Distinct shares with RUNNABLE jobs, the jobs holding capacity, and the distinct shares of a
+/// queue's jobs holding capacity, as jobs start and end.
 pub async fn runnable_shares_and_dispatched_jobs_follow_status<S: Store>(store: &S) {
     for j in [
         job("a").share("s2").build(),
@@ -1385,6 +1386,13 @@ pub async fn runnable_shares_and_dispatched_jobs_follow_status<S: Store>(store: 
         job("g").status(JobStatus::Starting).build(),
         job("h").status(JobStatus::Succeeded).build(),
         job("i").queue("other").share("x").build(),
+        job("j").share("s4").status(JobStatus::Running).build(),
+        job("k").share("s3").status(JobStatus::Starting).build(),
+        job("l")
+            .queue("other")
+            .share("y")
+            .status(JobStatus::Running)
+            .build(),
     ] {
         insert(store, &j).await;
     }
@@ -1394,7 +1402,17 @@ pub async fn runnable_shares_and_dispatched_jobs_follow_status<S: Store>(store: 
     );
     let dispatched = store.dispatched_jobs().await.unwrap();
     let ids: Vec<&str> = dispatched.iter().map(|j| j.value.job_id.as_str()).collect();
-    assert_eq!(ids, ["e", "f", "g"]);
+    assert_eq!(ids, ["e", "f", "g", "j", "k", "l"]);
+    assert_eq!(store.holding_shares("q").await.unwrap(), ["", "s3", "s4"]);
+    assert_eq!(store.holding_shares("other").await.unwrap(), ["y"]);
+    assert!(store.holding_shares("none").await.unwrap().is_empty());
+    // A share holds capacity while any of its jobs does; one that starts is counted.
+    change_job(store, "e", |j| j.status = JobStatus::Succeeded).await;
+    change_job(store, "j", |j| j.status = JobStatus::Failed).await;
+    change_job(store, "b", |j| j.status = JobStatus::Scheduled).await;
+    assert_eq!(store.holding_shares("q").await.unwrap(), ["", "s1", "s3"]);
+    change_job(store, "k", |j| j.status = JobStatus::Succeeded).await;
+    assert_eq!(store.holding_shares("q").await.unwrap(), ["", "s1"]);
 }
 
 /// The capacity holders are the dispatched jobs, summarised, in the same order, and follow

@@ -302,29 +302,7 @@ impl World {
         hyper: Value,
         edit: impl FnOnce(&mut SubmitJob),
     ) -> String {
-        let payload = json!({
-            "TrainingJobName": name,
-            "RoleArn": "arn:aws:iam::000000000000:role/SageMakerRole",
-            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
-            "HyperParameters": hyper,
-            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
-            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
-        });
-        let mut cmd = SubmitJob {
-            job_name: name.into(),
-            job_queue: queue.into(),
-            service_job_type: Default::default(),
-            service_request_payload: payload.to_string(),
-            share_identifier: None,
-            quota_share_name: None,
-            scheduling_priority: None,
-            retry_strategy: None,
-            timeout_config: None,
-            preemption_configuration: None,
-            tags: BTreeMap::new(),
-            client_token: None,
-        };
+        let mut cmd = submit_command(name, queue, instances, hyper);
         edit(&mut cmd);
         self.service.submit(cmd).await.unwrap().job_id
     }
@@ -464,6 +442,34 @@ impl World {
             .unwrap()
             .unwrap()
             .value
+    }
+}
+
+/// A submit of a job `name` of `instances` `ml.g5.xlarge` to `queue`; `hyper` goes into the
+/// payload's HyperParameters.
+fn submit_command(name: &str, queue: &str, instances: u32, hyper: Value) -> SubmitJob {
+    let payload = json!({
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::000000000000:role/SageMakerRole",
+        "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+        "HyperParameters": hyper,
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600}
+    });
+    SubmitJob {
+        job_name: name.into(),
+        job_queue: queue.into(),
+        service_job_type: Default::default(),
+        service_request_payload: payload.to_string(),
+        share_identifier: None,
+        quota_share_name: None,
+        scheduling_priority: None,
+        retry_strategy: None,
+        timeout_config: None,
+        preemption_configuration: None,
+        tags: BTreeMap::new(),
+        client_token: None,
     }
 }
 
@@ -944,6 +950,44 @@ async fn an_attempt_whose_training_job_vanished_is_requeued_without_using_an_att
     assert_eq!(job.requeued_by, Some(Requeue::Lost));
     let lost = job.attempts[0].status_reason.as_deref().unwrap_or_default();
     assert!(lost.starts_with("LOST - "), "{lost}");
+}
+
+/// Batch's limit of 500 active shares per fair-share queue counts the shares whose jobs hold
+/// capacity as well as those with jobs waiting: at the limit a new share is refused, and a share
+/// whose only job runs may still submit.
+#[tokio::test]
+async fn a_share_whose_only_job_runs_counts_toward_the_active_share_limit() {
+    let w = World::new(EmulatorConfig::default());
+    w.environment("gpus", 2).await;
+    w.fair_share_queue("research", "gpus").await;
+    let world = &w;
+    let submit = move |share: String| async move {
+        let edit = |cmd: &mut SubmitJob| cmd.share_identifier = Some(share.clone());
+        world
+            .submit_with(&share, "research", 1, quick(600), edit)
+            .await
+    };
+    submit("team0".into()).await;
+    submit("team1".into()).await;
+    assert_eq!(w.accept_and_cycle().await.dispatched, 2);
+    for i in 2..500 {
+        submit(format!("team{i}")).await;
+    }
+    w.accept_and_cycle().await;
+    let store = w.service.store();
+    assert_eq!(
+        store.holding_shares("research").await.unwrap(),
+        ["team0", "team1"]
+    );
+    assert_eq!(store.runnable_shares("research").await.unwrap().len(), 498);
+
+    let cmd = |share: &str| SubmitJob {
+        share_identifier: Some(share.into()),
+        ..submit_command("late", "research", 1, quick(600))
+    };
+    let refused = w.service.submit(cmd("team500")).await.unwrap_err();
+    assert!(refused.to_string().contains("has 500 already"), "{refused}");
+    w.service.submit(cmd("team0")).await.unwrap();
 }
 
 #[tokio::test]

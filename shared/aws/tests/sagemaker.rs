@@ -684,7 +684,7 @@ async fn listing_finds_jobs_by_name_and_status_newest_first_across_pages() {
             .emulator
             .with(|e, now| {
                 e.create_training_job(
-                    &request(&format!("bulk-{i:03}"), "ml.m5.large", json!({})),
+                    request(&format!("bulk-{i:03}"), "ml.m5.large", json!({})),
                     now,
                 )
             })

@@ -109,7 +109,7 @@ impl TrainingBackend for EmulatedSageMaker {
         let request = scale_duration(request, self.time_scale);
         let created = self
             .shared
-            .with(|emulator, now| emulator.create_training_job(&request, now));
+            .with(|emulator, now| emulator.create_training_job(request, now));
         self.shared.notify_changed();
         created.map_err(classify)
     }

@@ -269,7 +269,7 @@ pub fn call(
 ) -> Result<Value, WireError> {
     match op {
         Operation::CreateTrainingJob => {
-            let arn = emulator.create_training_job(&Value::Object(request.clone()), now_ms)?;
+            let arn = emulator.create_training_job(Value::Object(request.clone()), now_ms)?;
             Ok(json!({ "TrainingJobArn": arn }))
         }
         Operation::DescribeTrainingJob => {

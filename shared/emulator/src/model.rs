@@ -441,16 +441,18 @@ impl Emulator {
         Err(refusal.unwrap_or_else(|| validation("ResourceConfig.InstancePreferences is empty")))
     }
 
-    /// `CreateTrainingJob`: returns the `TrainingJobArn`.
+    /// `CreateTrainingJob`: returns the `TrainingJobArn`. The job keeps `request` for
+    /// `DescribeTrainingJob`.
     pub fn create_training_job(
         &mut self,
-        request: &Value,
+        request: Value,
         now_ms: i64,
     ) -> Result<String, SageMakerError> {
-        let Value::Object(map) = request else {
-            return Err(validation("The request must be a JSON object"));
-        };
-        let parsed = training_request_of(request)
+        let not_object = || validation("The request must be a JSON object");
+        if !request.is_object() {
+            return Err(not_object());
+        }
+        let parsed = training_request_of(&request)
             .map_err(|e| validation(e.to_string().replace("serviceRequestPayload", "request")))?;
         let name = parsed.training_job_name.clone();
         let key = name.to_lowercase();
@@ -466,7 +468,7 @@ impl Emulator {
         } else {
             self.first_preference_within_quotas(&parsed.preferences)?
         };
-        let hyper = map.get("HyperParameters").and_then(Value::as_object);
+        let hyper = request.get("HyperParameters").and_then(Value::as_object);
         let hyper_str = |k: &str| hyper.and_then(|h| h.get(k)).and_then(Value::as_str);
         let training_ms = match hyper_str("emulator_duration_s") {
             None => self.config.default_training_ms,
@@ -482,7 +484,7 @@ impl Emulator {
                 }
             },
         };
-        let checkpoints = match map
+        let checkpoints = match request
             .get("CheckpointConfig")
             .and_then(|c| c.get("S3Uri"))
             .and_then(Value::as_str)
@@ -549,11 +551,14 @@ impl Emulator {
                 }
             },
         };
+        let Value::Object(request) = request else {
+            return Err(not_object());
+        };
         let arn = self.arn(&name);
         let mut job = Job {
             name,
             arn: arn.clone(),
-            request: Arc::new(map.clone()),
+            request: Arc::new(request),
             instances,
             status: Status::InProgress,
             secondary: Secondary::Starting,

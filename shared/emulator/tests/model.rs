@@ -59,7 +59,7 @@ fn a_job_walks_through_every_secondary_status_to_completed() {
     let mut e = Emulator::new(Config::default());
     let arn = e
         .create_training_job(
-            &request("Resnet-50", json!({"emulator_duration_s": "1"})),
+            request("Resnet-50", json!({"emulator_duration_s": "1"})),
             T0,
         )
         .unwrap();
@@ -111,7 +111,7 @@ fn outcomes_come_from_hyperparameters() {
     for (outcome, status_want, secondary_want, reason) in cases {
         let mut e = Emulator::new(Config::default());
         e.create_training_job(
-            &request(
+            request(
                 "job",
                 json!({"emulator_duration_s": "1", "emulator_outcome": outcome}),
             ),
@@ -135,7 +135,7 @@ fn outcomes_come_from_hyperparameters() {
 fn capacity_errors_fail_before_training_starts() {
     let mut e = Emulator::new(Config::default());
     e.create_training_job(
-        &request("job", json!({"emulator_outcome": "CapacityError"})),
+        request("job", json!({"emulator_outcome": "CapacityError"})),
         T0,
     )
     .unwrap();
@@ -153,7 +153,7 @@ fn capacity_errors_fail_before_training_starts() {
 #[test]
 fn stop_moves_through_stopping_to_stopped() {
     let mut e = Emulator::new(Config::default());
-    e.create_training_job(&request("job", json!({})), T0)
+    e.create_training_job(request("job", json!({})), T0)
         .unwrap();
     run(&mut e, T0, T0 + 1_000);
     assert_eq!(status(&e, "job"), pair("InProgress", "Training"));
@@ -171,7 +171,7 @@ fn max_runtime_stops_a_job_that_trains_too_long() {
     let mut e = Emulator::new(Config::default());
     let mut req = request("job", json!({"emulator_duration_s": "10"}));
     req["StoppingCondition"]["MaxRuntimeInSeconds"] = json!(2);
-    e.create_training_job(&req, T0).unwrap();
+    e.create_training_job(req, T0).unwrap();
     run(&mut e, T0, T0 + 5_000);
     assert_eq!(status(&e, "job"), pair("Stopped", "MaxRuntimeExceeded"));
 }
@@ -183,17 +183,17 @@ fn duplicate_names_and_quotas_are_refused_like_sagemaker() {
         ..Config::default()
     };
     let mut e = Emulator::new(config);
-    e.create_training_job(&request("a", json!({"emulator_duration_s": "1"})), T0)
+    e.create_training_job(request("a", json!({"emulator_duration_s": "1"})), T0)
         .unwrap();
     let dup = e
-        .create_training_job(&request("A", json!({})), T0)
+        .create_training_job(request("A", json!({})), T0)
         .unwrap_err();
     assert!(
         matches!(dup, SageMakerError::ResourceInUse(ref m) if m.contains("already exists")),
         "{dup:?}"
     );
     let over = e
-        .create_training_job(&request("b", json!({})), T0)
+        .create_training_job(request("b", json!({})), T0)
         .unwrap_err();
     assert_eq!(over.code(), "ResourceLimitExceeded");
     assert!(
@@ -203,7 +203,7 @@ fn duplicate_names_and_quotas_are_refused_like_sagemaker() {
     );
     run(&mut e, T0, T0 + 3_000);
     assert!(
-        e.create_training_job(&request("b", json!({})), T0 + 3_000)
+        e.create_training_job(request("b", json!({})), T0 + 3_000)
             .is_ok(),
         "capacity frees when a job ends"
     );
@@ -239,13 +239,13 @@ fn instance_preferences_launch_the_first_type_within_quota_and_describe_it() {
                 .map(Vec::len),
         )
     };
-    e.create_training_job(&preferring("first"), T0).unwrap();
+    e.create_training_job(preferring("first"), T0).unwrap();
     assert_eq!(
         selected(&e, "first"),
         (json!("ml.p5.48xlarge"), json!(2), Some(2))
     );
     // The p5 quota is used up: SageMaker falls back to the next preference.
-    e.create_training_job(&preferring("second"), T0).unwrap();
+    e.create_training_job(preferring("second"), T0).unwrap();
     assert_eq!(
         selected(&e, "second"),
         (json!("ml.p4d.24xlarge"), json!(4), Some(2))
@@ -257,7 +257,7 @@ fn a_member_sagemakers_model_lacks_is_a_validation_error_naming_it() {
     let mut e = Emulator::new(Config::default());
     let mut r = request("a", json!({}));
     r["ResourceConfig"]["InstanceTypo"] = json!("ml.p5.48xlarge");
-    let err = e.create_training_job(&r, T0).unwrap_err();
+    let err = e.create_training_job(r, T0).unwrap_err();
     assert_eq!(err.code(), "ValidationException");
     assert!(
         err.to_string()
@@ -282,7 +282,7 @@ fn invalid_requests_are_validation_errors() {
         ),
     ];
     for (req, needle) in cases {
-        let err = e.create_training_job(&req, T0).unwrap_err();
+        let err = e.create_training_job(req, T0).unwrap_err();
         assert_eq!(err.code(), "ValidationException");
         assert!(err.to_string().contains(needle), "{err}");
     }
@@ -308,7 +308,7 @@ fn the_same_seed_gives_the_same_history_and_rates_apply() {
         let mut e = Emulator::new(config.clone());
         for i in 0..200 {
             e.create_training_job(
-                &request(&format!("job-{i}"), json!({"emulator_duration_s": "1"})),
+                request(&format!("job-{i}"), json!({"emulator_duration_s": "1"})),
                 T0 + i,
             )
             .unwrap();
@@ -352,7 +352,7 @@ fn the_same_seed_gives_the_same_history_and_rates_apply() {
 #[test]
 fn events_wrap_in_an_eventbridge_envelope() {
     let mut e = Emulator::new(Config::default());
-    e.create_training_job(&request("job", json!({})), T0)
+    e.create_training_job(request("job", json!({})), T0)
         .unwrap();
     let ev = e
         .take_events(T0)
@@ -369,7 +369,7 @@ fn list_training_jobs_is_newest_first_and_filtered() {
     let mut e = Emulator::new(Config::default());
     for (i, name) in ["alpha-1", "beta-1", "alpha-2"].iter().enumerate() {
         e.create_training_job(
-            &request(name, json!({"emulator_duration_s": "1"})),
+            request(name, json!({"emulator_duration_s": "1"})),
             T0 + i as i64,
         )
         .unwrap();
@@ -398,9 +398,9 @@ fn the_next_deadline_follows_creates_stops_and_forgets_and_one_advance_keeps_tim
     let mut e = Emulator::new(config.clone());
     assert_eq!(e.next_deadline(), None);
     // "b" is created first but trains for 1 s; "a" trains for 3 s.
-    e.create_training_job(&request("b", json!({"emulator_duration_s": "1"})), T0)
+    e.create_training_job(request("b", json!({"emulator_duration_s": "1"})), T0)
         .unwrap();
-    e.create_training_job(&request("a", json!({"emulator_duration_s": "3"})), T0)
+    e.create_training_job(request("a", json!({"emulator_duration_s": "3"})), T0)
         .unwrap();
     // The two creation events are due now.
     assert_eq!(e.next_deadline(), Some(T0));
@@ -435,8 +435,7 @@ fn the_next_deadline_follows_creates_stops_and_forgets_and_one_advance_keeps_tim
     );
 
     // A stop moves the deadline to the end of the grace; forgetting the job removes it.
-    e.create_training_job(&request("c", json!({})), end)
-        .unwrap();
+    e.create_training_job(request("c", json!({})), end).unwrap();
     e.take_events(end);
     e.advance(end + 1_000);
     e.take_events(end + 1_000);
@@ -462,7 +461,7 @@ fn checkpointing(name: &str, uri: &str, hyper: Value) -> Value {
 /// it publishes nothing.
 fn create_quiet(e: &mut Emulator, at_ms: i64) {
     let hyper = json!({"emulator_duration_s": "10"});
-    e.create_training_job(&checkpointing("quiet", "s3://b/quiet", hyper), at_ms)
+    e.create_training_job(checkpointing("quiet", "s3://b/quiet", hyper), at_ms)
         .unwrap();
 }
 
@@ -474,7 +473,7 @@ fn checkpoint_writers_save_on_a_cadence_and_the_next_attempt_resumes() {
     let mut e = Emulator::new(Config::default()); // training starts 400 ms after create
     let uri = "s3://bucket/checkpoints/job";
     let hyper = json!({"emulator_duration_s": "10", "emulator_checkpoint_interval_s": "2"});
-    e.create_training_job(&checkpointing("first", uri, hyper.clone()), T0)
+    e.create_training_job(checkpointing("first", uri, hyper.clone()), T0)
         .unwrap();
     let trained = |ms: i64| T0 + 400 + ms;
     run(&mut e, T0, trained(1_900));
@@ -499,7 +498,7 @@ fn checkpoint_writers_save_on_a_cadence_and_the_next_attempt_resumes() {
 
     // The next attempt resumes at 4 s of 10: 6 s of training, checkpoints continuing.
     let at = trained(7_000);
-    e.create_training_job(&checkpointing("second", uri, hyper), at)
+    e.create_training_job(checkpointing("second", uri, hyper), at)
         .unwrap();
     run(&mut e, at, at + 400 + 5_950);
     assert_eq!(status(&e, "second"), pair("InProgress", "Training"));
@@ -519,9 +518,9 @@ fn the_bucket_lists_every_uri_and_tells_when_the_next_checkpoint_lands() {
     let trained = |ms: i64| T0 + 400 + ms;
     let cadence =
         |s: &str| json!({"emulator_duration_s": "10", "emulator_checkpoint_interval_s": s});
-    e.create_training_job(&checkpointing("two", "s3://b/two", cadence("2")), T0)
+    e.create_training_job(checkpointing("two", "s3://b/two", cadence("2")), T0)
         .unwrap();
-    e.create_training_job(&checkpointing("three", "s3://b/three", cadence("3")), T0)
+    e.create_training_job(checkpointing("three", "s3://b/three", cadence("3")), T0)
         .unwrap();
     create_quiet(&mut e, T0);
     assert_eq!(e.next_checkpoint_at(T0), None, "nobody trains yet");
@@ -566,7 +565,7 @@ fn a_writer_may_save_on_stop_and_one_without_a_cadence_publishes_nothing() {
         "emulator_checkpoint_interval_s": "4",
         "emulator_checkpoint_on_stop": "true"
     });
-    e.create_training_job(&checkpointing("saver", "s3://b/saver", hyper), T0)
+    e.create_training_job(checkpointing("saver", "s3://b/saver", hyper), T0)
         .unwrap();
     run(&mut e, T0, T0 + 400 + 5_000);
     e.stop_training_job("saver", T0 + 400 + 5_000).unwrap();
@@ -591,7 +590,7 @@ fn a_writer_may_save_on_stop_and_one_without_a_cadence_publishes_nothing() {
             "s3://b/bad",
             json!({"emulator_checkpoint_interval_s": bad}),
         );
-        let err = e.create_training_job(&req, T0).unwrap_err();
+        let err = e.create_training_job(req, T0).unwrap_err();
         assert_eq!(err.code(), "ValidationException", "{bad}");
         assert!(
             err.to_string().contains("emulator_checkpoint_interval_s"),

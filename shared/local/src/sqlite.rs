@@ -479,6 +479,20 @@ impl SqliteStore {
         .map_err(classify)
     }
 
+    fn holding_shares_sync(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        conn.prepare_cached(
+            "SELECT DISTINCT share_key FROM jobs \
+             WHERE status IN ('SCHEDULED', 'STARTING', 'RUNNING') AND job_queue = ?1 \
+             ORDER BY share_key",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([queue], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(classify)
+    }
+
     fn dispatched_jobs_sync(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         self.query_jobs(
             "SELECT job_id, version, doc FROM jobs \
@@ -934,6 +948,11 @@ impl SchedulingStore for SqliteStore {
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         cooperate().await;
         self.runnable_shares_sync(queue)
+    }
+
+    async fn holding_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        cooperate().await;
+        self.holding_shares_sync(queue)
     }
 
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {

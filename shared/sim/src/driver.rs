@@ -32,6 +32,8 @@
 //! their next deadline, so advancing time touches only the jobs with something due.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::fast::FixedState;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,7 +41,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use trainyard_app::ports::{ConfigStore, JobStore};
 
-use serde_json::json;
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{Event, EventSink, TrainingJobState};
@@ -131,8 +132,8 @@ fn app(context: &str) -> impl FnOnce(trainyard_app::AppError) -> SimError + '_ {
     }
 }
 
-fn team_of(job: &ServiceJob) -> String {
-    job.tags.get(TEAM_TAG).cloned().unwrap_or_default()
+fn team_of(job: &ServiceJob) -> &str {
+    job.tags.get(TEAM_TAG).map_or("", String::as_str)
 }
 
 /// What one team holds and waits for at an instant.
@@ -165,20 +166,32 @@ struct TeamCounts {
 #[derive(Debug, Default)]
 struct TeamState {
     /// Each job's team and how it was last counted in it.
-    jobs: BTreeMap<String, (String, Counted)>,
+    jobs: JobsCounted,
     /// Teams with a RUNNABLE job or held instances.
     teams: BTreeMap<String, TeamNow>,
     /// Each team's waiting and running jobs by priority, for the cycle gate.
     lines: Lines,
 }
 
-impl TeamState {
-    /// Applies `f` to `team`'s counts, keeping only teams with something to count.
-    fn change(&mut self, team: &str, f: impl FnOnce(&mut TeamNow)) {
-        let entry = self.teams.entry(team.to_owned()).or_default();
-        f(entry);
-        if *entry == TeamNow::default() {
-            self.teams.remove(team);
+/// Jobs by id, hashed with a fixed seed (every status change looks one up).
+#[allow(clippy::disallowed_types)] // Only looked up, never iterated: no order shows in a replay.
+type JobsCounted = std::collections::HashMap<String, (String, Counted), FixedState>;
+
+/// Applies `f` to `team`'s counts, keeping only teams with something to count.
+fn change(teams: &mut BTreeMap<String, TeamNow>, team: &str, f: impl FnOnce(&mut TeamNow)) {
+    match teams.get_mut(team) {
+        Some(entry) => {
+            f(entry);
+            if *entry == TeamNow::default() {
+                teams.remove(team);
+            }
+        }
+        None => {
+            let mut entry = TeamNow::default();
+            f(&mut entry);
+            if entry != TeamNow::default() {
+                teams.insert(team.to_owned(), entry);
+            }
         }
     }
 }
@@ -197,26 +210,30 @@ impl EventSink for TeamCounts {
         let (team, counted) = (team_of(&job), Counted::of(&job));
         let now = TeamNow::of(counted);
         let mut state = self.lock();
-        let before = if job.status.is_terminal() {
-            state.jobs.remove(&job.job_id)
-        } else {
-            state
-                .jobs
-                .insert(job.job_id.clone(), (team.clone(), counted))
-        };
-        if let Some((old_team, old_counted)) = before {
-            let old = TeamNow::of(old_counted);
-            state.change(&old_team, |t| {
+        let TeamState { jobs, teams, lines } = &mut *state;
+        let before = jobs.remove_entry(job.job_id.as_str());
+        if let Some((_, (old_team, old_counted))) = &before {
+            let old = TeamNow::of(*old_counted);
+            change(teams, old_team, |t| {
                 t.runnable = t.runnable.saturating_sub(old.runnable);
                 t.held_instances = t.held_instances.saturating_sub(old.held_instances);
             });
-            state.lines.count(&old_team, old_counted, false);
+            lines.count(old_team, *old_counted, false);
         }
-        state.change(&team, |t| {
+        change(teams, team, |t| {
             t.runnable += now.runnable;
             t.held_instances += now.held_instances;
         });
-        state.lines.count(&team, counted, true);
+        lines.count(team, counted, true);
+        if !job.status.is_terminal() {
+            // The id and team kept from the job's last change, if it had one.
+            let (id, kept) = match before {
+                Some((id, (kept, _))) if kept == team => (id, kept),
+                Some((id, _)) => (id, team.to_owned()),
+                None => (job.job_id.clone(), team.to_owned()),
+            };
+            jobs.insert(id, (kept, counted));
+        }
     }
 }
 
@@ -432,30 +449,101 @@ fn training_name(id: &str) -> String {
     }
 }
 
+/// The `CreateTrainingJob` request a replayed job is submitted with. Serialized from these
+/// types (not built as a JSON value) because every job of a replay builds one.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Payload<'a> {
+    training_job_name: &'a str,
+    role_arn: &'static str,
+    algorithm_specification: Algorithm,
+    hyper_parameters: Hyper,
+    output_data_config: Output,
+    resource_config: Resources<'a>,
+    stopping_condition: Stopping,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoint_config: Option<Checkpoint>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Algorithm {
+    training_image: &'static str,
+    training_input_mode: &'static str,
+}
+
+/// The emulator's hyperparameters: how long the job trains, how often it checkpoints.
+#[derive(serde::Serialize)]
+struct Hyper {
+    emulator_duration_s: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    emulator_checkpoint_interval_s: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    emulator_checkpoint_on_stop: Option<String>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Output {
+    s3_output_path: &'static str,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Resources<'a> {
+    instance_type: &'a str,
+    instance_count: u32,
+    #[serde(rename = "VolumeSizeInGB")]
+    volume_size_in_gb: u32,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Stopping {
+    max_runtime_in_seconds: u64,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Checkpoint {
+    s3_uri: String,
+}
+
 fn payload(job: &TraceJob, scenario: &Scenario) -> String {
-    let instance_type = &scenario.instance_type;
-    let mut payload = json!({
-        "TrainingJobName": training_name(&job.id),
-        "RoleArn": "arn:aws:iam::000000000000:role/TrainyardSimulator",
-        "AlgorithmSpecification": {"TrainingImage": "simulated:1", "TrainingInputMode": "File"},
-        "HyperParameters": {"emulator_duration_s": format!("{}", job.duration_s)},
-        "OutputDataConfig": {"S3OutputPath": "s3://simulated/out"},
-        "ResourceConfig": {
-            "InstanceType": job.instance_type.as_deref().unwrap_or(instance_type),
-            "InstanceCount": job.instances,
-            "VolumeSizeInGB": 1
+    let name = training_name(&job.id);
+    let interval_s = scenario.checkpoint_interval_of(job);
+    let payload = Payload {
+        training_job_name: &name,
+        role_arn: "arn:aws:iam::000000000000:role/TrainyardSimulator",
+        algorithm_specification: Algorithm {
+            training_image: "simulated:1",
+            training_input_mode: "File",
         },
-        "StoppingCondition": {"MaxRuntimeInSeconds": requested_runtime_s(job.duration_s)}
-    });
-    if let Some(interval_s) = scenario.checkpoint_interval_of(job) {
-        payload["CheckpointConfig"] = json!({
-            "S3Uri": format!("s3://simulated/checkpoints/{}", training_name(&job.id))
-        });
-        let hyper = &mut payload["HyperParameters"];
-        hyper["emulator_checkpoint_interval_s"] = json!(format!("{interval_s}"));
-        hyper["emulator_checkpoint_on_stop"] = json!(scenario.checkpoint_on_stop.to_string());
-    }
-    payload.to_string()
+        hyper_parameters: Hyper {
+            emulator_duration_s: job.duration_s.to_string(),
+            emulator_checkpoint_interval_s: interval_s.map(|s| s.to_string()),
+            emulator_checkpoint_on_stop: interval_s
+                .map(|_| scenario.checkpoint_on_stop.to_string()),
+        },
+        output_data_config: Output {
+            s3_output_path: "s3://simulated/out",
+        },
+        resource_config: Resources {
+            instance_type: job
+                .instance_type
+                .as_deref()
+                .unwrap_or(&scenario.instance_type),
+            instance_count: job.instances,
+            volume_size_in_gb: 1,
+        },
+        stopping_condition: Stopping {
+            max_runtime_in_seconds: requested_runtime_s(job.duration_s),
+        },
+        checkpoint_config: interval_s.map(|_| Checkpoint {
+            s3_uri: format!("s3://simulated/checkpoints/{name}"),
+        }),
+    };
+    serde_json::to_string(&payload).unwrap_or_else(|e| unreachable!("a payload serializes: {e}"))
 }
 
 /// Each team's offered load (instances × duration), in team-name order.
@@ -1116,5 +1204,53 @@ fn job_record(
         preemptions: job.preemptions(),
         preempted_instance_s,
         ..never_started(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// The request a replayed job is submitted with, field by field as SageMaker names them.
+    #[test]
+    fn a_replayed_job_asks_for_its_instances_runtime_class_and_checkpoints() {
+        let mut scenario = Scenario::load("fleet").unwrap();
+        let job = TraceJob {
+            id: "philly-7".into(),
+            submit_s: 0.0,
+            duration_s: 5400.5,
+            instances: 4,
+            instance_type: None,
+            queue: None,
+            share: None,
+            scheduling_priority: None,
+        };
+        let request =
+            |scenario: &Scenario| serde_json::from_str::<Value>(&payload(&job, scenario)).unwrap();
+        let expected = json!({
+            "TrainingJobName": "philly-7",
+            "RoleArn": "arn:aws:iam::000000000000:role/TrainyardSimulator",
+            "AlgorithmSpecification": {"TrainingImage": "simulated:1", "TrainingInputMode": "File"},
+            "HyperParameters": {"emulator_duration_s": "5400.5"},
+            "OutputDataConfig": {"S3OutputPath": "s3://simulated/out"},
+            "ResourceConfig": {
+                "InstanceType": scenario.instance_type,
+                "InstanceCount": 4,
+                "VolumeSizeInGB": 1
+            },
+            "StoppingCondition": {"MaxRuntimeInSeconds": 14_400}
+        });
+        scenario.checkpoint_interval_s = 0.0;
+        assert_eq!(request(&scenario), expected);
+
+        scenario.checkpoint_interval_s = 1800.0;
+        scenario.checkpoint_fraction = 1.0;
+        scenario.checkpoint_on_stop = true;
+        let mut expected = expected;
+        expected["HyperParameters"]["emulator_checkpoint_interval_s"] = json!("1800");
+        expected["HyperParameters"]["emulator_checkpoint_on_stop"] = json!("true");
+        expected["CheckpointConfig"] = json!({"S3Uri": "s3://simulated/checkpoints/philly-7"});
+        assert_eq!(request(&scenario), expected);
     }
 }

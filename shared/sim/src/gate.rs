@@ -144,7 +144,12 @@ impl Lines {
         let Some(place) = job.place else {
             return;
         };
-        let entry = self.teams.entry(team.to_owned()).or_default();
+        if !self.teams.contains_key(team) {
+            self.teams.insert(team.to_owned(), Team::default());
+        }
+        let Some(entry) = self.teams.get_mut(team) else {
+            return;
+        };
         let p = job.priority;
         match place {
             Place::Waiting(instances, since_ms) => {

@@ -38,6 +38,9 @@ pub(super) struct Indexes {
     /// Jobs holding capacity (SCHEDULED, STARTING, RUNNING), summarised for the scheduler,
     /// which reads them every cycle.
     pub(super) dispatched: BTreeMap<String, CapacityHolder>,
+    /// How many of `dispatched` each queue's shares have (by [`share_key`], so "" counts the
+    /// jobs without one): which shares of a queue hold capacity, without reading every holder.
+    pub(super) holding: BTreeMap<String, BTreeMap<String, usize>>,
     /// RUNNABLE jobs with a `not_before`: (not before, id).
     pub(super) backoff: BTreeSet<(i64, String)>,
     /// Instances held by all dispatched jobs.
@@ -76,8 +79,41 @@ impl Indexes {
             holder.job_queue = self.shared(&holder.job_queue);
             holder.share = self.shared(&holder.share);
             self.dispatched.insert(job.job_id.clone(), holder);
+            self.start_holding(&job.job_queue, share_key(job));
             self.held_instances += job.held_total();
             self.holder_changed(&job.job_id);
+        }
+    }
+
+    /// One more job of `queue`'s `share` holds capacity.
+    fn start_holding(&mut self, queue: &str, share: &str) {
+        if !self.holding.contains_key(queue) {
+            self.holding.insert(queue.to_owned(), BTreeMap::new());
+        }
+        let Some(shares) = self.holding.get_mut(queue) else {
+            return;
+        };
+        match shares.get_mut(share) {
+            Some(count) => *count += 1,
+            None => {
+                shares.insert(share.to_owned(), 1);
+            }
+        }
+    }
+
+    /// One job of `queue`'s `share` no longer holds capacity.
+    fn stop_holding(&mut self, queue: &str, share: &str) {
+        let Some(shares) = self.holding.get_mut(queue) else {
+            return;
+        };
+        if let Some(count) = shares.get_mut(share) {
+            *count -= 1;
+            if *count == 0 {
+                shares.remove(share);
+            }
+        }
+        if shares.is_empty() {
+            self.holding.remove(queue);
         }
     }
 
@@ -162,6 +198,7 @@ impl Indexes {
             }
         }
         if job.status.is_dispatched() && self.dispatched.remove(&job.job_id).is_some() {
+            self.stop_holding(&job.job_queue, share_key(job));
             let held = job.held_total();
             self.held_instances = self.held_instances.saturating_sub(held);
             self.holder_changed(&job.job_id);

@@ -508,6 +508,16 @@ impl SchedulingStore for MemoryStore {
             .unwrap_or_default())
     }
 
+    async fn holding_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .index
+            .holding
+            .get(queue)
+            .map(|shares| shares.keys().cloned().collect())
+            .unwrap_or_default())
+    }
+
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         let inner = self.lock();
         let mut jobs = Vec::with_capacity(inner.index.dispatched.len());

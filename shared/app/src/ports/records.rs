@@ -323,9 +323,9 @@ impl Document for EnvironmentUsage {
 #[serde(rename_all = "camelCase")]
 pub struct ShareUsageRecord {
     /// Queue name.
-    pub queue: String,
+    pub queue: trainyard_scheduler::SharedStr,
     /// Share identifier.
-    pub share: String,
+    pub share: trainyard_scheduler::SharedStr,
     /// Decayed instance-seconds and when they were last brought up to date.
     pub usage: trainyard_scheduler::fair_share::ShareUsage,
     /// Instances the share has held since `usage.at_ms`, as the cycle that wrote the record

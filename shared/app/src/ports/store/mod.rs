@@ -240,6 +240,26 @@ pub trait SchedulingStore: JobStore {
         queue: &str,
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
+    /// The distinct [`share_key`](trainyard_domain::order::share_key)s of `queue`'s jobs
+    /// holding capacity (SCHEDULED, STARTING or RUNNING), ordered. By default the shares of
+    /// [`capacity_holders`](SchedulingStore::capacity_holders) in the queue; a store that keeps
+    /// them apart (the memory store counts them beside its index) answers without reading every
+    /// holder.
+    fn holding_shares(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        async move {
+            let holders = self.capacity_holders().await?;
+            let shares: std::collections::BTreeSet<&str> = holders
+                .iter()
+                .filter(|h| &*h.job_queue == queue)
+                .map(|h| h.share.as_str())
+                .collect();
+            Ok(shares.into_iter().map(str::to_owned).collect())
+        }
+    }
+
     /// Every job holding capacity (SCHEDULED, STARTING or RUNNING), ordered by job id. Bounded
     /// by the capacity of the environments.
     fn dispatched_jobs(

@@ -84,6 +84,9 @@ impl<S: SchedulingStore> SchedulingStore for Arc<S> {
     async fn runnable_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
         (**self).runnable_shares(queue).await
     }
+    async fn holding_shares(&self, queue: &str) -> Result<Vec<String>, StoreError> {
+        (**self).holding_shares(queue).await
+    }
     async fn dispatched_jobs(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {
         (**self).dispatched_jobs().await
     }

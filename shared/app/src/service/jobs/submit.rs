@@ -18,8 +18,9 @@ impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     /// Refuses a submit that would add a share identifier to a fair-share queue that already
     /// has [`MAX_ACTIVE_SHARES`] active ones, as Batch does ("submissions of any jobs that add a
     /// new share identifier fail"). A share counts as active while it has RUNNABLE jobs or jobs
-    /// holding capacity in the queue. Reads one index entry when the share is active already
-    /// (the usual case); the count only for a share that is not.
+    /// holding capacity in the queue. Reads the share's first waiting job, then the queue's
+    /// shares holding capacity (the usual case ends at one of them); the count only for a share
+    /// that is neither.
     ///
     /// Two submits of new shares racing at the limit may both pass: the limit is Batch's guard
     /// against unbounded fan-out, and one over it changes nothing that matters.
@@ -27,17 +28,12 @@ impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         if !self.store.runnable_heads(queue, share, 1).await?.is_empty() {
             return Ok(());
         }
-        let holders = self.store.capacity_holders().await?;
-        let in_queue = || {
-            holders
-                .iter()
-                .filter(|h| &*h.job_queue == queue && !h.share.is_empty())
-        };
-        if in_queue().any(|h| &*h.share == share) {
+        let holding = self.store.holding_shares(queue).await?;
+        if holding.binary_search_by(|h| h.as_str().cmp(share)).is_ok() {
             return Ok(());
         }
         let mut active: std::collections::BTreeSet<String> =
-            in_queue().map(|h| h.share.to_string()).collect();
+            holding.into_iter().filter(|h| !h.is_empty()).collect();
         active.extend(self.store.runnable_shares(queue).await?);
         if active.len() >= MAX_ACTIVE_SHARES && !active.contains(share) {
             return Err(AppError::Invalid(format!(

@@ -485,8 +485,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 ),
             };
             let record = ShareUsageRecord {
-                queue: key.queue.to_string(),
-                share: key.share.to_string(),
+                queue: key.queue.clone(),
+                share: key.share.clone(),
                 usage,
                 held,
             };

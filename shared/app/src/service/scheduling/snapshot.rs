@@ -32,13 +32,10 @@ pub(crate) struct Waiting {
     pub(super) status_reason: Option<SharedStr>,
     /// Whether its queue has `jobStateTimeLimitActions` (then every skip reads the job whole).
     pub(super) time_limits: bool,
-    /// Its queue.
-    pub(super) queue: SharedStr,
-    /// Its line within the queue: its share (empty in a FIFO queue).
-    pub(super) share: SharedStr,
 }
 
-/// The snapshot's pending jobs, looked up by the ids the plan hands back.
+/// The snapshot's pending jobs, looked up by the ids the plan hands back: each in the place of
+/// its [`PendingJob`] in the snapshot.
 #[derive(Default)]
 pub(super) struct WaitingJobs {
     jobs: Vec<(SharedStr, Waiting)>,
@@ -60,11 +57,15 @@ impl WaitingJobs {
     }
 
     pub(super) fn get(&self, id: &str) -> Option<&Waiting> {
-        let found = self.by_address.get(&address(id)).map(|i| &self.jobs[*i]);
+        self.place(id).map(|i| &self.jobs[i].1)
+    }
+
+    /// Where `id` is, among the jobs in the order inserted.
+    fn place(&self, id: &str) -> Option<usize> {
+        let found = self.by_address.get(&address(id)).copied();
         found
-            .filter(|(job, _)| std::ptr::eq(job.as_str(), id))
-            .or_else(|| self.jobs.iter().find(|(job, _)| job.as_str() == id))
-            .map(|(_, waiting)| waiting)
+            .filter(|i| std::ptr::eq(self.jobs[*i].0.as_str(), id))
+            .or_else(|| self.jobs.iter().position(|(job, _)| job.as_str() == id))
     }
 }
 
@@ -99,6 +100,14 @@ pub(super) struct Loaded {
     pub(super) kept: Option<RunningSet>,
 }
 
+impl Loaded {
+    /// A pending job of the snapshot, by id: what the cycle keeps of it, and the job.
+    pub(super) fn waiting_job(&self, id: &str) -> Option<(&Waiting, &PendingJob)> {
+        let i = self.waiting.place(id)?;
+        Some((&self.waiting.jobs[i].1, self.snapshot.pending.get(i)?))
+    }
+}
+
 /// The configuration a cycle plans under, as stored.
 struct Configuration {
     environments: Vec<Versioned<ServiceEnvironment>>,
@@ -114,8 +123,6 @@ pub(crate) fn pending(head: RunnableHead, time_limits: bool) -> (PendingJob, Wai
         version: head.version,
         status_reason: head.status_reason,
         time_limits,
-        queue: head.job_queue.clone(),
-        share: head.share.clone(),
     };
     let job = PendingJob {
         job_id: head.job_id,
@@ -685,8 +692,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             .into_iter()
             .map(|r| {
                 let key = ShareKey {
-                    queue: r.value.queue.as_str().into(),
-                    share: r.value.share.as_str().into(),
+                    queue: r.value.queue.clone(),
+                    share: r.value.share.clone(),
                 };
                 (key, r)
             })
@@ -805,8 +812,6 @@ mod tests {
             version,
             status_reason: None,
             time_limits: false,
-            queue: "q".into(),
-            share: "".into(),
         };
         jobs.insert(id.clone(), waiting(3));
         jobs.insert("another".into(), waiting(4));

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use trainyard_scheduler::{Plan, SharedStr};
+use trainyard_scheduler::Plan;
 
 use super::snapshot::Loaded;
 use crate::error::AppError;
@@ -27,30 +27,27 @@ fn line_waits(loaded: &Loaded, plan: &Plan, now: i64) -> Vec<LineWaits> {
     let mut lines: Vec<(LineWaits, Vec<JobWait>)> = Vec::new();
     let mut index: foldhash::HashMap<(&str, &str), usize> = foldhash::HashMap::default();
     // Consecutive skips are mostly of one line: the last one's is tried first.
-    let mut last: Option<(&SharedStr, &SharedStr, usize)> = None;
+    let mut last: Option<(&str, &str, usize)> = None;
     for skip in &plan.skips {
-        let Some(waiting) = loaded.waiting.get(&skip.job_id) else {
+        let Some((_, job)) = loaded.waiting_job(&skip.job_id) else {
             continue;
         };
-        let same = |(queue, share, _): &(&SharedStr, &SharedStr, usize)| {
-            **queue == waiting.queue && **share == waiting.share
-        };
+        let (queue, share) = (job.queue.as_str(), job.share.as_deref().unwrap_or_default());
+        let same = |(q, s, _): &(&str, &str, usize)| *q == queue && *s == share;
         let i = match last.filter(same) {
             Some((_, _, i)) => i,
-            None => *index
-                .entry((&waiting.queue, &waiting.share))
-                .or_insert_with(|| {
-                    let line = LineWaits {
-                        queue: waiting.queue.to_string(),
-                        share: waiting.share.to_string(),
-                        at_ms: now,
-                        ..LineWaits::default()
-                    };
-                    lines.push((line, Vec::new()));
-                    lines.len() - 1
-                }),
+            None => *index.entry((queue, share)).or_insert_with(|| {
+                let line = LineWaits {
+                    queue: queue.to_owned(),
+                    share: share.to_owned(),
+                    at_ms: now,
+                    ..LineWaits::default()
+                };
+                lines.push((line, Vec::new()));
+                lines.len() - 1
+            }),
         };
-        last = Some((&waiting.queue, &waiting.share, i));
+        last = Some((queue, share, i));
         let (_, waits) = &mut lines[i];
         if waits.len() < LineWaits::MAX_WAITS {
             waits.push(JobWait {
