@@ -32,8 +32,6 @@
 //! their next deadline, so advancing time touches only the jobs with something due.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use foldhash::fast::FixedState;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use trainyard_app::ports::{ConfigStore, JobStore};
 
+use foldhash::fast::FixedState;
 use trainyard_app::Service;
 use trainyard_app::memory::MemoryStore;
 use trainyard_app::ports::{Event, EventSink, TrainingJobState};
