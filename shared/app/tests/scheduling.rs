@@ -1369,25 +1369,16 @@ async fn interleaved_backlog(
         .value;
     store.create_resource(&queue).await.unwrap();
     for i in 0..jobs {
+        let name = format!("j{i}");
         let cmd = SubmitJob {
-            job_name: format!("j{i}"),
-            job_queue: "q".into(),
-            service_job_type: Default::default(),
             service_request_payload: json!({
-                "TrainingJobName": format!("j{i}"),
+                "TrainingJobName": name,
                 "RoleArn": "arn:aws:iam::000000000000:role/R",
                 "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
                 "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
             })
             .to_string(),
-            share_identifier: None,
-            quota_share_name: None,
-            scheduling_priority: None,
-            retry_strategy: None,
-            timeout_config: None,
-            preemption_configuration: None,
-            tags: BTreeMap::new(),
-            client_token: None,
+            ..submit_command(&name, "q", 1, json!({}))
         };
         service.submit(cmd).await.unwrap();
     }

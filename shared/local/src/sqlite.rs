@@ -467,30 +467,31 @@ impl SqliteStore {
     }
 
     fn runnable_shares_sync(&self, queue: &str) -> Result<Vec<String>, StoreError> {
-        let conn = self.lock();
-        conn.prepare_cached(
+        self.share_keys(
             "SELECT DISTINCT share_key FROM jobs WHERE status = 'RUNNABLE' AND job_queue = ?1 \
              ORDER BY share_key",
+            queue,
         )
-        .and_then(|mut stmt| {
-            stmt.query_map([queue], |row| row.get::<_, String>(0))?
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(classify)
     }
 
     fn holding_shares_sync(&self, queue: &str) -> Result<Vec<String>, StoreError> {
-        let conn = self.lock();
-        conn.prepare_cached(
+        self.share_keys(
             "SELECT DISTINCT share_key FROM jobs \
              WHERE status IN ('SCHEDULED', 'STARTING', 'RUNNING') AND job_queue = ?1 \
              ORDER BY share_key",
+            queue,
         )
-        .and_then(|mut stmt| {
-            stmt.query_map([queue], |row| row.get::<_, String>(0))?
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(classify)
+    }
+
+    /// The share keys a query of `queue`'s jobs returns.
+    fn share_keys(&self, sql: &str, queue: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        conn.prepare_cached(sql)
+            .and_then(|mut stmt| {
+                stmt.query_map([queue], |row| row.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(classify)
     }
 
     fn dispatched_jobs_sync(&self) -> Result<Vec<Versioned<ServiceJob>>, StoreError> {

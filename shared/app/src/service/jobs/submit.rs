@@ -29,7 +29,7 @@ impl<S: JobStore + ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             return Ok(());
         }
         let holding = self.store.holding_shares(queue).await?;
-        if holding.binary_search_by(|h| h.as_str().cmp(share)).is_ok() {
+        if holding.iter().any(|h| h == share) {
             return Ok(());
         }
         let mut active: std::collections::BTreeSet<String> =
