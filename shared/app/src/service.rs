@@ -29,7 +29,7 @@ use trainyard_domain::arn::ArnContext;
 
 use trainyard_domain::job::ServiceJob;
 
-use crate::ports::{Clock, Event, EventSink, Ids};
+use crate::ports::{Clock, EventSink, Ids};
 
 /// The use-cases, over a store `S` and an event sink `E`.
 pub struct Service<S, E> {
@@ -103,8 +103,6 @@ impl<S, E: EventSink> Service<S, E> {
         if !self.events.listening() {
             return;
         }
-        self.events
-            .publish(Event::status_changed(job.clone()))
-            .await;
+        self.events.publish_status(job).await;
     }
 }

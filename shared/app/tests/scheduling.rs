@@ -1752,6 +1752,27 @@ async fn a_fair_share_record_is_written_only_when_what_its_share_holds_changes()
     );
 }
 
+/// A share's record counts what its running jobs held when the cycle began together with what
+/// the cycle dispatched to it: a second job of a share that already runs one brings it to 2.
+#[tokio::test]
+async fn a_fair_share_record_adds_a_cycles_dispatches_to_what_its_share_held() {
+    let mut w = World::new(EmulatorConfig::default());
+    w.environment("local", 4).await;
+    w.fair_share_queue("fs", "local").await;
+    let share_a = |c: &mut SubmitJob| c.share_identifier = Some("a".into());
+    let mut held = Vec::new();
+    for i in 0..2 {
+        w.submit_with(&format!("a-{i}"), "fs", 1, quick(3600), share_a)
+            .await;
+        w.tick().await;
+        w.clock.advance(5_000);
+        let stored = w.service.store().list_documents::<ShareUsageRecord>();
+        let stored = stored.await.unwrap();
+        held.extend(stored.iter().map(|r| (r.version, r.value.held)));
+    }
+    assert_eq!(held, [(1, 1), (2, 2)], "1 held, then 1 + 1 dispatched");
+}
+
 /// Two passes that each believe they hold the scheduler lease (the first paused past its lease
 /// while the second took it): once the newer holder has dispatched, the stale one dispatches
 /// nothing; once the newer lease has lapsed, any pass dispatches again.

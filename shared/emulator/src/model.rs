@@ -275,12 +275,19 @@ pub struct StateChange {
     pub time_ms: i64,
     /// When it is delivered (later than `time_ms` when delayed).
     pub deliver_at_ms: i64,
-    /// Unique per emitted event (duplicates share the change but not the id).
-    pub id: String,
+    /// The emulator's seed and the event's number, which make its id.
+    seed: u32,
+    seq: u64,
     job: Box<Job>,
 }
 
 impl StateChange {
+    /// Unique per emitted event (duplicates share the change but not the id). Written only
+    /// when asked for: a replay reads none.
+    pub fn id(&self) -> String {
+        format!("{:08x}-emulated-{:012}", self.seed, self.seq)
+    }
+
     /// The event's `detail`: shaped like `DescribeTrainingJob`, times in epoch milliseconds.
     pub fn detail(&self) -> Value {
         describe(&self.job, TimeFormat::EpochMillis)
@@ -321,7 +328,7 @@ impl StateChange {
     pub fn to_eventbridge(&self, region: &str, account: &str) -> Value {
         json!({
             "version": "0",
-            "id": self.id,
+            "id": self.id(),
             "detail-type": "SageMaker Training Job State Change",
             "source": "aws.sagemaker",
             "account": account,
@@ -847,10 +854,8 @@ impl Emulator {
         let change = StateChange {
             time_ms: at_ms,
             deliver_at_ms: at_ms + delay,
-            id: format!(
-                "{:08x}-emulated-{:012}",
-                self.config.seed as u32, self.event_seq
-            ),
+            seed: self.config.seed as u32,
+            seq: self.event_seq,
             job: Box::new(job),
         };
         let pos = self

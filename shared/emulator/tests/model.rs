@@ -320,7 +320,7 @@ fn the_same_seed_gives_the_same_history_and_rates_apply() {
             events.extend(
                 e.take_events(t)
                     .into_iter()
-                    .map(|ev| (ev.id.clone(), ev.time_ms, ev.detail().to_string())),
+                    .map(|ev| (ev.id(), ev.time_ms, ev.detail().to_string())),
             );
             t += 25;
         }

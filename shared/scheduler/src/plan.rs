@@ -149,16 +149,18 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
 }
 
 /// Names numbered in the order they first appear. A cycle looks up the queue and the share of
-/// every running and pending job: a few names are found by a scan (by address first, for hosts
-/// that share one string per name, then by text), more by a hash map (with a fixed seed; only
+/// every running and pending job: a name numbered recently is found by its address (hosts
+/// share one string per name); otherwise a few names are found by a scan (by address first,
+/// then by text), more by a hash map (with a fixed seed; only
 /// looked up, never iterated): over an ordered map, it makes a forecast's rollout at
 /// 1,000 shares a quarter faster (docs/benchmarks.md, "Cost" of start-time estimates).
 #[derive(Default)]
 struct Names<'a> {
     names: Vec<&'a str>,
     many: Option<NameNumbers<'a>>,
-    /// The last name numbered, and its number: jobs of one name often come in a row.
-    last: Option<(&'a str, usize)>,
+    /// Names numbered recently, by their text's address (see [`Names::slot`]): hosts share
+    /// one string per name, so most lookups end here, without a scan or a hash of the text.
+    recent: [Option<(&'a str, usize)>; Names::RECENT],
 }
 
 /// Names' numbers by their text, hashed with a fixed seed.
@@ -185,15 +187,31 @@ impl<'a> Names<'a> {
         }
     }
 
+    /// Slots of [`Names::recent`].
+    const RECENT: usize = 32;
+
+    /// Where `name` is kept among the recent names: by its address, whose lowest bits are the
+    /// same for every allocation.
+    fn slot(name: &str) -> usize {
+        (name.as_ptr() as usize >> 4) % Self::RECENT
+    }
+
     /// The number of `name`, numbering it if it is new.
+    #[inline]
     fn number(&mut self, name: &'a str) -> usize {
-        if let Some((last, i)) = self.last
-            && std::ptr::eq(last, name)
-        {
-            return i;
+        let slot = Self::slot(name);
+        match self.recent[slot] {
+            Some((recent, i)) if std::ptr::eq(recent, name) => i,
+            _ => self.number_anew(name, slot),
         }
+    }
+
+    /// [`Names::number`] of a name not among the recent ones (kept apart, so that the common
+    /// case inlines into its callers).
+    #[inline(never)]
+    fn number_anew(&mut self, name: &'a str, slot: usize) -> usize {
         let i = self.get(name).unwrap_or_else(|| self.add(name));
-        self.last = Some((name, i));
+        self.recent[slot] = Some((name, i));
         i
     }
 
@@ -672,6 +690,12 @@ mod tests {
         }
         assert!(names.many.is_some(), "40 names are mapped");
         assert_eq!(names.get("share-99"), None);
+        // 80 strings share 32 slots of recent names: each keeps its number, in any order.
+        for (i, text) in texts.iter().enumerate().rev() {
+            assert_eq!(names.number(text), i);
+            assert_eq!(names.number(&copies[i]), i);
+            assert_eq!(names.number(&texts[i / 2]), i / 2);
+        }
     }
 
     #[test]

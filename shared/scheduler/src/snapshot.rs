@@ -24,8 +24,25 @@ pub fn total_instances(instances: &Instances) -> u64 {
 
 /// An immutable string shared by its clones: cloning copies a pointer, not the text. Running
 /// jobs name their job, queue and share with it, because every cycle passes every running job.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct SharedStr(Arc<str>);
+
+/// The text's order. Clones of one name, the common case in maps keyed by queue and share,
+/// compare equal without reading the text.
+impl Ord for SharedStr {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.0.cmp(&other.0)
+    }
+}
+
+impl PartialOrd for SharedStr {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl SharedStr {
     /// The text.
@@ -462,6 +479,20 @@ impl Default for Config {
 mod tests {
     use super::{QuotaShareState, SharedStr};
     use trainyard_domain::quota_share::SharingStrategy;
+
+    #[test]
+    fn shared_names_order_as_their_text_whether_clones_or_copies() {
+        let names = ["a", "a-b", "b", "vc-1", "vc-10", "vc-2"];
+        let shared: Vec<SharedStr> = names.iter().map(|n| SharedStr::from(*n)).collect();
+        for (i, x) in shared.iter().enumerate() {
+            for (j, y) in shared.iter().enumerate() {
+                let copy = SharedStr::from(names[j]);
+                assert_eq!(x.cmp(y), names[i].cmp(names[j]), "{x} against {y}");
+                assert_eq!(x.cmp(&copy), names[i].cmp(names[j]), "{x} against a copy");
+                assert_eq!(x.clone().cmp(y), names[i].cmp(names[j]), "a clone of {x}");
+            }
+        }
+    }
 
     #[test]
     fn a_share_admits_its_limit_plus_its_borrow_cap_and_no_more() {

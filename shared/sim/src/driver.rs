@@ -203,10 +203,14 @@ impl TeamCounts {
 
 impl EventSink for TeamCounts {
     async fn publish(&self, event: Event) {
-        let Event::JobStatusChanged { job, .. } = event else {
-            return;
-        };
-        let (team, counted) = (team_of(&job), Counted::of(&job));
+        if let Event::JobStatusChanged { job, .. } = event {
+            self.publish_status(&job).await;
+        }
+    }
+
+    /// Reads the job in place: the replay publishes every change of status.
+    async fn publish_status(&self, job: &ServiceJob) {
+        let (team, counted) = (team_of(job), Counted::of(job));
         let now = TeamNow::of(counted);
         let mut state = self.lock();
         let TeamState { jobs, teams, lines } = &mut *state;

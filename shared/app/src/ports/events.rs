@@ -64,6 +64,13 @@ pub trait EventSink: Send + Sync + 'static {
     /// Publishes one event.
     fn publish(&self, event: Event) -> impl Future<Output = ()> + Send;
 
+    /// Publishes a job's new status, as stored. The default publishes
+    /// [`Event::status_changed`] with a copy of the job; a sink that reads the job in place
+    /// overrides it and copies nothing.
+    fn publish_status(&self, job: &ServiceJob) -> impl Future<Output = ()> + Send {
+        self.publish(Event::status_changed(job.clone()))
+    }
+
     /// Whether published events go anywhere. A sink that drops them all says no, and the
     /// use-cases then skip building them (a status change copies the whole job).
     fn listening(&self) -> bool {

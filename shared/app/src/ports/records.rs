@@ -407,12 +407,23 @@ impl LineWaits {
     /// version may digest differently, which costs one rewrite of each line, no more. (Every
     /// cycle digests every line: a hasher that reads a word at a time, not a byte.)
     pub fn digest(&self) -> u64 {
+        let waits = self.waits.iter().map(|w| (w.job_id.as_str(), &w.reason));
+        Self::digest_of(self.rank, self.lines, waits)
+    }
+
+    /// [`LineWaits::digest`] of a line's place and its jobs' ids and reasons, wherever they
+    /// are kept.
+    pub fn digest_of<'w>(
+        rank: u32,
+        lines: u32,
+        waits: impl Iterator<Item = (&'w str, &'w trainyard_scheduler::SkipReason)>,
+    ) -> u64 {
         use std::hash::{BuildHasher, Hash, Hasher};
         let mut hash = foldhash::fast::FixedState::with_seed(0x7472_6169_6e79_6172).build_hasher();
-        (self.rank, self.lines).hash(&mut hash);
-        for wait in self.waits.iter() {
-            wait.job_id.hash(&mut hash);
-            wait.reason.hash(&mut hash);
+        (rank, lines).hash(&mut hash);
+        for (job_id, reason) in waits {
+            job_id.hash(&mut hash);
+            reason.hash(&mut hash);
         }
         hash.finish()
     }

@@ -2,7 +2,6 @@
 //! and launch it (4, in `launch`), ask victims to stop (4b), record why the others wait (5),
 //! account fair-share usage (6), and show each line's waits (7, in `waits`).
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
@@ -14,7 +13,7 @@ use trainyard_scheduler::{
     plan_cycle, quota, retry, within_limits,
 };
 
-use super::snapshot::Loaded;
+use super::snapshot::{Loaded, merge_by_key};
 use super::{CycleConfig, CycleReport, DecisionRecord};
 use crate::error::AppError;
 use crate::ports::{
@@ -176,7 +175,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         let mut plan = plan_cycle(&loaded.snapshot, now, &config.planner);
         if !plan.preemptions.is_empty() && observe_checkpoints(backend, &mut loaded, &plan).await {
             // Its running jobs now carry this moment's checkpoints: not kept for the next cycle.
-            loaded.kept = None;
+            loaded.kept.forget();
             plan = plan_cycle(&loaded.snapshot, now, &config.planner);
         }
         // A cycle with no job to plan decides nothing: no record.
@@ -354,7 +353,7 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 queue: job.job_queue.as_str().into(),
                 share: share.into(),
             };
-            *loaded.held.entry(key).or_insert(0) += job.training.total_instances();
+            *loaded.dispatched.entry(key).or_insert(0) += job.training.total_instances();
         }
         report.dispatched += 1;
         tracing::info!(job_id = %job.job_id, queue = %job.job_queue, attempt = n,
@@ -451,24 +450,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         // that write conflict, which is harmless (it accounted the same interval). Every share
         // that holds instances or has a record: the two maps merged in key order. A record is
         // written only when what its share holds changed: until then it says all there is.
-        let mut holding = loaded.held.iter().peekable();
-        let mut stored = loaded.share_usage.iter().peekable();
-        loop {
-            let order = match (holding.peek(), stored.peek()) {
-                (None, None) => break,
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some((h, _)), Some((s, _))) => h.cmp(s),
-            };
-            let (key, held, existing) = match order {
-                Ordering::Less => holding.next().map(|(k, n)| (k, *n, None)),
-                Ordering::Greater => stored.next().map(|(k, r)| (k, 0, Some(r))),
-                Ordering::Equal => holding
-                    .next()
-                    .zip(stored.next())
-                    .map(|((k, n), (_, r))| (k, *n, Some(r))),
-            }
-            .unwrap_or_else(|| unreachable!("peeked"));
+        for (key, held, existing) in merge_by_key(loaded.held(), loaded.share_usage.iter()) {
+            let held = held.unwrap_or(0);
             let Some(half_life) = loaded.fair_queues.get(key.queue.as_str()) else {
                 continue;
             };

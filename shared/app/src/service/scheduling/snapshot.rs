@@ -2,6 +2,7 @@
 //! to act on the plan (each pending job's stored version and reason, capacity in use with its
 //! version, fair-share usage records).
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use trainyard_domain::environment::ServiceEnvironment;
@@ -84,9 +85,9 @@ pub(super) struct Loaded {
     pub(super) waiting: WaitingJobs,
     pub(super) queues: BTreeMap<String, JobQueue>,
     pub(super) usage: BTreeMap<String, Versioned<EnvironmentUsage>>,
-    /// Instances held per share: before this cycle's dispatches, and then with each one the
-    /// cycle commits (step 6 records them).
-    pub(super) held: BTreeMap<ShareKey, u64>,
+    /// Instances per share that this cycle's committed dispatches took (step 6 records them
+    /// with what the running set held before, [`Loaded::held`]).
+    pub(super) dispatched: BTreeMap<ShareKey, u64>,
     /// Fair-share queues and their decay windows (seconds).
     pub(super) fair_queues: BTreeMap<String, u32>,
     /// Each share's stored usage record, with its version for step 6's write.
@@ -96,8 +97,9 @@ pub(super) struct Loaded {
     /// Each queue's digests of its lines' stored waits, with their version for the cycle's write.
     pub(super) wait_digests: BTreeMap<String, Versioned<WaitDigests>>,
     /// The running set `snapshot.running` and `checkpoint_uris` were taken from, to be given
-    /// back for the next cycle (`None` once observed checkpoints were written into the jobs).
-    pub(super) kept: Option<RunningSet>,
+    /// back for the next cycle (not once observed checkpoints were written into the jobs,
+    /// [`RunningSet::forget`]).
+    pub(super) kept: RunningSet,
 }
 
 impl Loaded {
@@ -106,6 +108,43 @@ impl Loaded {
         let i = self.waiting.place(id)?;
         Some((&self.waiting.jobs[i].1, self.snapshot.pending.get(i)?))
     }
+
+    /// Instances held per share after the dispatches committed so far, in key order: what the
+    /// running set held when the snapshot was read, plus [`Loaded::dispatched`].
+    pub(super) fn held(&self) -> impl Iterator<Item = (&ShareKey, u64)> {
+        let before = self
+            .kept
+            .shares
+            .iter()
+            .map(|(k, tally)| (k, tally.instances));
+        let dispatched = self.dispatched.iter().map(|(k, n)| (k, *n));
+        merge_by_key(before, dispatched).map(|(k, a, b)| (k, a.unwrap_or(0) + b.unwrap_or(0)))
+    }
+}
+
+/// Two iterators in ascending key order, each key at most once in each, merged into one in key
+/// order: every key once, with what each had for it.
+pub(super) fn merge_by_key<'k, K: Ord + 'k, A, B>(
+    a: impl Iterator<Item = (&'k K, A)>,
+    b: impl Iterator<Item = (&'k K, B)>,
+) -> impl Iterator<Item = (&'k K, Option<A>, Option<B>)> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || {
+        let order = match (a.peek(), b.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((x, _)), Some((y, _))) => x.cmp(y),
+        };
+        match order {
+            Ordering::Less => a.next().map(|(k, x)| (k, Some(x), None)),
+            Ordering::Greater => b.next().map(|(k, y)| (k, None, Some(y))),
+            Ordering::Equal => {
+                let ((k, x), (_, y)) = a.next().zip(b.next())?;
+                Some((k, Some(x), Some(y)))
+            }
+        }
+    })
 }
 
 /// The configuration a cycle plans under, as stored.
@@ -332,6 +371,11 @@ fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
 }
 
 impl RunningSet {
+    /// Not to be kept for the next cycle, which reads every holder anew.
+    pub(super) fn forget(&mut self) {
+        self.seen = None;
+    }
+
     /// Every holder, in the store's order.
     fn of(
         holders: Vec<CapacityHolder>,
@@ -534,11 +578,6 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             queue_map.insert(name, queue);
         }
 
-        let held = set
-            .shares
-            .iter()
-            .map(|(key, tally)| (key.clone(), tally.instances))
-            .collect();
         // The snapshot holds the jobs for the cycle; `keep_running` puts them back.
         snapshot.running = std::mem::take(&mut set.jobs);
         let checkpoint_uris = std::mem::take(&mut set.checkpoint_uris);
@@ -565,12 +604,12 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             waiting,
             queues: queue_map,
             usage,
-            held,
+            dispatched: BTreeMap::new(),
             fair_queues,
             share_usage,
             fence: None,
             wait_digests,
-            kept: Some(set),
+            kept: set,
         })
     }
 
@@ -603,9 +642,10 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
     /// Keeps a cycle's running jobs for the next cycle (see [`RunningSet`]).
     pub(super) fn keep_running(&self, loaded: Loaded) {
         // A store that follows nothing is read anew every cycle: nothing to keep.
-        let Some(mut set) = loaded.kept.filter(|set| set.seen.is_some()) else {
+        let mut set = loaded.kept;
+        if set.seen.is_none() {
             return;
-        };
+        }
         set.jobs = loaded.snapshot.running;
         set.checkpoint_uris = loaded.checkpoint_uris;
         *self
@@ -821,5 +861,24 @@ mod tests {
         assert_eq!(jobs.get(&copy).map(|w| w.version), Some(3));
         assert_eq!(jobs.get("another").map(|w| w.version), Some(4));
         assert!(jobs.get("missing").is_none());
+    }
+
+    #[test]
+    fn merging_by_key_gives_every_key_once_in_order_with_what_each_side_had() {
+        let a = BTreeMap::from([(1, 'a'), (3, 'c'), (4, 'd')]);
+        let b = BTreeMap::from([(2, 20), (3, 30), (5, 50)]);
+        let merged: Vec<_> = merge_by_key(a.iter().map(|(k, v)| (k, *v)), b.iter())
+            .map(|(k, x, y)| (*k, x, y.copied()))
+            .collect();
+        assert_eq!(
+            merged,
+            [
+                (1, Some('a'), None),
+                (2, None, Some(20)),
+                (3, Some('c'), Some(30)),
+                (4, Some('d'), None),
+                (5, None, Some(50)),
+            ]
+        );
     }
 }

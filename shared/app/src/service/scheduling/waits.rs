@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use trainyard_scheduler::Plan;
+use trainyard_scheduler::{Plan, Skip};
 
 use super::snapshot::Loaded;
 use crate::error::AppError;
@@ -18,13 +18,48 @@ use crate::ports::{
 };
 use crate::service::Service;
 
+/// One line's waits as a plan leaves them, read in place: only a line whose digest changed is
+/// copied into a [`LineWaits`] to be written.
+struct PlannedLine<'p> {
+    queue: &'p str,
+    share: &'p str,
+    rank: u32,
+    lines: u32,
+    /// The first [`LineWaits::MAX_WAITS`] skips of the line's jobs, in the plan's order.
+    skips: Vec<&'p Skip>,
+}
+
+impl PlannedLine<'_> {
+    /// [`LineWaits::digest`] of [`PlannedLine::waits`], without building them.
+    fn digest(&self) -> u64 {
+        let waits = self.skips.iter().map(|s| (s.job_id.as_str(), &s.reason));
+        LineWaits::digest_of(self.rank, self.lines, waits)
+    }
+
+    /// The line's waits, each job waiting since `now` (the stored waits carry the true times).
+    fn waits(&self, now: i64) -> LineWaits {
+        let waits = self.skips.iter().map(|skip| JobWait {
+            job_id: skip.job_id.clone(),
+            reason: skip.reason.clone(),
+            since_ms: now,
+        });
+        LineWaits {
+            queue: self.queue.to_owned(),
+            share: self.share.to_owned(),
+            at_ms: now,
+            rank: self.rank,
+            lines: self.lines,
+            waits: waits.collect(),
+        }
+    }
+}
+
 /// Each line's waits as `plan` leaves them, in the order the plan first skipped a job of the
-/// line (the order lines were served), ranked within their queues; each job waiting since `now`
-/// (the stored waits carry the true times). A line that named jobs before but of which the plan
-/// skipped nothing (its jobs all left, or were dispatched) gets an empty document, so that no
-/// reader takes stale waits for current ones.
-fn line_waits(loaded: &Loaded, plan: &Plan, now: i64) -> Vec<LineWaits> {
-    let mut lines: Vec<(LineWaits, Vec<JobWait>)> = Vec::new();
+/// line (the order lines were served), ranked within their queues. A line that named jobs
+/// before but of which the plan skipped nothing (its jobs all left, or were dispatched) comes
+/// with no waits, so that no reader takes stale waits for current ones.
+fn planned_lines<'p>(loaded: &'p Loaded, plan: &'p Plan) -> Vec<PlannedLine<'p>> {
+    let mut lines: Vec<PlannedLine<'p>> = Vec::new();
     let mut index: foldhash::HashMap<(&str, &str), usize> = foldhash::HashMap::default();
     // Consecutive skips are mostly of one line: the last one's is tried first.
     let mut last: Option<(&str, &str, usize)> = None;
@@ -37,41 +72,30 @@ fn line_waits(loaded: &Loaded, plan: &Plan, now: i64) -> Vec<LineWaits> {
         let i = match last.filter(same) {
             Some((_, _, i)) => i,
             None => *index.entry((queue, share)).or_insert_with(|| {
-                let line = LineWaits {
-                    queue: queue.to_owned(),
-                    share: share.to_owned(),
-                    at_ms: now,
-                    ..LineWaits::default()
-                };
-                lines.push((line, Vec::new()));
+                lines.push(PlannedLine {
+                    queue,
+                    share,
+                    rank: 0,
+                    lines: 0,
+                    skips: Vec::new(),
+                });
                 lines.len() - 1
             }),
         };
         last = Some((queue, share, i));
-        let (_, waits) = &mut lines[i];
-        if waits.len() < LineWaits::MAX_WAITS {
-            waits.push(JobWait {
-                job_id: skip.job_id.clone(),
-                reason: skip.reason.clone(),
-                since_ms: now,
-            });
+        let skips = &mut lines[i].skips;
+        if skips.len() < LineWaits::MAX_WAITS {
+            skips.push(skip);
         }
     }
-    let mut lines: Vec<LineWaits> = lines
-        .into_iter()
-        .map(|(mut line, waits)| {
-            line.waits = waits.into();
-            line
-        })
-        .collect();
-    let mut per_queue: BTreeMap<String, u32> = BTreeMap::new();
+    let mut per_queue: BTreeMap<&str, u32> = BTreeMap::new();
     for line in &mut lines {
-        let rank = per_queue.entry(line.queue.clone()).or_insert(0);
+        let rank = per_queue.entry(line.queue).or_insert(0);
         *rank += 1;
         line.rank = *rank;
     }
     for line in &mut lines {
-        line.lines = per_queue[&line.queue];
+        line.lines = per_queue[line.queue];
     }
     // Lines that named jobs and now have none waiting.
     for digests in loaded.wait_digests.values() {
@@ -79,11 +103,12 @@ fn line_waits(loaded: &Loaded, plan: &Plan, now: i64) -> Vec<LineWaits> {
         for (share, digest) in &digests.lines {
             let line = (digests.queue.as_str(), share.as_str());
             if digest.waiting && !index.contains_key(&line) {
-                lines.push(LineWaits {
-                    queue: digests.queue.clone(),
-                    share: share.clone(),
-                    at_ms: now,
-                    ..LineWaits::default()
+                lines.push(PlannedLine {
+                    queue: line.0,
+                    share: line.1,
+                    rank: 0,
+                    lines: 0,
+                    skips: Vec::new(),
                 });
             }
         }
@@ -128,35 +153,33 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         plan: &Plan,
         now: i64,
     ) -> Result<(), AppError> {
-        let mut digests: BTreeMap<String, WaitDigests> = BTreeMap::new();
-        let mut changed: BTreeSet<String> = BTreeSet::new();
-        for line in line_waits(loaded, plan, now) {
+        // The queues' digests, copied from the snapshot's when one of their lines changed.
+        let mut digests: BTreeMap<&str, WaitDigests> = BTreeMap::new();
+        let mut changed: BTreeSet<&str> = BTreeSet::new();
+        for line in planned_lines(loaded, plan) {
             let digest = LineDigest {
                 digest: line.digest(),
-                waiting: !line.waits.is_empty(),
+                waiting: !line.skips.is_empty(),
             };
-            let queue = digests.entry(line.queue.clone()).or_insert_with(|| {
-                loaded
-                    .wait_digests
-                    .get(&line.queue)
-                    .map_or_else(WaitDigests::default, |d| d.value.clone())
-            });
-            if queue.lines.get(&line.share) == Some(&digest) {
+            let stored = loaded.wait_digests.get(line.queue).map(|d| &d.value);
+            if stored.and_then(|d| d.lines.get(line.share)) == Some(&digest) {
                 continue;
             }
             // A line the digests know is read (now, not with the snapshot: only a line that
             // changed costs a read), to carry since when its jobs wait; a new one is created.
-            let known = queue.lines.contains_key(&line.share);
-            let (queue_name, share) = (line.queue.clone(), line.share.clone());
-            if self.write_line(line, known).await? {
-                queue.queue = queue_name.clone();
-                queue.lines.insert(share, digest);
-                changed.insert(queue_name);
+            let known = stored.is_some_and(|d| d.lines.contains_key(line.share));
+            if self.write_line(line.waits(now), known).await? {
+                let queue = digests
+                    .entry(line.queue)
+                    .or_insert_with(|| stored.cloned().unwrap_or_default());
+                queue.queue = line.queue.to_owned();
+                queue.lines.insert(line.share.to_owned(), digest);
+                changed.insert(line.queue);
             }
         }
         for queue in changed {
-            let version = loaded.wait_digests.get(&queue).map_or(0, |d| d.version);
-            let Some(doc) = digests.remove(&queue) else {
+            let version = loaded.wait_digests.get(queue).map_or(0, |d| d.version);
+            let Some(doc) = digests.remove(queue) else {
                 continue;
             };
             match self
@@ -198,5 +221,47 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use trainyard_scheduler::SkipReason;
+
+    use super::*;
+
+    #[test]
+    fn a_planned_lines_digest_is_that_of_the_waits_it_writes() {
+        let skip = |id: &str, free: u64| Skip {
+            job_id: id.into(),
+            reason: SkipReason::InsufficientCapacity {
+                environment: "env".into(),
+                unit: "NUM_INSTANCES".into(),
+                needed: 4,
+                free,
+            },
+        };
+        let skips = [skip("a", 1), skip("b", 2)];
+        fn line(skips: Vec<&Skip>) -> PlannedLine<'_> {
+            PlannedLine {
+                queue: "research",
+                share: "team-a",
+                rank: 2,
+                lines: 3,
+                skips,
+            }
+        }
+        let both = line(skips.iter().collect());
+        assert_eq!(both.digest(), both.waits(1_000).digest());
+        let one = line(skips[..1].iter().collect());
+        assert_eq!(one.digest(), one.waits(1_000).digest());
+        assert_ne!(one.digest(), both.digest());
+        let figures = [skip("a", 2), skip("b", 2)];
+        let moved = line(figures.iter().collect());
+        assert_ne!(
+            moved.digest(),
+            both.digest(),
+            "a reason's figures are digested"
+        );
     }
 }
