@@ -151,9 +151,9 @@ pub fn plan_cycle(snapshot: &Snapshot, now_ms: i64, config: &Config) -> Plan {
 /// Names numbered in the order they first appear. A cycle looks up the queue and the share of
 /// every running and pending job: a name numbered recently is found by its address (hosts
 /// share one string per name); otherwise a few names are found by a scan (by address first,
-/// then by text), more by a hash map (with a fixed seed; only
-/// looked up, never iterated): over an ordered map, it makes a forecast's rollout at
-/// 1,000 shares a quarter faster (docs/benchmarks.md, "Cost" of start-time estimates).
+/// then by text), more by a hash map (with a fixed seed; only looked up, never iterated): over
+/// an ordered map, it makes a forecast's rollout at 1,000 shares a quarter faster
+/// (docs/benchmarks.md, "Cost" of start-time estimates).
 #[derive(Default)]
 struct Names<'a> {
     names: Vec<&'a str>,
@@ -190,8 +190,8 @@ impl<'a> Names<'a> {
     /// Slots of [`Names::recent`].
     const RECENT: usize = 32;
 
-    /// Where `name` is kept among the recent names: by its address, whose lowest bits are the
-    /// same for every allocation.
+    /// Where `name` is kept among the recent names: by its address, leaving out the lowest
+    /// four bits (allocations are aligned, so they tell names apart poorly).
     fn slot(name: &str) -> usize {
         (name.as_ptr() as usize >> 4) % Self::RECENT
     }
