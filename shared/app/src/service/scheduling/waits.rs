@@ -6,7 +6,7 @@
 //! a queue with such a line has its digests rewritten. A cycle that changes nothing a reader is
 //! shown writes nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use trainyard_scheduler::{Plan, Skip};
 
@@ -153,9 +153,8 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
         plan: &Plan,
         now: i64,
     ) -> Result<(), AppError> {
-        // The queues' digests, copied from the snapshot's when one of their lines changed.
-        let mut digests: BTreeMap<&str, WaitDigests> = BTreeMap::new();
-        let mut changed: BTreeSet<&str> = BTreeSet::new();
+        // The digests of each queue with a line rewritten: the snapshot's, with those lines'.
+        let mut changed: BTreeMap<&str, WaitDigests> = BTreeMap::new();
         for line in planned_lines(loaded, plan) {
             let digest = LineDigest {
                 digest: line.digest(),
@@ -169,19 +168,17 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
             // changed costs a read), to carry since when its jobs wait; a new one is created.
             let known = stored.is_some_and(|d| d.lines.contains_key(line.share));
             if self.write_line(line.waits(now), known).await? {
-                let queue = digests
-                    .entry(line.queue)
-                    .or_insert_with(|| stored.cloned().unwrap_or_default());
-                queue.queue = line.queue.to_owned();
+                let queue = changed.entry(line.queue).or_insert_with(|| {
+                    stored.cloned().unwrap_or_else(|| WaitDigests {
+                        queue: line.queue.to_owned(),
+                        ..WaitDigests::default()
+                    })
+                });
                 queue.lines.insert(line.share.to_owned(), digest);
-                changed.insert(line.queue);
             }
         }
-        for queue in changed {
+        for (queue, doc) in changed {
             let version = loaded.wait_digests.get(queue).map_or(0, |d| d.version);
-            let Some(doc) = digests.remove(queue) else {
-                continue;
-            };
             match self
                 .store
                 .commit(&[Write::document_value(doc, version)])
