@@ -389,7 +389,7 @@ mod tests {
             job_id: "j".into(),
             queue: "q".into(),
             environment: "e".into(),
-            instances: std::sync::Arc::default(),
+            instances: Default::default(),
         });
         let altered = write(dir.path(), "altered.json", &other_plan);
         let error = run(&args(&["--file", &altered])).unwrap_err();

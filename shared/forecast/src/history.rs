@@ -4,14 +4,13 @@
 //! [`History::RUNTIMES_KEPT`] runtimes per family and [`History::ARRIVALS_KEPT`] arrivals per line.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::SharedStr;
 use trainyard_scheduler::snapshot::pairs;
-use trainyard_scheduler::snapshot::{Instances, total_instances};
+use trainyard_scheduler::snapshot::{Instances, SharedInstances, total_instances};
 
 /// Jobs whose attempts are expected to run alike: same queue, same share, same instances. The
 /// queue and share stand in for "who submits it and what for"; the instance count for its size.
@@ -47,7 +46,7 @@ pub struct Arrival {
     /// `schedulingPriority`.
     pub priority: u32,
     /// Instances it needs.
-    pub instances: Arc<Instances>,
+    pub instances: SharedInstances,
     /// `MaxRuntimeInSeconds`, if set.
     pub max_runtime_s: Option<u64>,
     /// How much later than its arrival it stood in line (`PendingJob::line_offset_ms`).
@@ -450,7 +449,7 @@ mod tests {
                 Arrival {
                     at_ms: i * 360_000,
                     priority: 0,
-                    instances: Arc::new([("ml.a".to_owned(), 1)].into()),
+                    instances: Instances::from([("ml.a".to_owned(), 1)]).into(),
                     max_runtime_s: None,
                     line_offset_ms: 0,
                 },

@@ -37,11 +37,10 @@ pub mod history;
 pub mod rollout;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use trainyard_domain::random::{SplitMix64, mix64};
 use trainyard_scheduler::snapshot::Instances;
-use trainyard_scheduler::{Config, SharedStr, Snapshot};
+use trainyard_scheduler::{Config, SharedInstances, SharedStr, Snapshot};
 
 pub use estimate::{Calibration, Coverage, Estimate, P90From, Samples, Scope};
 pub use forecaster::{Forecaster, Learned, Learnt, Open, Resolved};
@@ -111,11 +110,11 @@ pub fn forecast(
 /// stay in the processor's cache where one map per job does not (docs/benchmarks.md, "Cost" of
 /// start-time estimates).
 fn with_shared_shapes(snapshot: &Snapshot) -> Snapshot {
-    let mut shapes: BTreeMap<Instances, Arc<Instances>> = BTreeMap::new();
-    let mut share = |instances: &mut Arc<Instances>| match shapes.get(&**instances) {
-        Some(shape) => *instances = Arc::clone(shape),
+    let mut shapes: BTreeMap<Instances, SharedInstances> = BTreeMap::new();
+    let mut share = |instances: &mut SharedInstances| match shapes.get(&**instances) {
+        Some(shape) => *instances = shape.clone(),
         None => {
-            shapes.insert((**instances).clone(), Arc::clone(instances));
+            shapes.insert((**instances).clone(), instances.clone());
         }
     };
     let mut copy = snapshot.clone();
@@ -158,7 +157,7 @@ mod tests {
             share: None,
             priority: 0,
             runnable_at_ms: 0,
-            instances: Arc::new([("ml.g5.xlarge".to_owned(), n)].into()),
+            instances: Instances::from([("ml.g5.xlarge".to_owned(), n)]).into(),
             max_runtime_s: None,
             not_before_ms: None,
             line_offset_ms: 0,
@@ -175,9 +174,9 @@ mod tests {
         assert_eq!(shared, snapshot);
         let [a, b, c] = [0, 1, 2].map(|i| &shared.pending[i].instances);
         assert!(
-            Arc::ptr_eq(a, c),
+            std::ptr::eq(&**a, &**c),
             "one map for the two jobs of one instance"
         );
-        assert!(!Arc::ptr_eq(a, b));
+        assert!(!std::ptr::eq(&**a, &**b));
     }
 }

@@ -10,11 +10,9 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
 
 use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::fair_share::ShareUsage;
-use trainyard_scheduler::snapshot::total_instances;
 use trainyard_scheduler::{
     Config, PendingJob, QueuePolicy, RunningJob, ShareKey, SharedStr, Snapshot, plan_cycle,
 };
@@ -362,7 +360,7 @@ impl<'a> Rollout<'a> {
         let mut held: BTreeMap<&str, u64> = BTreeMap::new();
         for job in &self.snapshot.running {
             if let Some(env) = self.environment_of.get(&job.queue) {
-                *held.entry(env).or_default() += total_instances(&job.instances);
+                *held.entry(env).or_default() += job.instances.total();
             }
         }
         for ((queue, _), line) in &self.lines {
@@ -470,7 +468,7 @@ impl<'a> Rollout<'a> {
         let mut held: Vec<Option<u64>> = vec![None; self.shares.keys.len()];
         for (job, share) in self.snapshot.running.iter().zip(&self.shares.of_running) {
             if let Some(n) = share {
-                *held[*n].get_or_insert(0) += total_instances(&job.instances);
+                *held[*n].get_or_insert(0) += job.instances.total();
             }
         }
         let mut added = false;
@@ -518,7 +516,7 @@ impl<'a> Rollout<'a> {
                     share: arrivals.line.1.clone(),
                     priority: like.priority,
                     runnable_at_ms: arrivals.next_ms,
-                    instances: Arc::clone(&like.instances),
+                    instances: like.instances.clone(),
                     max_runtime_s: like.max_runtime_s,
                     not_before_ms: None,
                     line_offset_ms: like.line_offset_ms,

@@ -1,20 +1,19 @@
 //! Rollouts on small worlds whose answer can be worked out by hand.
 
-use std::sync::Arc;
-
 use trainyard_domain::environment::CapacityLimit;
 use trainyard_forecast::{
     Arrival, Family, Forecaster, History, Learned, Options, forecast, shadow,
 };
 use trainyard_scheduler::{
-    Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob, Snapshot,
+    Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, RunningJob, SharedInstances,
+    Snapshot,
 };
 
 const TYPE: &str = "ml.g5.xlarge";
 const HOUR_MS: i64 = 3_600_000;
 
-fn instances(n: u32) -> Arc<std::collections::BTreeMap<String, u32>> {
-    Arc::new([(TYPE.to_owned(), n)].into())
+fn instances(n: u32) -> SharedInstances {
+    std::collections::BTreeMap::from([(TYPE.to_owned(), n)]).into()
 }
 
 fn queue(name: &str, priority: u32) -> QueueState {

@@ -2,12 +2,11 @@
 //! why it waits (a [`SkipReason`], whose code and text reach the job's `statusReason`).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use trainyard_domain::time::UtcTime;
 
-use crate::snapshot::{Instances, SharedStr};
+use crate::snapshot::{SharedInstances, SharedStr};
 
 /// Launch an attempt for a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,7 +18,7 @@ pub struct Dispatch {
     /// The environment whose capacity it takes.
     pub environment: SharedStr,
     /// Instances taken.
-    pub instances: Arc<Instances>,
+    pub instances: SharedInstances,
 }
 
 /// Stop a running attempt to make room for a waiting job (quota-managed queues only). The host

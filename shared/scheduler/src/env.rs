@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 
 use crate::decision::{Dispatch, Plan, SkipReason};
 use crate::pool::Pool;
-use crate::snapshot::{Config, Instances, PendingJob, QueueState, SharedStr};
+use crate::snapshot::{Config, PendingJob, QueueState, SharedInstances, SharedStr};
 
 /// The blocked head of an environment and the reservation it holds (EASY backfill).
 pub(crate) struct Head {
@@ -26,19 +26,19 @@ pub(crate) struct EnvPlan<'a> {
     pub(crate) enabled: bool,
     pub(crate) pool: Pool,
     /// (expected end, instances) of every attempt holding capacity, incl. this cycle's.
-    pub(crate) releases: Vec<(i64, &'a Instances)>,
+    pub(crate) releases: Vec<(i64, &'a SharedInstances)>,
     pub(crate) head: Option<Head>,
 }
 
 impl EnvPlan<'_> {
     /// Rule 4: the earliest time `demand` fits, given the releases, and what is left then.
-    pub(crate) fn reserve(&self, demand: &Instances) -> (i64, Pool) {
+    pub(crate) fn reserve(&self, demand: &SharedInstances) -> (i64, Pool) {
         let mut pool = self.pool.clone();
         let mut shadow = i64::MIN;
         if !pool.fits(demand) {
             // Releases in end order (ties by instances: releases equal in both are
             // interchangeable), until the demand fits. A heap: usually a few suffice.
-            let mut releases: BinaryHeap<Reverse<(i64, &Instances)>> = self
+            let mut releases: BinaryHeap<Reverse<(i64, &SharedInstances)>> = self
                 .releases
                 .iter()
                 .map(|(end, instances)| Reverse((*end, *instances)))

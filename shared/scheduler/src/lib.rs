@@ -79,5 +79,5 @@ pub use plan::plan_cycle;
 pub use pool::within_limits;
 pub use snapshot::{
     Config, EnvironmentState, PendingJob, QueuePolicy, QueueState, QuotaShareState, RunningJob,
-    ShareKey, SharedStr, Snapshot, waited_since_ms,
+    ShareKey, SharedInstances, SharedStr, Snapshot, waited_since_ms,
 };

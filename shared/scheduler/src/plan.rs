@@ -12,7 +12,6 @@ use crate::fair_share::{ShareUsage, reserved_instances, score};
 use crate::pool::{self, Fit, Pool};
 use crate::quota::plan_quota_queue;
 
-use crate::snapshot::total_instances;
 use crate::snapshot::{
     Config, PendingJob, QueuePolicy, QueueState, RunningJob, SharedStr, Snapshot,
 };
@@ -358,13 +357,13 @@ struct ShareState<'a> {
     weight: f64,
     average: f64,
     held: u64,
-    jobs: std::iter::Peekable<std::vec::IntoIter<&'a PendingJob>>,
+    jobs: std::vec::IntoIter<&'a PendingJob>,
 }
 
 impl ShareState<'_> {
     /// Its place in line, if it has jobs left.
     fn rank(&self, i: usize, age: &Age) -> Option<Ranked> {
-        let next = self.jobs.clone().next()?;
+        let next = self.jobs.as_slice().first()?;
         let score = score(self.average, self.held, self.weight);
         Some(Ranked(age.overdue_since(next), score, i))
     }
@@ -438,7 +437,7 @@ impl<'a> Line<'a> {
                 }
                 for job in running {
                     if let Some(share) = job.share.as_deref() {
-                        slot(&mut names, &mut by_share, share).2 += total_instances(&job.instances);
+                        slot(&mut names, &mut by_share, share).2 += job.instances.total();
                     }
                 }
                 let reserve = match (policy.compute_reservation, env.pool.total_max()) {
@@ -466,7 +465,7 @@ impl<'a> Line<'a> {
                                 .advance(now_ms, 0, half_life)
                                 .average_instances(half_life),
                             held,
-                            jobs: list.into_iter().peekable(),
+                            jobs: list.into_iter(),
                         }
                     })
                     .collect();
@@ -490,7 +489,7 @@ impl<'a> Line<'a> {
             Line::Fifo { jobs, .. } => jobs.peek().copied(),
             Line::FairShare { shares, order, .. } => {
                 let Reverse(Ranked(_, _, i)) = order.peek()?;
-                shares[*i].jobs.peek().copied()
+                shares[*i].jobs.as_slice().first().copied()
             }
             Line::Quota { jobs, .. } => jobs.first().copied(),
         }
@@ -556,7 +555,7 @@ impl<'a> Line<'a> {
                 };
                 if consider(plan, queue, job, env, *reserve, now_ms, config) == Outcome::Dispatched
                 {
-                    state.held += total_instances(&job.instances);
+                    state.held += job.instances.total();
                 }
                 match state.rank(i, age) {
                     Some(rank) => *first = Reverse(rank),
@@ -643,7 +642,7 @@ fn consider<'a>(
                     .pool
                     .total_free()
                     .unwrap_or(u64::MAX)
-                    .saturating_sub(total_instances(&job.instances));
+                    .saturating_sub(job.instances.total());
                 if free_after < reserve {
                     skip(SkipReason::ComputeReservation { reserved: reserve });
                     return Outcome::Passed;
@@ -665,8 +664,6 @@ fn consider<'a>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
 
     #[test]
@@ -754,7 +751,9 @@ mod tests {
                     share: (!share_key(job).is_empty()).then(|| share_key(job).into()),
                     priority: job.priority(),
                     runnable_at_ms: job.runnable_at.unwrap_or(job.created_at),
-                    instances: Arc::new(job.training.instances.clone()),
+                    instances: crate::snapshot::SharedInstances::from(
+                        job.training.instances.clone(),
+                    ),
                     max_runtime_s: None,
                     not_before_ms: None,
                     line_offset_ms: job.line_offset_ms,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
 
-use crate::snapshot::Instances;
+use crate::snapshot::SharedInstances;
 
 /// Whether a demand fits, naming the instance type that is short (`None`: the total).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,9 +98,10 @@ impl Pool {
         by_type.min(self.total_free().unwrap_or(u64::MAX))
     }
 
-    /// Whether a demand fits now, and if not, what is missing first.
-    pub(crate) fn check<'a>(&self, demand: &'a Instances) -> Fit<'a> {
-        let needed: u64 = demand.values().map(|n| u64::from(*n)).sum();
+    /// Whether a demand fits now, and if not, what is missing first. Its types are read only
+    /// where some type has a limit of its own: the total decides the rest.
+    pub(crate) fn check<'a>(&self, demand: &'a SharedInstances) -> Fit<'a> {
+        let needed = demand.total();
         if let Some(max) = self.total_max
             && needed > max
         {
@@ -111,7 +112,7 @@ impl Pool {
             };
         }
         if !self.type_max.is_empty() {
-            for (ty, n) in demand {
+            for (ty, n) in demand.iter() {
                 let max = self.type_max.get(ty).copied().unwrap_or(0);
                 if u64::from(*n) > max {
                     return Fit::Never {
@@ -131,15 +132,17 @@ impl Pool {
                 free,
             };
         }
-        for (ty, n) in demand {
-            if let Some(max) = self.type_max.get(ty) {
-                let free = max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0));
-                if u64::from(*n) > free {
-                    return Fit::NotNow {
-                        ty: Some(ty),
-                        needed: u64::from(*n),
-                        free,
-                    };
+        if !self.type_max.is_empty() {
+            for (ty, n) in demand.iter() {
+                if let Some(max) = self.type_max.get(ty) {
+                    let free = max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0));
+                    if u64::from(*n) > free {
+                        return Fit::NotNow {
+                            ty: Some(ty),
+                            needed: u64::from(*n),
+                            free,
+                        };
+                    }
                 }
             }
         }
@@ -147,17 +150,19 @@ impl Pool {
     }
 
     /// Whether `demand` fits now.
-    pub(crate) fn fits(&self, demand: &Instances) -> bool {
+    pub(crate) fn fits(&self, demand: &SharedInstances) -> bool {
         self.check(demand) == Fit::Fits
     }
 
-    pub(crate) fn take(&mut self, demand: &Instances) {
-        for (ty, n) in demand {
-            self.total_used += u64::from(*n);
-            // Only limited types are counted (no other is ever checked): with a total limit
-            // alone, a cycle taking every running job's instances looks nothing up.
-            if let Some(used) = self.type_used.get_mut(ty) {
-                *used += u64::from(*n);
+    pub(crate) fn take(&mut self, demand: &SharedInstances) {
+        self.total_used += demand.total();
+        // Only limited types are counted (no other is ever checked): with a total limit
+        // alone, a cycle taking every running job's instances reads none of their types.
+        if !self.type_used.is_empty() {
+            for (ty, n) in demand.iter() {
+                if let Some(used) = self.type_used.get_mut(ty) {
+                    *used += u64::from(*n);
+                }
             }
         }
     }
@@ -172,11 +177,13 @@ impl Pool {
         }
     }
 
-    pub(crate) fn give(&mut self, demand: &Instances) {
-        for (ty, n) in demand {
-            self.total_used = self.total_used.saturating_sub(u64::from(*n));
-            if let Some(used) = self.type_used.get_mut(ty) {
-                *used = used.saturating_sub(u64::from(*n));
+    pub(crate) fn give(&mut self, demand: &SharedInstances) {
+        self.total_used = self.total_used.saturating_sub(demand.total());
+        if !self.type_used.is_empty() {
+            for (ty, n) in demand.iter() {
+                if let Some(used) = self.type_used.get_mut(ty) {
+                    *used = used.saturating_sub(u64::from(*n));
+                }
             }
         }
     }
@@ -245,8 +252,10 @@ mod tests {
         }
     }
 
-    fn demand(pairs: &[(&str, u32)]) -> Instances {
-        pairs.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect()
+    fn demand(pairs: &[(&str, u32)]) -> SharedInstances {
+        let map: crate::snapshot::Instances =
+            pairs.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect();
+        map.into()
     }
 
     #[test]

@@ -578,7 +578,7 @@ impl Loss {
             (None, Some(m)) => ran_ms.min(m.max(0)),
             (None, None) => ran_ms,
         };
-        let instances: u64 = job.instances.values().map(|n| u64::from(*n)).sum();
+        let instances = job.instances.total();
         let seconds = u64::try_from(since_ms / 1000)
             .unwrap_or(0)
             .saturating_add(restart_overhead_s);
@@ -1447,7 +1447,7 @@ fn wait_or_start<'a>(
             checkpoint_ms: loss.checkpoint_ms,
         });
     }
-    env.pool.take(&claim);
+    env.pool.take(&claim.into());
     quota.add(quota.ix(share), &job.instances, job.priority);
     let running = &quota.running;
     let left = |i: usize| !quota.victims.contains(&key(running[i]));

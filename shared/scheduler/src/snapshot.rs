@@ -114,6 +114,73 @@ impl PartialEq<&str> for SharedStr {
     }
 }
 
+/// Instances per instance type, shared by its clones like [`SharedStr`], with their total kept
+/// beside them. Every cycle sums each running job's and each head's instances; reading the total
+/// touches only the shared allocation's first line, where summing the map would also read its
+/// nodes. Serialized as the map alone.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SharedInstances(Arc<Counted>);
+
+/// A map of instances and its total.
+#[derive(PartialEq, Eq, Default)]
+struct Counted {
+    total: u64,
+    map: Instances,
+}
+
+impl SharedInstances {
+    /// All the instances, every type together ([`total_instances`] of the map).
+    pub fn total(&self) -> u64 {
+        self.0.total
+    }
+}
+
+impl std::ops::Deref for SharedInstances {
+    type Target = Instances;
+
+    fn deref(&self) -> &Instances {
+        &self.0.map
+    }
+}
+
+impl From<Instances> for SharedInstances {
+    fn from(map: Instances) -> Self {
+        let total = total_instances(&map);
+        Self(Arc::new(Counted { total, map }))
+    }
+}
+
+/// The map's order.
+impl Ord for SharedInstances {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.map.cmp(&other.0.map)
+    }
+}
+
+impl PartialOrd for SharedInstances {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Debug for SharedInstances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0.map, f)
+    }
+}
+
+impl serde::Serialize for SharedInstances {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.map.serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SharedInstances {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Instances::deserialize(deserializer).map(Self::from)
+    }
+}
+
 /// A service environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentState {
@@ -254,7 +321,7 @@ pub struct QueueState {
 /// A job with an attempt in SCHEDULED, STARTING or RUNNING: it holds capacity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 ///
-/// Its ids and instances are shared ([`SharedStr`], `Arc`), not owned: every cycle passes every running job,
+/// Its ids and instances are shared ([`SharedStr`], [`SharedInstances`]), not owned: every cycle passes every running job,
 /// and a host that keeps these summaries between cycles hands them over without copying.
 pub struct RunningJob {
     /// Job id.
@@ -270,7 +337,7 @@ pub struct RunningJob {
     /// recently started first.
     pub started_at_ms: i64,
     /// Instances held.
-    pub instances: Arc<Instances>,
+    pub instances: SharedInstances,
     /// When the attempt will have ended at the latest (dispatch + max runtime).
     pub expected_end_ms: i64,
     /// Its newest complete checkpoint as observed (not as reported by the job), if any: work
@@ -322,7 +389,7 @@ pub struct PendingJob {
     /// Its place in line (its submission, or its last requeue).
     pub runnable_at_ms: i64,
     /// Instances it needs.
-    pub instances: Arc<Instances>,
+    pub instances: SharedInstances,
     /// `MaxRuntimeInSeconds`, if the payload sets it.
     pub max_runtime_s: Option<u64>,
     /// Not to be dispatched before this time (retry backoff).
@@ -477,8 +544,29 @@ impl Default for Config {
 
 #[cfg(test)]
 mod tests {
-    use super::{QuotaShareState, SharedStr};
+    use super::{Instances, QuotaShareState, RunningJob, SharedInstances, SharedStr};
     use trainyard_domain::quota_share::SharingStrategy;
+
+    #[test]
+    fn shared_instances_keep_their_maps_total_however_made_and_read() {
+        let map = Instances::from([("ml.a".to_owned(), 2), ("ml.b".to_owned(), 3)]);
+        let made = SharedInstances::from(map.clone());
+        assert_eq!(made.total(), 5);
+        assert_eq!(*made, map);
+        // A recorded snapshot is the map alone; read back, the total is the map's again (a
+        // replay plans with it).
+        let json = serde_json::to_string(&made).unwrap();
+        assert_eq!(json, r#"{"ml.a":2,"ml.b":3}"#);
+        let read: SharedInstances = serde_json::from_str(&json).unwrap();
+        assert_eq!((read.total(), &read), (5, &made));
+        let job: RunningJob = serde_json::from_value(serde_json::json!({
+            "job_id": "j", "queue": "q", "share": null, "priority": 0, "started_at_ms": 0,
+            "instances": {"ml.p4d.24xlarge": 4}, "expected_end_ms": 1
+        }))
+        .unwrap();
+        assert_eq!(job.instances.total(), 4);
+        assert_eq!(SharedInstances::default().total(), 0);
+    }
 
     #[test]
     fn shared_names_order_as_their_text_whether_clones_or_copies() {

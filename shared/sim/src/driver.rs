@@ -409,7 +409,7 @@ impl<'a> Probe<'a> {
                 .map(SharedStr::from),
             priority: route.scheduling_priority.unwrap_or(0),
             runnable_at_ms: 0,
-            instances: Arc::new([(instance_type.to_owned(), instances)].into()),
+            instances: BTreeMap::from([(instance_type.to_owned(), instances)]).into(),
             max_runtime_s: None,
             not_before_ms: None,
             line_offset_ms: 0,
@@ -927,7 +927,7 @@ pub(crate) fn replay(
                 let arrival = Arrival {
                     at_ms: now,
                     priority,
-                    instances: Arc::new([(ty.to_owned(), p.job.instances)].into()),
+                    instances: BTreeMap::from([(ty.to_owned(), p.job.instances)]).into(),
                     max_runtime_s: Some(max_runtime_s),
                     line_offset_ms,
                 };

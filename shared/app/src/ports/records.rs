@@ -554,12 +554,13 @@ pub struct JobWait {
 /// A RUNNABLE job, as the scheduler sees it (see [`SchedulingStore::runnable_heads`](super::SchedulingStore::runnable_heads)): what the planner
 /// orders and fits, plus the status reason and version a cycle needs to record why it waits.
 ///
-/// Its text and instances are shared ([`SharedStr`], `Arc`) like [`CapacityHolder`]'s: a store
+/// Its text and instances are shared ([`SharedStr`], [`SharedInstances`]) like [`CapacityHolder`]'s: a store
 /// that keeps the summaries hands every cycle the same ones, and the planner's [`PendingJob`]
 /// takes them as they are.
 ///
 /// [`PendingJob`]: trainyard_scheduler::PendingJob
 /// [`SharedStr`]: trainyard_scheduler::SharedStr
+/// [`SharedInstances`]: trainyard_scheduler::SharedInstances
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnableHead {
     /// Job id.
@@ -576,7 +577,7 @@ pub struct RunnableHead {
     /// ([`ServiceJob::line_offset_ms`]).
     pub line_offset_ms: i64,
     /// Instances it needs, per instance type.
-    pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
+    pub instances: trainyard_scheduler::SharedInstances,
     /// `MaxRuntimeInSeconds` of the request, if given.
     pub max_runtime_s: Option<u64>,
     /// Not to be dispatched before this time (retry backoff).
@@ -602,7 +603,9 @@ impl RunnableHead {
             priority: job.priority(),
             runnable_at: job.runnable_at.unwrap_or(job.created_at),
             line_offset_ms: job.line_offset_ms,
-            instances: std::sync::Arc::new(job.held_instances().into_owned()),
+            instances: trainyard_scheduler::SharedInstances::from(
+                job.held_instances().into_owned(),
+            ),
             max_runtime_s: job.training.max_runtime_s,
             not_before: job.not_before,
             status_reason: job.status_reason.as_deref().map(Into::into),
@@ -614,10 +617,11 @@ impl RunnableHead {
 /// A job holding capacity, as the scheduler sees it (see [`SchedulingStore::capacity_holders`](super::SchedulingStore::capacity_holders)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 ///
-/// Ids and instances are shared ([`SharedStr`], `Arc`): a store that keeps the summaries (the memory store does)
+/// Ids and instances are shared ([`SharedStr`], [`SharedInstances`]): a store that keeps the summaries (the memory store does)
 /// hands every cycle the same ones, and the planner's [`RunningJob`] takes them as they are.
 ///
 /// [`RunningJob`]: trainyard_scheduler::RunningJob
+/// [`SharedInstances`]: trainyard_scheduler::SharedInstances
 /// [`SharedStr`]: trainyard_scheduler::SharedStr
 pub struct CapacityHolder {
     /// Job id.
@@ -631,7 +635,7 @@ pub struct CapacityHolder {
     /// When its latest attempt started (the job's last update if the attempt has no start).
     pub started_at: i64,
     /// Instances held, per instance type.
-    pub instances: std::sync::Arc<std::collections::BTreeMap<String, u32>>,
+    pub instances: trainyard_scheduler::SharedInstances,
     /// `MaxRuntimeInSeconds` of the request, if given.
     pub max_runtime_s: Option<u64>,
     /// `CheckpointConfig.S3Uri` of the request, if given: where its checkpoints are observed.
@@ -651,7 +655,9 @@ impl CapacityHolder {
             share: share_key(job).into(),
             priority: job.priority(),
             started_at: Self::started_at_of(job),
-            instances: std::sync::Arc::new(job.held_instances().into_owned()),
+            instances: trainyard_scheduler::SharedInstances::from(
+                job.held_instances().into_owned(),
+            ),
             max_runtime_s: job.training.max_runtime_s,
             checkpoint_s3_uri: job.training.checkpoint_s3_uri.as_deref().map(Into::into),
             preemptions: job.preemptions(),

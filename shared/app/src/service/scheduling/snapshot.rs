@@ -10,7 +10,6 @@ use trainyard_domain::policy::SchedulingPolicy;
 use trainyard_domain::queue::JobQueue;
 use trainyard_domain::quota_share::QuotaShare;
 use trainyard_domain::{ResourceStatus, State};
-use trainyard_scheduler::snapshot::total_instances;
 use trainyard_scheduler::{
     Config as PlannerConfig, EnvironmentState, PendingJob, QueuePolicy, QueueState,
     QuotaShareState, RunningJob, ShareKey, SharedStr, Snapshot,
@@ -344,7 +343,7 @@ fn count(shares: &mut ShareCounts, job: &RunningJob, into: bool) {
         queue: job.queue.clone(),
         share: share.clone(),
     };
-    let instances = total_instances(&job.instances);
+    let instances = job.instances.total();
     if into {
         let tally = shares.entry(key).or_default();
         tally.jobs += 1;
