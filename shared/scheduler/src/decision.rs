@@ -47,14 +47,14 @@ pub enum PreemptionReason {
     /// Cross-share: the victim runs on capacity its share borrowed, and the lender reclaims it.
     ReclaimBorrowed {
         /// The reclaiming (lending) share.
-        quota_share: String,
+        quota_share: SharedStr,
         /// The borrowing share.
         victim_quota_share: String,
     },
     /// In-share: a job of strictly higher `schedulingPriority` in the same share.
     InSharePriority {
         /// The share.
-        quota_share: String,
+        quota_share: SharedStr,
         /// The preemptor's priority.
         priority: u32,
         /// The victim's (strictly lower) priority.
@@ -158,12 +158,12 @@ pub enum SkipReason {
     /// The job names no quota share of its quota-managed queue.
     UnknownQuotaShare {
         /// The name it gave (empty when none).
-        quota_share: String,
+        quota_share: SharedStr,
     },
     /// The job can never fit its quota share's limits plus what it may borrow.
     QuotaLimitExceeded {
         /// Quota share.
-        quota_share: String,
+        quota_share: SharedStr,
         /// Instance type.
         unit: Cow<'static, str>,
         /// Instances it needs.
@@ -178,7 +178,7 @@ pub enum SkipReason {
     /// The share's own limit is in use and it may not borrow (RESERVE or LEND).
     QuotaExhausted {
         /// Quota share.
-        quota_share: String,
+        quota_share: SharedStr,
         /// Instance type.
         unit: Cow<'static, str>,
         /// Instances the job needs.
@@ -191,7 +191,7 @@ pub enum SkipReason {
     /// Starting the job would borrow more than the share's `borrowLimit` allows.
     BorrowLimitReached {
         /// Quota share.
-        quota_share: String,
+        quota_share: SharedStr,
         /// Instance type.
         unit: Cow<'static, str>,
         /// Instances the job needs.
@@ -219,7 +219,7 @@ pub enum SkipReason {
     /// (each must first run `min_runtime_before_preemption_s`).
     QuotaLent {
         /// The job's quota share.
-        quota_share: String,
+        quota_share: SharedStr,
         /// Instance type.
         unit: Cow<'static, str>,
         /// Instances the job needs.

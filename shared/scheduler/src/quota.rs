@@ -885,7 +885,7 @@ impl<'a> Quota<'a> {
         let known = self
             .lent_cache
             .iter()
-            .find(|(s, u, _)| *s == share.name && u == unit);
+            .find(|(s, u, _)| *s == share.name.as_str() && u == unit);
         if let Some((_, _, lent)) = known {
             return lent.clone();
         }
@@ -1203,7 +1203,7 @@ fn decide<'a>(
         .map(|s| &shares[s]);
     let Some(share) = found else {
         let reason = SkipReason::UnknownQuotaShare {
-            quota_share: job.share.as_deref().unwrap_or_default().to_owned(),
+            quota_share: job.share.clone().unwrap_or_default(),
         };
         return skip(plan, reason);
     };
@@ -1418,12 +1418,12 @@ fn wait_or_start<'a>(
         }
         quota.victims.insert(key(victim));
         let theirs = victim.share.as_deref().unwrap_or_default();
-        if theirs != share.name {
+        if theirs != share.name.as_str() {
             quota
                 .entitled_start
                 .get_or_insert_with(|| (share.name.as_str(), job.job_id.clone()));
         }
-        let reason = if theirs == share.name {
+        let reason = if theirs == share.name.as_str() {
             PreemptionReason::InSharePriority {
                 quota_share: share.name.clone(),
                 priority: job.priority,

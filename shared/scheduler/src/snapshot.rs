@@ -206,8 +206,9 @@ pub enum QueuePolicy {
 /// A quota share of a quota-managed queue, as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QuotaShareState {
-    /// Name, unique within its queue (jobs name it in `quotaShareName`).
-    pub name: String,
+    /// Name, unique within its queue (jobs name it in `quotaShareName`). Shared: every skip of
+    /// one of its jobs names it.
+    pub name: SharedStr,
     /// Instances per instance type the share may use without borrowing; a type not listed is a
     /// limit of 0.
     pub limits: Instances,
@@ -228,7 +229,7 @@ impl From<&QuotaShare> for QuotaShareState {
     fn from(share: &QuotaShare) -> Self {
         let sharing = &share.resource_sharing_configuration;
         Self {
-            name: share.quota_share_name.clone(),
+            name: share.quota_share_name.as_str().into(),
             limits: share
                 .capacity_limits
                 .iter()

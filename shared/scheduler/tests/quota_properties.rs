@@ -40,7 +40,7 @@ fn world(seed: u64) -> (Snapshot, bool) {
     ];
     let shares: Vec<QuotaShareState> = (0..share_count)
         .map(|i| QuotaShareState {
-            name: format!("s{i}"),
+            name: format!("s{i}").into(),
             limits: TYPES
                 .iter()
                 .zip(&capacity)
@@ -152,7 +152,7 @@ fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<usize, 
     let mut full = 0;
     for share in shares(s).iter().filter(|share| {
         share.full(|ty| {
-            let key = (share.name.clone(), ty.to_owned());
+            let key = (share.name.to_string(), ty.to_owned());
             held.get(&key).copied().unwrap_or(0)
         })
     }) {
@@ -184,7 +184,7 @@ fn check(s: &Snapshot, plan: &Plan, now: i64, config: &Config) -> Result<usize, 
     for share in shares(s) {
         for ty in TYPES {
             let used = by_share
-                .get(&(share.name.clone(), ty.to_owned()))
+                .get(&(share.name.to_string(), ty.to_owned()))
                 .copied()
                 .unwrap_or(0);
             if let Some(cap) = share.borrow_cap(ty)
