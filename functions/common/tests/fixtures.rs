@@ -568,11 +568,7 @@ async fn what_the_forecaster_learnt_is_kept_across_cold_starts() {
     submit(&service, "waits").await;
     // What an earlier process kept: three runtimes of some family.
     let mut earlier = trainyard_forecast::Learned::default();
-    let family = trainyard_forecast::Family::of(
-        &"elsewhere".into(),
-        None,
-        &[("ml.g5.xlarge".to_owned(), 1)].into(),
-    );
+    let family = trainyard_forecast::Family::of(&"elsewhere".into(), None, 1);
     for _ in 0..3 {
         earlier.history.observe_runtime(family.clone(), 3_600, None);
     }

@@ -127,11 +127,7 @@ async fn a_forecasters_learned_state_is_kept_and_read_back() {
     assert_eq!(memory.load().await.unwrap(), None, "nothing kept yet");
 
     let mut learned = Learned::default();
-    let family = Family::of(
-        &"research".into(),
-        Some(&"team-a".into()),
-        &[("ml.g5.xlarge".to_owned(), 2)].into(),
-    );
+    let family = Family::of(&"research".into(), Some(&"team-a".into()), 2);
     learned
         .history
         .observe_runtime(family.clone(), 3_600, Some(14_400));

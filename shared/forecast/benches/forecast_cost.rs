@@ -90,7 +90,7 @@ fn world(pending: usize, shares: usize, weighted: bool) -> (Snapshot, History) {
     let mut history = History::default();
     for s in 0..shares {
         for n in 1..=4 {
-            let family = Family::of(&"research".into(), Some(&share(s).into()), &one(n));
+            let family = Family::of(&"research".into(), Some(&share(s).into()), n);
             for k in 0..16u64 {
                 history.observe_runtime(
                     family.clone(),

@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use trainyard_domain::job::{Requeue, ServiceJob};
-use trainyard_scheduler::snapshot::total_instances;
 use trainyard_scheduler::{Config, PendingJob, SharedStr, Snapshot};
 
 use crate::estimate::{Calibration, Estimate, Scope};
@@ -293,13 +292,13 @@ impl<T> Forecaster<T> {
             .map(|p| {
                 (
                     p.job_id.clone(),
-                    Family::of(&p.queue, p.share.as_ref(), &p.instances),
+                    Family::of(&p.queue, p.share.as_ref(), p.instances.total()),
                 )
             })
             .chain(snapshot.running.iter().map(|r| {
                 (
                     r.job_id.clone(),
-                    Family::of(&r.queue, r.share.as_ref(), &r.instances),
+                    Family::of(&r.queue, r.share.as_ref(), r.instances.total()),
                 )
             }))
             .collect();
@@ -368,7 +367,7 @@ impl<T> Forecaster<T> {
             };
             let scope = Scope {
                 queue: &p.queue,
-                instances: total_instances(&p.instances),
+                instances: p.instances.total(),
                 first,
             };
             let estimate = self.calibration.estimate(scope, now_ms, s, horizon_ms);

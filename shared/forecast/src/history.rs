@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use trainyard_domain::random::SplitMix64;
 use trainyard_scheduler::SharedStr;
+use trainyard_scheduler::snapshot::SharedInstances;
 use trainyard_scheduler::snapshot::pairs;
-use trainyard_scheduler::snapshot::{Instances, SharedInstances, total_instances};
 
 /// Jobs whose attempts are expected to run alike: same queue, same share, same instances. The
 /// queue and share stand in for "who submits it and what for"; the instance count for its size.
@@ -25,12 +25,12 @@ pub struct Family {
 }
 
 impl Family {
-    /// The family of a job that takes `instances` in `queue` and `share`.
-    pub fn of(queue: &SharedStr, share: Option<&SharedStr>, instances: &Instances) -> Self {
+    /// The family of a job that takes `instances` (all types together) in `queue` and `share`.
+    pub fn of(queue: &SharedStr, share: Option<&SharedStr>, instances: u64) -> Self {
         Self {
             queue: queue.clone(),
             share: share.cloned(),
-            instances: total_instances(instances),
+            instances,
         }
     }
 }
@@ -294,11 +294,7 @@ mod tests {
     use super::*;
 
     fn family(queue: &str, instances: u32) -> Family {
-        Family::of(
-            &queue.into(),
-            Some(&"team".into()),
-            &[("ml.g5.xlarge".to_owned(), instances)].into(),
-        )
+        Family::of(&queue.into(), Some(&"team".into()), u64::from(instances))
     }
 
     /// A history whose one family, returned, ran from a minute to 11 hours.
@@ -449,7 +445,11 @@ mod tests {
                 Arrival {
                     at_ms: i * 360_000,
                     priority: 0,
-                    instances: Instances::from([("ml.a".to_owned(), 1)]).into(),
+                    instances: trainyard_scheduler::snapshot::Instances::from([(
+                        "ml.a".to_owned(),
+                        1,
+                    )])
+                    .into(),
                     max_runtime_s: None,
                     line_offset_ms: 0,
                 },

@@ -248,7 +248,7 @@ impl<'a> Rollout<'a> {
             .map(|job| match world {
                 World::Shadow => job.expected_end_ms,
                 World::Sampled(history) => {
-                    let family = Family::of(&job.queue, job.share.as_ref(), &job.instances);
+                    let family = Family::of(&job.queue, job.share.as_ref(), job.instances.total());
                     let elapsed_s =
                         u64::try_from((now_ms - job.started_at_ms) / 1_000).unwrap_or(0);
                     let cap = u64::try_from((job.expected_end_ms - job.started_at_ms) / 1_000)
@@ -388,7 +388,7 @@ impl<'a> Rollout<'a> {
         let runtime_s = match self.world {
             World::Shadow => cap,
             World::Sampled(history) => {
-                let family = Family::of(&job.queue, job.share.as_ref(), &job.instances);
+                let family = Family::of(&job.queue, job.share.as_ref(), job.instances.total());
                 history.sample_runtime(&family, 0, cap, job.max_runtime_s, &mut self.rng)
             }
         };

@@ -91,7 +91,7 @@ fn options(rollouts: u32) -> Options {
 fn history_of_hour_long_jobs() -> History {
     let mut history = History::default();
     for _ in 0..16 {
-        history.observe_runtime(Family::of(&"low".into(), None, &instances(1)), 3_600, None);
+        history.observe_runtime(Family::of(&"low".into(), None, 1), 3_600, None);
     }
     history
 }

@@ -751,9 +751,7 @@ mod tests {
                     share: (!share_key(job).is_empty()).then(|| share_key(job).into()),
                     priority: job.priority(),
                     runnable_at_ms: job.runnable_at.unwrap_or(job.created_at),
-                    instances: crate::snapshot::SharedInstances::from(
-                        job.training.instances.clone(),
-                    ),
+                    instances: job.training.instances.clone().into(),
                     max_runtime_s: None,
                     not_before_ms: None,
                     line_offset_ms: job.line_offset_ms,

@@ -603,9 +603,7 @@ impl RunnableHead {
             priority: job.priority(),
             runnable_at: job.runnable_at.unwrap_or(job.created_at),
             line_offset_ms: job.line_offset_ms,
-            instances: trainyard_scheduler::SharedInstances::from(
-                job.held_instances().into_owned(),
-            ),
+            instances: job.held_instances().into_owned().into(),
             max_runtime_s: job.training.max_runtime_s,
             not_before: job.not_before,
             status_reason: job.status_reason.as_deref().map(Into::into),
@@ -655,9 +653,7 @@ impl CapacityHolder {
             share: share_key(job).into(),
             priority: job.priority(),
             started_at: Self::started_at_of(job),
-            instances: trainyard_scheduler::SharedInstances::from(
-                job.held_instances().into_owned(),
-            ),
+            instances: job.held_instances().into_owned().into(),
             max_runtime_s: job.training.max_runtime_s,
             checkpoint_s3_uri: job.training.checkpoint_s3_uri.as_deref().map(Into::into),
             preemptions: job.preemptions(),
