@@ -1,9 +1,8 @@
 //! What one cycle decides: the dispatches, the preemptions and, for every other pending job,
 //! why it waits (a [`SkipReason`], whose code and text reach the job's `statusReason`).
 
-use std::borrow::Cow;
-
 use serde::{Deserialize, Serialize};
+use trainyard_domain::environment::NUM_INSTANCES;
 use trainyard_domain::time::UtcTime;
 
 use crate::snapshot::{SharedInstances, SharedStr};
@@ -49,7 +48,7 @@ pub enum PreemptionReason {
         /// The reclaiming (lending) share.
         quota_share: SharedStr,
         /// The borrowing share.
-        victim_quota_share: String,
+        victim_quota_share: SharedStr,
     },
     /// In-share: a job of strictly higher `schedulingPriority` in the same share.
     InSharePriority {
@@ -96,6 +95,75 @@ pub enum QuotaLimitCause {
     BorrowableCapacity,
 }
 
+/// The capacity unit a reason names: every instance together (`NUM_INSTANCES`), or one instance
+/// type. Written and read as its text. Naming either copies no text: a cycle names one for
+/// every job it skips for capacity or quota.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// `NUM_INSTANCES`: the instances of every type together.
+    Total,
+    /// One instance type.
+    Type(SharedStr),
+}
+
+impl Unit {
+    /// The text: `NUM_INSTANCES` or the instance type.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Total => NUM_INSTANCES,
+            Self::Type(ty) => ty,
+        }
+    }
+}
+
+impl std::ops::Deref for Unit {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for Unit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for Unit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<SharedStr> for Unit {
+    fn from(text: SharedStr) -> Self {
+        if *text == *NUM_INSTANCES {
+            Self::Total
+        } else {
+            Self::Type(text)
+        }
+    }
+}
+
+impl From<&str> for Unit {
+    fn from(text: &str) -> Self {
+        SharedStr::from(text).into()
+    }
+}
+
+impl Serialize for Unit {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Unit {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        SharedStr::deserialize(deserializer).map(Self::from)
+    }
+}
+
 /// Why a runnable job was not dispatched in this cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "SCREAMING_SNAKE_CASE")]
@@ -105,7 +173,7 @@ pub enum SkipReason {
         /// Environment.
         environment: SharedStr,
         /// `NUM_INSTANCES` or an instance type.
-        unit: Cow<'static, str>,
+        unit: Unit,
         /// Instances the job needs of the unit.
         needed: u64,
         /// Instances free of the unit.
@@ -116,7 +184,7 @@ pub enum SkipReason {
         /// Environment.
         environment: SharedStr,
         /// The unit it exceeds.
-        unit: Cow<'static, str>,
+        unit: Unit,
         /// Instances it needs.
         needed: u64,
         /// The limit (0 when the type is not offered).
@@ -165,7 +233,7 @@ pub enum SkipReason {
         /// Quota share.
         quota_share: SharedStr,
         /// Instance type.
-        unit: Cow<'static, str>,
+        unit: Unit,
         /// Instances it needs.
         needed: u64,
         /// The share's own limit.
@@ -180,7 +248,7 @@ pub enum SkipReason {
         /// Quota share.
         quota_share: SharedStr,
         /// Instance type.
-        unit: Cow<'static, str>,
+        unit: Unit,
         /// Instances the job needs.
         needed: u64,
         /// The share's limit.
@@ -193,7 +261,7 @@ pub enum SkipReason {
         /// Quota share.
         quota_share: SharedStr,
         /// Instance type.
-        unit: Cow<'static, str>,
+        unit: Unit,
         /// Instances the job needs.
         needed: u64,
         /// The share's limit.
@@ -206,7 +274,7 @@ pub enum SkipReason {
     /// Free capacity exists, but it is the idle capacity of RESERVE shares, which is not lent.
     ReservedByQuotaShares {
         /// Instance type.
-        unit: Cow<'static, str>,
+        unit: Unit,
         /// Instances the job needs.
         needed: u64,
         /// Instances free in the environment.
@@ -221,7 +289,7 @@ pub enum SkipReason {
         /// The job's quota share.
         quota_share: SharedStr,
         /// Instance type.
-        unit: Cow<'static, str>,
+        unit: Unit,
         /// Instances the job needs.
         needed: u64,
         /// Instances free in the environment.
@@ -587,5 +655,32 @@ mod tests {
             None,
             "exactly now is not ahead"
         );
+    }
+
+    /// A reason's unit is shared text in memory and plain text on the wire: decision records
+    /// and stored reasons read the same, whichever build wrote them.
+    #[test]
+    fn a_reasons_unit_is_written_and_read_as_its_text() {
+        let exhausted = SkipReason::QuotaExhausted {
+            quota_share: "team-a".into(),
+            unit: Unit::Total,
+            needed: 2,
+            limit: 4,
+            in_use: 3,
+        };
+        let json = serde_json::to_value(&exhausted).unwrap();
+        assert_eq!(json["kind"], "QUOTA_EXHAUSTED");
+        assert_eq!(json["unit"], "NUM_INSTANCES");
+        let read: SkipReason = serde_json::from_value(json).unwrap();
+        assert_eq!(read, exhausted);
+        assert!(matches!(
+            read,
+            SkipReason::QuotaExhausted {
+                unit: Unit::Total,
+                ..
+            }
+        ));
+        let written = serde_json::to_string(&lent(None)).unwrap();
+        assert!(written.contains(r#""unit":"ml.g5.xlarge""#), "{written}");
     }
 }

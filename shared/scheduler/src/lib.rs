@@ -73,7 +73,7 @@ pub mod retry;
 pub mod snapshot;
 
 pub use decision::{
-    Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, WaitKind,
+    Dispatch, Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, Unit, WaitKind,
 };
 pub use plan::plan_cycle;
 pub use pool::within_limits;

@@ -1,10 +1,10 @@
 //! Free capacity of one service environment, in every dimension it limits.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use trainyard_domain::environment::{CapacityLimit, NUM_INSTANCES};
 
+use crate::decision::Unit;
 use crate::snapshot::SharedInstances;
 
 /// Whether a demand fits, naming the instance type that is short (`None`: the total).
@@ -28,8 +28,8 @@ pub(crate) enum Fit<'a> {
 
 /// The capacity unit a skip reason names for a [`Fit`]'s instance type: the type, or
 /// `NUM_INSTANCES` for the total.
-pub(crate) fn unit(ty: Option<&str>) -> Cow<'static, str> {
-    ty.map_or(Cow::Borrowed(NUM_INSTANCES), |t| t.to_owned().into())
+pub(crate) fn unit(ty: Option<&str>) -> Unit {
+    ty.map_or(Unit::Total, |t| Unit::Type(t.into()))
 }
 
 /// Limits and use of one environment.

@@ -146,9 +146,11 @@ use std::cell::OnceCell;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::decision::{Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason};
+use crate::decision::{
+    Plan, Preemption, PreemptionReason, QuotaLimitCause, Skip, SkipReason, Unit,
+};
 use crate::env::{EnvPlan, dispatch, fifo, within_share};
-use crate::pool::{self, Fit};
+use crate::pool::Fit;
 use crate::snapshot::{
     Config, PendingJob, QueuePolicy, QueueState, QuotaShareState, RunningJob, SharedStr, Snapshot,
 };
@@ -307,6 +309,8 @@ struct Names<'a> {
     by_name: crate::plan::NameNumbers<'a>,
     /// Every instance type that a share limits or a job holds, in text order.
     types: Vec<&'a str>,
+    /// The same, each as the one text every skip reason of the cycle names it with.
+    units: Vec<SharedStr>,
     /// Each share's own limit of each type, by [`Names::cell`].
     limits: Vec<u64>,
 }
@@ -338,10 +342,12 @@ impl<'a> Names<'a> {
             .iter()
             .flat_map(|share| types.iter().map(|ty| share.limit(ty)))
             .collect();
+        let units = types.iter().map(|ty| SharedStr::from(*ty)).collect();
         Self {
             shares,
             by_name,
             types,
+            units,
             limits,
         }
     }
@@ -355,6 +361,16 @@ impl<'a> Names<'a> {
     /// it began have none (nothing is tallied of them).
     fn ty(&self, ty: &str) -> Option<TypeIx> {
         self.types.iter().position(|t| *t == ty)
+    }
+
+    /// The unit a skip reason names for a [`Fit`]'s instance type (`None`: the total), without
+    /// copying the text of a type the cycle numbered (a cycle skips thousands of jobs).
+    fn unit(&self, ty: Option<&str>) -> Unit {
+        match ty.map(|ty| (ty, self.ty(ty))) {
+            Some((_, Some(t))) => Unit::Type(self.units[t].clone()),
+            Some((ty, None)) => Unit::Type(ty.into()),
+            None => Unit::Total,
+        }
     }
 
     /// The index of (share, type) in tables of every share by every type.
@@ -784,7 +800,7 @@ impl<'a> Quota<'a> {
             if needed > limit.saturating_add(borrowable) {
                 return Some(SkipReason::QuotaLimitExceeded {
                     quota_share: share.name.clone(),
-                    unit: ty.clone().into(),
+                    unit: self.names.unit(Some(ty)),
                     needed,
                     limit,
                     borrowable,
@@ -808,7 +824,7 @@ impl<'a> Quota<'a> {
             if share.strategy != SharingStrategy::LendAndBorrow {
                 return Err(SkipReason::QuotaExhausted {
                     quota_share: share.name.clone(),
-                    unit: ty.clone().into(),
+                    unit: self.names.unit(Some(ty)),
                     needed,
                     limit,
                     in_use,
@@ -819,7 +835,7 @@ impl<'a> Quota<'a> {
             {
                 return Err(SkipReason::BorrowLimitReached {
                     quota_share: share.name.clone(),
-                    unit: ty.clone().into(),
+                    unit: self.names.unit(Some(ty)),
                     needed,
                     limit,
                     in_use,
@@ -1167,9 +1183,10 @@ pub(crate) fn plan_quota_queue<'a>(
         }
     }
 
-    // Pass 1: entitled jobs, priority first. Both orders end with the job id, so an unstable
-    // sort (no scratch space) orders them as a stable one would.
-    jobs.sort_unstable_by(within_share);
+    // Pass 1: entitled jobs, priority first. The jobs come as one line per share, each already
+    // in this order: the stable sort finds those runs and merges them, where an unstable one
+    // would sort from scratch (both orders end with the job id, so either gives one order).
+    jobs.sort_by(within_share);
     let mut deferred = Vec::new();
     for job in jobs {
         if let Decision::Defer = decide(plan, queue, &mut quota, job, env, now_ms, config, true) {
@@ -1177,7 +1194,7 @@ pub(crate) fn plan_quota_queue<'a>(
         }
     }
     // Pass 2: borrowers, FIFO.
-    deferred.sort_unstable_by(fifo);
+    deferred.sort_by(fifo);
     for job in deferred {
         decide(plan, queue, &mut quota, job, env, now_ms, config, false);
     }
@@ -1221,7 +1238,7 @@ fn decide<'a>(
                     max: free,
                 } => Some(SkipReason::InsufficientCapacity {
                     environment: env.name.clone(),
-                    unit: pool::unit(ty),
+                    unit: quota.names.unit(ty),
                     needed,
                     free,
                 }),
@@ -1230,7 +1247,7 @@ fn decide<'a>(
                     let reserved = quota.reserved_idle(&share.name, ty);
                     (u64::from(*n) > free.saturating_sub(reserved)).then(|| {
                         SkipReason::ReservedByQuotaShares {
-                            unit: ty.clone().into(),
+                            unit: quota.names.unit(Some(ty)),
                             needed: u64::from(*n),
                             free,
                             reserved,
@@ -1250,7 +1267,7 @@ fn decide<'a>(
     if let Fit::Never { ty, needed, max } = fit {
         let reason = SkipReason::ExceedsEnvironment {
             environment: env.name.clone(),
-            unit: pool::unit(ty),
+            unit: quota.names.unit(ty),
             needed,
             max,
         };
@@ -1264,7 +1281,7 @@ fn decide<'a>(
         Fit::Fits if entitled => None,
         Fit::NotNow { ty, needed, free } if entitled => Some(SkipReason::InsufficientCapacity {
             environment: env.name.clone(),
-            unit: pool::unit(ty),
+            unit: quota.names.unit(ty),
             needed,
             free,
         }),
@@ -1432,7 +1449,7 @@ fn wait_or_start<'a>(
         } else {
             PreemptionReason::ReclaimBorrowed {
                 quota_share: share.name.clone(),
-                victim_quota_share: theirs.to_owned(),
+                victim_quota_share: victim.share.clone().unwrap_or_default(),
             }
         };
         if due_ms.is_some() {
