@@ -37,10 +37,23 @@ pub(crate) fn unit(ty: Option<&str>) -> Unit {
 pub(crate) struct Pool {
     total_max: Option<u64>,
     total_used: u64,
-    /// Per-instance-type limits; when present, types not listed are not offered at all.
-    type_max: BTreeMap<String, u64>,
-    /// Instances in use of each type in `type_max` (and of no other).
-    type_used: BTreeMap<String, u64>,
+    /// Per-instance-type limits, each with the instances of the type in use (no other type is
+    /// counted); when present, types not listed are not offered at all. One map, so that a
+    /// check reads each type once for its limit and its use.
+    types: BTreeMap<String, Typed>,
+}
+
+/// One instance type's limit and use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Typed {
+    max: u64,
+    used: u64,
+}
+
+impl Typed {
+    fn free(self) -> u64 {
+        self.max.saturating_sub(self.used)
+    }
 }
 
 impl Pool {
@@ -48,19 +61,18 @@ impl Pool {
         let mut pool = Self {
             total_max: None,
             total_used: 0,
-            type_max: BTreeMap::new(),
-            type_used: BTreeMap::new(),
+            types: BTreeMap::new(),
         };
         for limit in limits {
             let max = u64::from(limit.max_capacity);
             if limit.capacity_unit == NUM_INSTANCES {
                 pool.total_max = Some(pool.total_max.map_or(max, |m| m.min(max)));
             } else {
-                pool.type_max.insert(limit.capacity_unit.clone(), max);
-                pool.type_used.insert(limit.capacity_unit.clone(), 0);
+                let typed = Typed { max, used: 0 };
+                pool.types.insert(limit.capacity_unit.clone(), typed);
             }
         }
-        if pool.total_max.is_none() && pool.type_max.is_empty() {
+        if pool.total_max.is_none() && pool.types.is_empty() {
             // No limit at all offers nothing, rather than everything.
             pool.total_max = Some(0);
         }
@@ -81,18 +93,18 @@ impl Pool {
     /// The environment's limit for an instance type: its per-type limit, else the total limit,
     /// else 0 (not offered).
     pub(crate) fn type_limit(&self, ty: &str) -> u64 {
-        if self.type_max.is_empty() {
+        if self.types.is_empty() {
             return self.total_max.unwrap_or(0);
         }
-        let max = self.type_max.get(ty).copied().unwrap_or(0);
+        let max = self.types.get(ty).map_or(0, |t| t.max);
         self.total_max.map_or(max, |total| total.min(max))
     }
 
     /// Instances of a type that are free now (bounded by the total limit, if any).
     pub(crate) fn type_free(&self, ty: &str) -> u64 {
-        let by_type = match self.type_max.get(ty) {
-            Some(max) => max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0)),
-            None if self.type_max.is_empty() => u64::MAX,
+        let by_type = match self.types.get(ty) {
+            Some(typed) => typed.free(),
+            None if self.types.is_empty() => u64::MAX,
             None => 0,
         };
         by_type.min(self.total_free().unwrap_or(u64::MAX))
@@ -111,9 +123,9 @@ impl Pool {
                 max,
             };
         }
-        if !self.type_max.is_empty() {
+        if !self.types.is_empty() {
             for (ty, n) in demand.iter() {
-                let max = self.type_max.get(ty).copied().unwrap_or(0);
+                let max = self.types.get(ty).map_or(0, |t| t.max);
                 if u64::from(*n) > max {
                     return Fit::Never {
                         ty: Some(ty),
@@ -132,10 +144,10 @@ impl Pool {
                 free,
             };
         }
-        if !self.type_max.is_empty() {
+        if !self.types.is_empty() {
             for (ty, n) in demand.iter() {
-                if let Some(max) = self.type_max.get(ty) {
-                    let free = max.saturating_sub(self.type_used.get(ty).copied().unwrap_or(0));
+                if let Some(typed) = self.types.get(ty) {
+                    let free = typed.free();
                     if u64::from(*n) > free {
                         return Fit::NotNow {
                             ty: Some(ty),
@@ -158,10 +170,10 @@ impl Pool {
         self.total_used += demand.total();
         // Only limited types are counted (no other is ever checked): with a total limit
         // alone, a cycle taking every running job's instances reads none of their types.
-        if !self.type_used.is_empty() {
+        if !self.types.is_empty() {
             for (ty, n) in demand.iter() {
-                if let Some(used) = self.type_used.get_mut(ty) {
-                    *used += u64::from(*n);
+                if let Some(typed) = self.types.get_mut(ty) {
+                    typed.used += u64::from(*n);
                 }
             }
         }
@@ -171,18 +183,18 @@ impl Pool {
     pub(crate) fn take_counts(&mut self, in_use: &BTreeMap<String, u64>) {
         for (ty, n) in in_use {
             self.total_used = self.total_used.saturating_add(*n);
-            if let Some(used) = self.type_used.get_mut(ty) {
-                *used = used.saturating_add(*n);
+            if let Some(typed) = self.types.get_mut(ty) {
+                typed.used = typed.used.saturating_add(*n);
             }
         }
     }
 
     pub(crate) fn give(&mut self, demand: &SharedInstances) {
         self.total_used = self.total_used.saturating_sub(demand.total());
-        if !self.type_used.is_empty() {
+        if !self.types.is_empty() {
             for (ty, n) in demand.iter() {
-                if let Some(used) = self.type_used.get_mut(ty) {
-                    *used = used.saturating_sub(u64::from(*n));
+                if let Some(typed) = self.types.get_mut(ty) {
+                    typed.used = typed.used.saturating_sub(u64::from(*n));
                 }
             }
         }

@@ -690,18 +690,6 @@ impl<'a> Quota<'a> {
             .map_or(0, |cell| self.used[cell])
     }
 
-    /// `U_p(S,t)`: what the share's jobs of priority `p` or higher use of the type.
-    fn used_from(&self, s: ShareIx, ty: &str, p: u32) -> u64 {
-        let cell = self.names.ty(ty).and_then(|t| self.names.cell(s, t));
-        cell.map_or(0, |cell| {
-            self.used_by_priority[cell]
-                .iter()
-                .filter(|(priority, _)| *priority >= p)
-                .map(|(_, n)| n)
-                .sum()
-        })
-    }
-
     /// Counts instances of share `s` of a job of `priority` as used.
     fn add(&mut self, s: ShareIx, job: &crate::snapshot::Instances, priority: u32) {
         for (ty, n) in job {
@@ -724,11 +712,41 @@ impl<'a> Quota<'a> {
         }
     }
 
+    /// The share's tally of an instance type: its table cell, if the cycle numbered the type
+    /// (a job's type always is), and the share's own limit of it. Looked up once per type of a
+    /// job, where the checks below would each search the type's name again.
+    fn tally(&self, share: &QuotaShareState, ty: &str) -> (Option<usize>, u64) {
+        let cell = self
+            .names
+            .ty(ty)
+            .and_then(|t| self.names.cell(self.ix(share), t));
+        let limit = cell.map_or_else(|| share.limit(ty), |cell| self.names.limits[cell]);
+        (cell, limit)
+    }
+
+    /// `U(S,t)` at a [`Quota::tally`]'s cell.
+    fn used_at(&self, cell: Option<usize>) -> u64 {
+        cell.map_or(0, |cell| self.used[cell])
+    }
+
+    /// `U_p(S,t)` at a [`Quota::tally`]'s cell: what the share's jobs of priority `p` or higher
+    /// use of the type.
+    fn used_from_at(&self, cell: Option<usize>, p: u32) -> u64 {
+        cell.map_or(0, |cell| {
+            self.used_by_priority[cell]
+                .iter()
+                .filter(|(priority, _)| *priority >= p)
+                .map(|(_, n)| n)
+                .sum()
+        })
+    }
+
     /// Whether the job fits within its share's own limit, all the share's jobs counted.
     fn within_limit(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
-        job.instances
-            .iter()
-            .all(|(ty, n)| self.used(self.ix(share), ty) + u64::from(*n) <= share.limit(ty))
+        job.instances.iter().all(|(ty, n)| {
+            let (cell, limit) = self.tally(share, ty);
+            self.used_at(cell) + u64::from(*n) <= limit
+        })
     }
 
     /// Whether the job is entitled: it fits within its share's own limit with the share's jobs
@@ -737,9 +755,9 @@ impl<'a> Quota<'a> {
     fn entitled(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
         self.first_at_its_priority(share, job)
             && job.instances.iter().all(|(ty, n)| {
-                share.borrow_cap(ty).is_none_or(|cap| {
-                    self.used(self.ix(share), ty) + u64::from(*n)
-                        <= share.limit(ty).saturating_add(cap)
+                let (cell, limit) = self.tally(share, ty);
+                share.cap_over(limit).is_none_or(|cap| {
+                    self.used_at(cell) + u64::from(*n) <= limit.saturating_add(cap)
                 })
             })
     }
@@ -748,7 +766,8 @@ impl<'a> Quota<'a> {
     /// priority or higher: `U_p(S,t) + n ≤ L(S,t)` for every type it needs.
     fn first_at_its_priority(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
         job.instances.iter().all(|(ty, n)| {
-            self.used_from(self.ix(share), ty, job.priority) + u64::from(*n) <= share.limit(ty)
+            let (cell, limit) = self.tally(share, ty);
+            self.used_from_at(cell, job.priority) + u64::from(*n) <= limit
         })
     }
 
@@ -815,8 +834,8 @@ impl<'a> Quota<'a> {
     fn may_borrow(&self, share: &QuotaShareState, job: &PendingJob) -> Result<(), SkipReason> {
         for (ty, n) in job.instances.iter() {
             let needed = u64::from(*n);
-            let in_use = self.used(self.ix(share), ty);
-            let limit = share.limit(ty);
+            let (cell, limit) = self.tally(share, ty);
+            let in_use = self.used_at(cell);
             let over = (in_use + needed).saturating_sub(limit);
             if over == 0 {
                 continue;
@@ -830,7 +849,7 @@ impl<'a> Quota<'a> {
                     in_use,
                 });
             }
-            if let Some(cap) = share.borrow_cap(ty)
+            if let Some(cap) = share.cap_over(limit)
                 && over > cap
             {
                 return Err(SkipReason::BorrowLimitReached {

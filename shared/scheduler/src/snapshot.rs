@@ -258,11 +258,16 @@ impl QuotaShareState {
     /// The most it may borrow of an instance type on top of its limit (`None`: unlimited):
     /// `floor(limit × borrowLimit / 100)` for LEND_AND_BORROW, 0 otherwise.
     pub fn borrow_cap(&self, instance_type: &str) -> Option<u64> {
+        self.cap_over(self.limit(instance_type))
+    }
+
+    /// [`borrow_cap`](Self::borrow_cap) of a type whose own limit is `limit`.
+    pub fn cap_over(&self, limit: u64) -> Option<u64> {
         if self.strategy != SharingStrategy::LendAndBorrow {
             return Some(0);
         }
         let percent = u64::try_from(self.borrow_limit_percent).ok()?;
-        Some(self.limit(instance_type).saturating_mul(percent) / 100)
+        Some(limit.saturating_mul(percent) / 100)
     }
 
     /// Whether no waiting job of the share can start, preempt or reclaim while its running jobs
