@@ -96,9 +96,10 @@ pub enum QuotaLimitCause {
 }
 
 /// The capacity unit a reason names: every instance together (`NUM_INSTANCES`), or one instance
-/// type. Written and read as its text. Naming either copies no text: a cycle names one for
-/// every job it skips for capacity or quota.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// type. Written, read, compared and hashed as its text (so a line's stored digest of its
+/// waits reads the same as when the unit was a string). Naming either copies no text: a cycle
+/// names one for every job it skips for capacity or quota.
+#[derive(Clone)]
 pub enum Unit {
     /// `NUM_INSTANCES`: the instances of every type together.
     Total,
@@ -113,6 +114,20 @@ impl Unit {
             Self::Total => NUM_INSTANCES,
             Self::Type(ty) => ty,
         }
+    }
+}
+
+impl PartialEq for Unit {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Unit {}
+
+impl std::hash::Hash for Unit {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
     }
 }
 
@@ -682,5 +697,17 @@ mod tests {
         ));
         let written = serde_json::to_string(&lent(None)).unwrap();
         assert!(written.contains(r#""unit":"ml.g5.xlarge""#), "{written}");
+        // Compared and hashed as its text, however it was made.
+        let hash = |value: &dyn Fn(&mut std::hash::DefaultHasher)| {
+            let mut hasher = std::hash::DefaultHasher::new();
+            value(&mut hasher);
+            std::hash::Hasher::finish(&hasher)
+        };
+        let typed = Unit::Type(NUM_INSTANCES.into());
+        assert_eq!(typed, Unit::Total);
+        assert_eq!(
+            hash(&|h| std::hash::Hash::hash(&Unit::Total, h)),
+            hash(&|h| std::hash::Hash::hash(NUM_INSTANCES, h))
+        );
     }
 }
