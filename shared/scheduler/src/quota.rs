@@ -545,9 +545,10 @@ struct Quota<'a> {
     /// Running jobs old enough to be preempted, per share, in `running` order: the only
     /// candidates preemption ever looks at (see [`Quota::make_room`]).
     preemptible: Vec<Vec<&'a RunningJob>>,
-    /// Running jobs old enough to be reclaimed from a borrowing share (anti-thrash protects
-    /// from in-share preemption only).
-    reclaimable: Keys,
+    /// How long a job runs before its capacity may be reclaimed from a borrowing share
+    /// (`min_runtime_before_preemption_s`; anti-thrash protects from in-share preemption only):
+    /// asked of the few borrowed jobs, not worked out for every running job in every cycle.
+    reclaim_after_s: u64,
     /// Of those, the borrowed ones (all shares), recomputed with `borrowed`, in the order
     /// [`borrowed_among`] finds them (candidates are ranked by a total order, so the order
     /// does not show).
@@ -615,8 +616,12 @@ const MAX_PROTECTION_S: u64 = 86_400;
 /// When `job`'s capacity may be reclaimed, if it runs on borrowed capacity: once it has run
 /// `min_runtime_before_preemption_s`, whatever its past preemptions.
 fn reclaimable_from(job: &RunningJob, config: &Config) -> i64 {
-    job.started_at_ms
-        .saturating_add(seconds_ms(config.min_runtime_before_preemption_s))
+    reclaimable_after(job, config.min_runtime_before_preemption_s)
+}
+
+/// [`reclaimable_from`], given `min_runtime_before_preemption_s`.
+fn reclaimable_after(job: &RunningJob, min_runtime_s: u64) -> i64 {
+    job.started_at_ms.saturating_add(seconds_ms(min_runtime_s))
 }
 
 /// When `job` becomes preemptible by a job of its own share (see the module docs).
@@ -660,10 +665,18 @@ impl<'a> Quota<'a> {
         self.preemptible_borrowed.clear();
         // A job borrowed in several types is listed once per type: kept once.
         for job in borrowed {
-            if self.borrowed.insert(key(job)) && self.reclaimable.contains(&key(job)) {
+            if self.borrowed.insert(key(job)) && self.reclaimable(job) {
                 self.preemptible_borrowed.push(job);
             }
         }
+    }
+
+    /// Whether a running job of a share is old enough to have its capacity reclaimed. A job
+    /// already stopping loses nothing more by being chosen again, however young.
+    fn reclaimable(&self, job: &RunningJob) -> bool {
+        let now_ms = self.loss_at.0;
+        job.share.is_some()
+            && (job.stopping || now_ms >= reclaimable_after(job, self.reclaim_after_s))
     }
 
     /// What preempting a candidate would lose now (see the module docs).
@@ -1155,15 +1168,11 @@ pub(crate) fn plan_quota_queue<'a>(
     let names = Names::new(shares, running.iter().copied(), jobs.iter().copied());
     let holdings = Holdings::of(&names, running);
     let mut preemptible: Vec<Vec<&RunningJob>> = vec![Vec::new(); shares.len()];
-    let mut reclaimable = Keys::with_capacity_and_hasher(running.len(), Default::default());
     for (job, share) in running.iter().zip(&holdings.share) {
         if job.share.is_none() {
             continue;
         }
         // A job already stopping loses nothing more by being chosen again, however young.
-        if job.stopping || now_ms >= reclaimable_from(job, config) {
-            reclaimable.insert(key(job));
-        }
         if (job.stopping || now_ms >= preemptible_from(job, config))
             && let Some(s) = *share
         {
@@ -1177,7 +1186,7 @@ pub(crate) fn plan_quota_queue<'a>(
         names,
         borrowed: Keys::default(),
         preemptible,
-        reclaimable,
+        reclaim_after_s: config.min_runtime_before_preemption_s,
         preemptible_borrowed: Vec::new(),
         victims: BTreeSet::new(),
         entitled_start: None,
