@@ -766,13 +766,15 @@ impl<'a> Quota<'a> {
     /// of its priority or higher (`U_p(S,t) + n ≤ L(S,t)`), and the share stays within its
     /// limit plus its borrow cap with all of them (see the module docs).
     fn entitled(&self, share: &QuotaShareState, job: &PendingJob) -> bool {
-        self.first_at_its_priority(share, job)
-            && job.instances.iter().all(|(ty, n)| {
-                let (cell, limit) = self.tally(share, ty);
-                share.cap_over(limit).is_none_or(|cap| {
-                    self.used_at(cell) + u64::from(*n) <= limit.saturating_add(cap)
-                })
-            })
+        // Both bounds per type, each type looked up once.
+        job.instances.iter().all(|(ty, n)| {
+            let (cell, limit) = self.tally(share, ty);
+            let n = u64::from(*n);
+            self.used_from_at(cell, job.priority) + n <= limit
+                && share
+                    .cap_over(limit)
+                    .is_none_or(|cap| self.used_at(cell) + n <= limit.saturating_add(cap))
+        })
     }
 
     /// Whether the job fits within its share's own limit with the share's jobs of its
