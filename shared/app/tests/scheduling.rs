@@ -2162,6 +2162,30 @@ async fn every_waiting_job_shows_a_reason_with_the_latest_figures_without_being_
         "the job keeps its first text: {stored}"
     );
 
+    // A job that joins the line after its document was written, behind every job it names,
+    // shows what it waits behind: the cycle that accepts it does not read it (31st in line)
+    // and leaves the document as it was.
+    w.clock.advance(1_000);
+    let late = w.submit("wide-late", "research", 4, quick(60)).await;
+    w.tick().await;
+    let shown = shown_reasons(&w).await;
+    let late_reason = shown
+        .iter()
+        .find(|(j, _, _)| *j == late)
+        .map(|(_, _, r)| r.clone())
+        .expect("the late job is RUNNABLE");
+    assert!(
+        late_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(&format!(
+                "PRIORITY:JOBS_AHEAD - at least {named} jobs wait ahead of it in queue research"
+            ))),
+        "{late_reason:?}"
+    );
+    assert_eq!(w.job(&late).await.status_reason, None, "never planned");
+    let (version_now, _) = reason_of(&shown_reasons(&w).await, head);
+    assert_eq!(version_now, version, "the head was not rewritten either");
+
     // The whole explanation: where it stands, and what holds it back.
     let explained = w.service.explain_job(&waiting[5]).await.unwrap();
     assert_eq!(explained.position, Some(6));
@@ -2420,10 +2444,10 @@ async fn every_waiting_job_of_a_long_queue_has_an_estimate_and_gone_lines_lose_t
     assert!(gone.is_none(), "{gone:?}");
 }
 
-/// A cycle reads only the first `head_extra` jobs of a quota share that is full (it holds its
-/// limit, may borrow nothing more and may not preempt in itself: none of its jobs could act),
-/// where it reads as many as are free plus `head_extra` of another. The jobs it read carry the
-/// reason it planned; those further back were not planned.
+/// A cycle reads only the first jobs of a quota share that is full (it holds its limit, may
+/// borrow nothing more and may not preempt in itself: none of its jobs could act), those its
+/// line's document names, where it reads as many as are free plus `head_extra` of another. The
+/// jobs it read carry the reason it planned; those further back were not planned.
 #[tokio::test]
 async fn a_cycle_reads_only_the_first_jobs_of_a_full_quota_share() {
     let mut w = World::new(EmulatorConfig::default());
@@ -2460,10 +2484,12 @@ async fn a_cycle_reads_only_the_first_jobs_of_a_full_quota_share() {
         async move { w.job(&id).await.status_reason.is_some() }
     };
     let extra = w.config.head_extra;
-    assert!(planned(&full[extra - 1]).await);
+    let named = LineWaits::MAX_WAITS;
+    assert!(named < extra);
+    assert!(planned(&full[named - 1]).await);
     assert!(
-        !planned(&full[extra]).await,
-        "behind the first {extra} of a full share"
+        !planned(&full[named]).await,
+        "behind the first {named} of a full share"
     );
     // 5 instances free: `open` has its first 5 + 16 read.
     assert!(planned(&open[5 + extra - 1]).await);

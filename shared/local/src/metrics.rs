@@ -604,6 +604,7 @@ mod tests {
                 since_ms: 2_000,
             }]
             .into(),
+            furthest: None,
         };
         let lines: BTreeMap<String, LineWaits> = [(waits.key(), waits)].into();
         let mut waiting = Waiting::default();

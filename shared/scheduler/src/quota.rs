@@ -419,10 +419,13 @@ impl Holdings {
             let share = job.share.as_deref().and_then(|name| names.share(name));
             holdings.share.push(share);
             holdings.start.push(holdings.held.len());
-            // Every type a running job holds was numbered (`Names::new`).
-            let held = job.instances.iter();
-            let numbered = held.filter_map(|(ty, n)| Some((names.ty(ty)?, *n)));
-            holdings.held.extend(numbered);
+            // Every type a running job holds was numbered (`Names::new`). Pushed one by one:
+            // `extend` from a filtered iterator, which cannot reserve, cost a third more.
+            for (ty, n) in job.instances.iter() {
+                if let Some(t) = names.ty(ty) {
+                    holdings.held.push((t, *n));
+                }
+            }
         }
         holdings.start.push(holdings.held.len());
         holdings
@@ -1259,6 +1262,9 @@ fn decide<'a>(
     // it may borrow.
     if !first_pass {
         let waiting = match quota.may_borrow(share, job) {
+            // Over its share's limit, a job reclaims nothing and makes room only in its share,
+            // by priority (`make_room`): where the share may not, it waits for this reason.
+            Err(reason) if !share.in_share_preemption => return skip(plan, reason),
             Err(reason) => Some(reason),
             Ok(()) => match env.pool.check(&job.instances) {
                 Fit::NotNow { ty, needed, free }

@@ -29,9 +29,9 @@ pub use events::{Event, EventSink, NoEvents};
 pub use forecasts::{ForecastMemory, MemoryFuture};
 pub use records::{
     CapacityHolder, CapacityRelease, ClientTokenRecord, EnvironmentUsage, Fence, HoldersRead,
-    HoldersSeen, InsertJob, JobCursor, JobQuery, JobWait, LineDigest, LineEstimates, LineWaits,
-    NameFilter, Page, ReconcileMark, RunnableHead, ShareUsageRecord, StartEstimates, WaitDigests,
-    quota_share_key,
+    HoldersSeen, InsertJob, JobCursor, JobQuery, JobWait, LineDigest, LineEstimates, LinePlace,
+    LineWaits, NameFilter, Page, ReconcileMark, RunnableHead, ShareUsageRecord, StartEstimates,
+    WaitDigests, quota_share_key,
 };
 pub use store::{
     ConfigStore, Document, DocumentValue, JobStore, Resource, SchedulingStore, Store, StoreError,

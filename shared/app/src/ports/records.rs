@@ -373,11 +373,50 @@ pub struct LineWaits {
     /// The first [`LineWaits::MAX_WAITS`] waiting jobs planned, in line order, each with why
     /// (shared: a copy costs a pointer).
     pub waits: std::sync::Arc<[JobWait]>,
+    /// Where the job named furthest back in line stands: a job that joined the line after the
+    /// cycle planned, behind that place, waits behind every job named (absent from documents
+    /// written before it was kept, and when none is named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub furthest: Option<LinePlace>,
+}
+
+/// A place in a line, ordered as [`runnable_rank`](trainyard_domain::order::runnable_rank)
+/// orders jobs: `schedulingPriority` (counted only within a share) descending, then the time it
+/// stands in line, then the job id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinePlace {
+    /// `schedulingPriority` as the line counts it (0 in a line that is not a share's).
+    pub priority: u32,
+    /// When it stands in line (epoch ms).
+    pub line_at_ms: i64,
+    /// The job there.
+    pub job_id: trainyard_scheduler::SharedStr,
+}
+
+impl LinePlace {
+    /// Its sort key, as [`runnable_rank`](trainyard_domain::order::runnable_rank)'s.
+    pub fn rank(&self) -> (std::cmp::Reverse<u32>, i64, &str) {
+        (
+            std::cmp::Reverse(self.priority),
+            self.line_at_ms,
+            self.job_id.as_str(),
+        )
+    }
 }
 
 impl LineWaits {
     /// Most jobs a line's document names (the rest wait behind them).
     pub const MAX_WAITS: usize = 8;
+
+    /// Whether a job standing at `rank` in the line
+    /// ([`runnable_rank`](trainyard_domain::order::runnable_rank)) stands behind every job the
+    /// document names.
+    pub fn behind_all_named(&self, rank: (std::cmp::Reverse<u32>, i64, &str)) -> bool {
+        self.furthest
+            .as_ref()
+            .is_some_and(|last| rank > last.rank())
+    }
 
     /// The wait of `job_id`, if the document names it.
     pub fn wait_of(&self, job_id: &str) -> Option<(usize, &JobWait)> {
@@ -408,15 +447,16 @@ impl LineWaits {
     /// cycle digests every line: a hasher that reads a word at a time, not a byte.)
     pub fn digest(&self) -> u64 {
         let waits = self.waits.iter().map(|w| (w.job_id.as_str(), &w.reason));
-        Self::digest_of(self.rank, self.lines, waits)
+        Self::digest_of(self.rank, self.lines, waits, self.furthest.as_ref())
     }
 
-    /// [`LineWaits::digest`] of a line's place and its jobs' ids and reasons, wherever they
-    /// are kept.
+    /// [`LineWaits::digest`] of a line's place, its jobs' ids and reasons, and the place of
+    /// the one furthest back, wherever they are kept.
     pub fn digest_of<'w>(
         rank: u32,
         lines: u32,
         waits: impl Iterator<Item = (&'w str, &'w trainyard_scheduler::SkipReason)>,
+        furthest: Option<&LinePlace>,
     ) -> u64 {
         use std::hash::{BuildHasher, Hash, Hasher};
         let mut hash = foldhash::fast::FixedState::with_seed(0x7472_6169_6e79_6172).build_hasher();
@@ -425,6 +465,7 @@ impl LineWaits {
             job_id.hash(&mut hash);
             reason.hash(&mut hash);
         }
+        furthest.map(LinePlace::rank).hash(&mut hash);
         hash.finish()
     }
 }

@@ -146,8 +146,17 @@ fn planned_since_joined(waits: &LineWaits, job: &ServiceJob) -> bool {
 /// The reason to show for `job` given its line's latest `waits`, if they say more than the
 /// job's stored reason (see the module docs).
 pub fn current_reason(job: &ServiceJob, waits: &LineWaits) -> Option<String> {
-    if job.status != JobStatus::Runnable || !planned_since_joined(waits, job) {
+    if job.status != JobStatus::Runnable {
         return None;
+    }
+    // Waits planned before the job joined the line name nothing of it, but tell what it waits
+    // behind when it stands behind every job they name (a line's document is rewritten only
+    // when what it shows changes, so a steady line's can be older than the jobs behind it).
+    if !planned_since_joined(waits, job) {
+        let behind = waits.behind_all_named(trainyard_domain::order::runnable_rank(job));
+        return behind
+            .then(|| waits.waits.first().map(|first| jobs_ahead(waits, first)))
+            .flatten();
     }
     match waits.wait_of(&job.job_id) {
         // During a capacity backoff Batch's CAPACITY reason says more than "backing off" (the

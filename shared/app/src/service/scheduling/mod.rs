@@ -7,9 +7,10 @@
 //! 1. **Snapshot.** Configuration, the jobs holding capacity, capacity in use per environment
 //!    (one document each), fair-share usage, and the *heads* of each queue and share: the first
 //!    RUNNABLE jobs in dispatch order, as many as the environment has free instances plus
-//!    [`CycleConfig::head_extra`] (only the latter for a quota share that is
-//!    [`full`](trainyard_scheduler::QuotaShareState::full): none of its jobs can act, however
-//!    many are read). Reads grow with queues, shares and free capacity, never with the backlog;
+//!    [`CycleConfig::head_extra`] (for a quota share that is
+//!    [`full`](trainyard_scheduler::QuotaShareState::full), only the
+//!    [`LineWaits::MAX_WAITS`](crate::ports::LineWaits::MAX_WAITS) its line's document names:
+//!    none of its jobs can act, however many are read). Reads grow with queues, shares and free capacity, never with the backlog;
 //!    jobs are read as summaries (`Store::capacity_holders`, `Store::runnable_heads`), and whole
 //!    only when the cycle writes them.
 //! 2. **Plan** with the pure planner (`trainyard_scheduler::plan_cycle`).

@@ -19,8 +19,8 @@ use super::CycleConfig;
 use crate::error::AppError;
 use crate::ports::{
     CapacityHolder, CapacityRelease, ConfigStore, Document, EnvironmentUsage, EventSink, Fence,
-    HoldersRead, HoldersSeen, RunnableHead, SchedulingStore, ShareUsageRecord, StoreError,
-    Versioned, WaitDigests, Write,
+    HoldersRead, HoldersSeen, LineWaits, RunnableHead, SchedulingStore, ShareUsageRecord,
+    StoreError, Versioned, WaitDigests, Write,
 };
 use crate::service::Service;
 
@@ -552,12 +552,14 @@ impl<S: ConfigStore + SchedulingStore, E: EventSink> Service<S, E> {
                 .unwrap_or(usize::MAX)
                 .saturating_add(config.head_extra)
                 .min(config.max_heads);
-            // A full quota share's jobs are all skipped, however many are read: only its first
-            // ones are, for the reasons shown.
+            // A full quota share's jobs are all skipped, however many are read: only the ones
+            // its line's document names are read, for the reasons shown.
             let full = full_shares(&state.policy, &name, &set.shares);
             let limit = |share: &str| {
                 if full.contains(&share) {
-                    config.head_extra.min(config.max_heads)
+                    LineWaits::MAX_WAITS
+                        .min(config.head_extra)
+                        .min(config.max_heads)
                 } else {
                     limit
                 }

@@ -6,15 +6,16 @@
 //! a queue with such a line has its digests rewritten. A cycle that changes nothing a reader is
 //! shown writes nothing.
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use trainyard_scheduler::{Plan, Skip};
+use trainyard_scheduler::{PendingJob, Plan, Skip};
 
 use super::snapshot::Loaded;
 use crate::error::AppError;
 use crate::ports::{
-    ConfigStore, Document, EventSink, JobWait, LineDigest, LineWaits, SchedulingStore, StoreError,
-    WaitDigests, Write,
+    ConfigStore, Document, EventSink, JobWait, LineDigest, LinePlace, LineWaits, SchedulingStore,
+    StoreError, WaitDigests, Write,
 };
 use crate::service::Service;
 
@@ -27,13 +28,32 @@ struct PlannedLine<'p> {
     lines: u32,
     /// The first [`LineWaits::MAX_WAITS`] skips of the line's jobs, in the plan's order.
     skips: Vec<&'p Skip>,
+    /// Of those, the job furthest back in line.
+    furthest: Option<&'p PendingJob>,
+}
+
+/// Where `job` stands in its line ([`LinePlace`]).
+fn place(job: &PendingJob) -> LinePlace {
+    let (Reverse(priority), line_at_ms, _) = rank(job);
+    LinePlace {
+        priority,
+        line_at_ms,
+        job_id: job.job_id.clone(),
+    }
+}
+
+/// `job`'s sort key in its line, as [`LinePlace::rank`]'s: priority counts only within a share.
+fn rank(job: &PendingJob) -> (Reverse<u32>, i64, &str) {
+    let priority = if job.share.is_some() { job.priority } else { 0 };
+    (Reverse(priority), job.line_at_ms(), job.job_id.as_str())
 }
 
 impl PlannedLine<'_> {
     /// [`LineWaits::digest`] of [`PlannedLine::waits`], without building them.
     fn digest(&self) -> u64 {
         let waits = self.skips.iter().map(|s| (s.job_id.as_str(), &s.reason));
-        LineWaits::digest_of(self.rank, self.lines, waits)
+        let furthest = self.furthest.map(place);
+        LineWaits::digest_of(self.rank, self.lines, waits, furthest.as_ref())
     }
 
     /// The line's waits, each job waiting since `now` (the stored waits carry the true times).
@@ -50,6 +70,7 @@ impl PlannedLine<'_> {
             rank: self.rank,
             lines: self.lines,
             waits: waits.collect(),
+            furthest: self.furthest.map(place),
         }
     }
 }
@@ -78,14 +99,18 @@ fn planned_lines<'p>(loaded: &'p Loaded, plan: &'p Plan) -> Vec<PlannedLine<'p>>
                     rank: 0,
                     lines: 0,
                     skips: Vec::new(),
+                    furthest: None,
                 });
                 lines.len() - 1
             }),
         };
         last = Some((queue, share, i));
-        let skips = &mut lines[i].skips;
-        if skips.len() < LineWaits::MAX_WAITS {
-            skips.push(skip);
+        let line = &mut lines[i];
+        if line.skips.len() < LineWaits::MAX_WAITS {
+            line.skips.push(skip);
+            if line.furthest.is_none_or(|f| rank(job) > rank(f)) {
+                line.furthest = Some(job);
+            }
         }
     }
     let mut per_queue: BTreeMap<&str, u32> = BTreeMap::new();
@@ -109,6 +134,7 @@ fn planned_lines<'p>(loaded: &'p Loaded, plan: &'p Plan) -> Vec<PlannedLine<'p>>
                     rank: 0,
                     lines: 0,
                     skips: Vec::new(),
+                    furthest: None,
                 });
             }
         }
@@ -239,22 +265,43 @@ mod tests {
             },
         };
         let skips = [skip("a", 1), skip("b", 2)];
-        fn line(skips: Vec<&Skip>) -> PlannedLine<'_> {
+        let job = |id: &str, priority| PendingJob {
+            job_id: id.into(),
+            queue: "research".into(),
+            share: Some("team-a".into()),
+            priority,
+            runnable_at_ms: 500,
+            instances: BTreeMap::from([("ml.g5.xlarge".to_owned(), 4)]).into(),
+            max_runtime_s: None,
+            not_before_ms: None,
+            line_offset_ms: 0,
+        };
+        let b = job("b", 0);
+        fn line<'p>(skips: Vec<&'p Skip>, furthest: &'p PendingJob) -> PlannedLine<'p> {
             PlannedLine {
                 queue: "research",
                 share: "team-a",
                 rank: 2,
                 lines: 3,
                 skips,
+                furthest: Some(furthest),
             }
         }
-        let both = line(skips.iter().collect());
+        let both = line(skips.iter().collect(), &b);
         assert_eq!(both.digest(), both.waits(1_000).digest());
-        let one = line(skips[..1].iter().collect());
+        let place = both.waits(1_000).furthest.expect("a place");
+        assert_eq!(place.rank(), (Reverse(0), 500, "b"));
+        // Where the furthest job stands is digested: its priority moved, it stands elsewhere.
+        let b_first = job("b", 7);
+        let reordered = line(skips.iter().collect(), &b_first);
+        assert_ne!(reordered.digest(), both.digest());
+        assert_eq!(reordered.digest(), reordered.waits(1_000).digest());
+        let a = job("a", 0);
+        let one = line(skips[..1].iter().collect(), &a);
         assert_eq!(one.digest(), one.waits(1_000).digest());
         assert_ne!(one.digest(), both.digest());
         let figures = [skip("a", 2), skip("b", 2)];
-        let moved = line(figures.iter().collect());
+        let moved = line(figures.iter().collect(), &b);
         assert_ne!(
             moved.digest(),
             both.digest(),
