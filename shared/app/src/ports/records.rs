@@ -447,16 +447,17 @@ impl LineWaits {
     /// cycle digests every line: a hasher that reads a word at a time, not a byte.)
     pub fn digest(&self) -> u64 {
         let waits = self.waits.iter().map(|w| (w.job_id.as_str(), &w.reason));
-        Self::digest_of(self.rank, self.lines, waits, self.furthest.as_ref())
+        let furthest = self.furthest.as_ref().map(LinePlace::rank);
+        Self::digest_of(self.rank, self.lines, waits, furthest)
     }
 
-    /// [`LineWaits::digest`] of a line's place, its jobs' ids and reasons, and the place of
-    /// the one furthest back, wherever they are kept.
+    /// [`LineWaits::digest`] of a line's place, its jobs' ids and reasons, and the rank of
+    /// the one furthest back ([`LinePlace::rank`]), wherever they are kept.
     pub fn digest_of<'w>(
         rank: u32,
         lines: u32,
         waits: impl Iterator<Item = (&'w str, &'w trainyard_scheduler::SkipReason)>,
-        furthest: Option<&LinePlace>,
+        furthest: Option<(std::cmp::Reverse<u32>, i64, &str)>,
     ) -> u64 {
         use std::hash::{BuildHasher, Hash, Hasher};
         let mut hash = foldhash::fast::FixedState::with_seed(0x7472_6169_6e79_6172).build_hasher();
@@ -465,7 +466,7 @@ impl LineWaits {
             job_id.hash(&mut hash);
             reason.hash(&mut hash);
         }
-        furthest.map(LinePlace::rank).hash(&mut hash);
+        furthest.hash(&mut hash);
         hash.finish()
     }
 }

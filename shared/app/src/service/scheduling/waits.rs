@@ -52,8 +52,7 @@ impl PlannedLine<'_> {
     /// [`LineWaits::digest`] of [`PlannedLine::waits`], without building them.
     fn digest(&self) -> u64 {
         let waits = self.skips.iter().map(|s| (s.job_id.as_str(), &s.reason));
-        let furthest = self.furthest.map(place);
-        LineWaits::digest_of(self.rank, self.lines, waits, furthest.as_ref())
+        LineWaits::digest_of(self.rank, self.lines, waits, self.furthest.map(rank))
     }
 
     /// The line's waits, each job waiting since `now` (the stored waits carry the true times).
